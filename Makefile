@@ -1,0 +1,68 @@
+# shardkeeper: two commands do all the set-up on a fresh machine.
+#   make demo   - install what is missing, start a local ZooKeeper, run the demo
+#   make test   - install what is missing, run ruff, mypy and the test suite
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BACKEND ?= zookeeper
+STAMP := $(VENV)/.installed
+APT_PACKAGES := zookeeper etcd-server etcd-client default-jre-headless
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint typecheck pytest system-deps venv chaos bench clean registry-up registry-down
+
+demo: system-deps venv
+	$(PY) -m shardkeeper.demo --backend $(BACKEND)
+
+test: system-deps venv lint typecheck pytest
+
+lint: venv
+	$(VENV)/bin/ruff check src tests examples
+	$(VENV)/bin/ruff format --check src tests examples
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+pytest: system-deps venv
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+chaos: system-deps venv
+	$(PY) -m pytest -q tests/chaos --chaos-duration $${DURATION:-600} -m chaos
+
+bench: system-deps venv
+	$(VENV)/bin/pip install -q -e '.[bench]'
+	$(PY) -m shardkeeper.bench $(if $(QUICK),--quick,)
+
+# ZooKeeper, etcd and a JRE come from Debian packages; install only what is missing.
+system-deps:
+	@missing=""; \
+	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
+	command -v etcd >/dev/null || missing="$$missing etcd-server"; \
+	command -v etcdctl >/dev/null || missing="$$missing etcd-client"; \
+	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; \
+	  elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+	  else echo "cannot install system packages: run as root:"; \
+	       echo "  apt-get update && apt-get install -y$$missing"; exit 1; fi; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq$$missing >/dev/null; \
+	fi
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+registry-up: system-deps venv
+	$(PY) -m shardkeeper.cli registry up --backend $(BACKEND)
+
+registry-down: venv
+	$(PY) -m shardkeeper.cli registry down
+
+clean:
+	rm -rf $(VENV) registry/data .pytest_cache .mypy_cache .ruff_cache

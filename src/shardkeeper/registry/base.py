@@ -1,0 +1,376 @@
+"""The CoordinationStore contract: the one interface both backends implement.
+
+Everything above the registry layer talks to a :class:`CoordinationStore` and never
+knows whether ZooKeeper or etcd is underneath. This module is the contract; the
+backends (``zookeeper.py``, ``etcd.py``) are kept lean and must pass the same
+behavioural suite (``tests/registry/test_contract.py``).
+
+Model
+-----
+The store holds a tree of *nodes* addressed by absolute paths inside a namespace
+(``/jobs/order-sync/config``). Paths start with ``/``, have no trailing ``/``, no
+empty segments, and their segments use only ``[A-Za-z0-9._@:=+-]``. ``/`` is the
+namespace root. Values are ``bytes``.
+
+* Namespace isolation: a store opened on namespace ``a`` never sees a key of
+  namespace ``b`` (ZooKeeper chroot ``/shardkeeper/a``-style; etcd key prefix).
+* Parents are implicit: writing ``/a/b/c`` makes ``/a`` and ``/a/b`` visible to
+  :meth:`children`. (ZooKeeper creates persistent parent nodes; etcd derives
+  children from the keys under a prefix.) ``exists('/a')`` is true once something
+  lives at or below ``/a``; ``get('/a')`` of a pure parent returns a node with an
+  empty value.
+* Ephemeral nodes belong to the store's *session* (ZooKeeper session; in etcd ONE
+  lease per store, kept alive by the store). When the session ends (close, crash,
+  expiry), the server deletes them. An ephemeral node cannot have children.
+* Every node carries three integers (see :class:`Node`): ``version`` (opaque, for
+  optimistic checks), ``revision`` (store-wide monotonic revision of its last
+  change) and ``created_revision`` (store-wide monotonic revision of its creation:
+  used as a fencing token).
+
+Threads and events
+------------------
+A store owns one event thread. Watch events and connection-state events are
+delivered on it, in the order the store saw them. Listeners must not block for
+long (they may call the store's synchronous methods; they must not wait on other
+events to arrive).
+
+Connection states (:class:`ConnectionState`):
+
+* ``CONNECTED``: a NEW session is established (the first one after :meth:`start`,
+  or a fresh one after ``LOST``). Ephemeral nodes of earlier sessions are gone:
+  whoever needs them re-creates them now.
+* ``SUSPENDED``: the connection is down; the session may still be alive. Stop
+  acting on cached state (a leader stops leading) until RECONNECTED or LOST.
+* ``RECONNECTED``: the connection is back and the SAME session survived.
+* ``LOST``: the session expired (or was closed by the server); its ephemeral
+  nodes are deleted. The store keeps trying to establish a new session and sends
+  ``CONNECTED`` when it has one.
+
+Watches
+-------
+:meth:`CoordinationStore.watch` subscribes to every change under a prefix
+(the prefix node itself and all descendants). Events are :class:`WatchEvent`:
+``CREATED``, ``CHANGED``, ``DELETED`` with the path and new value, in store order.
+No change is silently lost: after a reconnect a watch resumes from the last
+revision it saw (etcd), or re-reads the subtree and emits what changed
+(ZooKeeper). When a resume is impossible (etcd compaction) the watch emits one
+``RESYNC`` event (path = the prefix) and then ``CREATED`` events for the current
+state; listeners treat RESYNC as "forget what you know under this prefix".
+Watches are hints for re-reading, never the only source of truth.
+
+Errors
+------
+Backends translate library exceptions into :mod:`shardkeeper.errors` at this
+boundary. Every call is bounded by the operation timeout; a timeout raises
+:class:`~shardkeeper.errors.OperationTimeoutError` (outcome unknown).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from shardkeeper.errors import ConfigError
+
+__all__ = [
+    "Check",
+    "CommitResult",
+    "ConnectionState",
+    "CoordinationStore",
+    "Create",
+    "Delete",
+    "EventKind",
+    "Node",
+    "Op",
+    "Put",
+    "StateListener",
+    "Subscription",
+    "WatchEvent",
+    "WatchListener",
+    "check_path",
+    "join_path",
+]
+
+_SEGMENT = re.compile(r"^[A-Za-z0-9._@:=+\-]+$")
+
+
+def check_path(path: str) -> str:
+    """Return ``path`` if it is a valid node path, else raise ConfigError naming it."""
+    if path == "/":
+        return path
+    if not path.startswith("/") or path.endswith("/"):
+        raise ConfigError(f"invalid node path {path!r}: must start with '/' and not end with '/'")
+    for seg in path[1:].split("/"):
+        if not seg or not _SEGMENT.match(seg) or seg in (".", ".."):
+            raise ConfigError(
+                f"invalid node path {path!r}: segment {seg!r} must be non-empty and use "
+                "only letters, digits and . _ @ : = + -"
+            )
+    return path
+
+
+def join_path(*parts: str) -> str:
+    """Join path segments into an absolute node path (``join_path('a','b') == '/a/b'``)."""
+    segs = [s for p in parts for s in p.split("/") if s]
+    return "/" + "/".join(segs)
+
+
+class ConnectionState(enum.Enum):
+    """Connection/session states delivered to state listeners (see module docstring)."""
+
+    CONNECTED = "connected"
+    SUSPENDED = "suspended"
+    RECONNECTED = "reconnected"
+    LOST = "lost"
+
+
+class EventKind(enum.Enum):
+    """Kind of a watch event."""
+
+    CREATED = "created"
+    CHANGED = "changed"
+    DELETED = "deleted"
+    RESYNC = "resync"
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node as read from the store.
+
+    ``version``: opaque; pass it to ``Check(path, version=...)`` to commit only if the
+    node is unchanged (ZooKeeper ``stat.version``; etcd ``mod_revision``).
+    ``revision``: store-wide monotonic revision of the last change (zxid / revision).
+    ``created_revision``: store-wide monotonic revision of the creation; it only grows
+    across deletes and re-creates, so it is a fencing token.
+    """
+
+    path: str
+    value: bytes
+    version: int
+    revision: int
+    created_revision: int
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change under a watched prefix. ``value`` is None for DELETED and RESYNC."""
+
+    kind: EventKind
+    path: str
+    value: bytes | None = None
+    revision: int = 0
+
+
+WatchListener = Callable[[WatchEvent], None]
+StateListener = Callable[[ConnectionState], None]
+
+
+# ---- operations of an atomic commit -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    """A precondition of a commit. Exactly one of the conditions is given.
+
+    ``exists=True``: the node exists; ``exists=False``: it does not;
+    ``version=v``: it exists with that :attr:`Node.version`;
+    ``value=b``: it exists with exactly that value;
+    ``created_revision=r``: it exists and was created at revision r (fencing).
+    """
+
+    path: str
+    exists: bool | None = None
+    version: int | None = None
+    value: bytes | None = None
+    created_revision: int | None = None
+
+    def __post_init__(self) -> None:
+        given = [
+            x
+            for x in (self.exists, self.version, self.value, self.created_revision)
+            if x is not None
+        ]
+        if len(given) != 1:
+            raise ConfigError(
+                f"Check({self.path!r}) needs exactly one of exists, version, value, "
+                f"created_revision; got {len(given)}"
+            )
+
+
+@dataclass(frozen=True)
+class Create:
+    """Create a node; the whole commit fails if it already exists."""
+
+    path: str
+    value: bytes = b""
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True)
+class Put:
+    """Create the node or overwrite its value. After the commit the node is
+    ephemeral iff ``ephemeral`` is true."""
+
+    path: str
+    value: bytes = b""
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True)
+class Delete:
+    """Delete a node if it exists (a missing node is not an error). Children of the
+    node are NOT deleted inside a commit: delete leaves (keep commits small)."""
+
+    path: str
+
+
+Op = Check | Create | Put | Delete
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """Outcome of :meth:`CoordinationStore.commit`.
+
+    ``succeeded`` is False when a check failed (or a Create found its node); then
+    nothing was applied. ``revision`` is the store revision of the applied commit
+    (0 when it failed): every node the commit created has it as its created_revision.
+    ``failed_path`` names the first condition found false when known.
+    """
+
+    succeeded: bool
+    revision: int = 0
+    failed_path: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.succeeded
+
+
+@dataclass
+class Subscription:
+    """Handle of a watch or listener; :meth:`cancel` stops deliveries (idempotent)."""
+
+    cancel_fn: Callable[[], None]
+    cancelled: bool = field(default=False)
+
+    def cancel(self) -> None:
+        """Stop deliveries; safe to call more than once."""
+        if not self.cancelled:
+            self.cancelled = True
+            self.cancel_fn()
+
+
+class CoordinationStore(ABC):
+    """A connection to one namespace of a coordination store (ZooKeeper or etcd).
+
+    Lifecycle: construct (no I/O) -> :meth:`start` -> use -> :meth:`close`. Also a
+    context manager (``with open_store(url) as store:`` starts and closes it).
+    """
+
+    #: the namespace this store is confined to
+    namespace: str
+
+    # -- lifecycle -------------------------------------------------------------
+
+    @abstractmethod
+    def start(self) -> None:
+        """Connect and establish a session within the connection timeout.
+
+        Raises StoreUnavailableError (unreachable, naming the address and timeout) or
+        StoreAuthError (bad credentials). Never hangs beyond the connection timeout.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """End the session (the server deletes our ephemeral nodes), stop every thread
+        and watch. Idempotent; never raises for a store that is already down."""
+
+    def __enter__(self) -> CoordinationStore:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    @abstractmethod
+    def session_id(self) -> str:
+        """Identity of the current session (changes after LOST -> CONNECTED).
+        ZooKeeper session id in hex; etcd lease id in hex."""
+
+    @property
+    @abstractmethod
+    def state(self) -> ConnectionState:
+        """The latest connection state."""
+
+    @property
+    @abstractmethod
+    def session_timeout(self) -> float:
+        """The negotiated session timeout in seconds."""
+
+    # -- reads -----------------------------------------------------------------
+
+    @abstractmethod
+    def get(self, path: str) -> Node | None:
+        """The node at ``path``, or None if nothing is there."""
+
+    @abstractmethod
+    def exists(self, path: str) -> bool:
+        """Whether a node exists at ``path`` (or anything lives below it)."""
+
+    @abstractmethod
+    def children(self, path: str) -> list[str]:
+        """Sorted names (last segment only) of the direct children of ``path``;
+        empty if none or if ``path`` does not exist."""
+
+    @abstractmethod
+    def get_tree(self, path: str) -> dict[str, Node]:
+        """Every node at or below ``path`` (absolute path -> Node), read consistently
+        enough for inspection (etcd: one range read; ZooKeeper: a walk)."""
+
+    # -- writes ----------------------------------------------------------------
+
+    @abstractmethod
+    def put(self, path: str, value: bytes, *, ephemeral: bool = False) -> Node:
+        """Create or overwrite (see :class:`Put`); returns the node as written."""
+
+    @abstractmethod
+    def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False) -> Node | None:
+        """Atomically create ``path`` if absent. Returns the created node, or None if it
+        already existed (nothing changed). Safe to race: exactly one caller wins."""
+
+    @abstractmethod
+    def delete(self, path: str, *, recursive: bool = True) -> None:
+        """Delete ``path`` (and, if recursive, everything below it). Missing: no error."""
+
+    @abstractmethod
+    def commit(self, ops: Sequence[Op]) -> CommitResult:
+        """Apply ``ops`` atomically: all or nothing, checks evaluated in the same
+        transaction. Returns a falsy CommitResult when a check failed (nothing applied).
+        More than :attr:`max_ops_per_commit` ops raises StoreLimitError."""
+
+    #: the largest number of operations one commit may carry on every backend
+    #: (etcd's default --max-txn-ops is 128)
+    max_ops_per_commit: int = 128
+
+    # -- watches and listeners ------------------------------------------------------
+
+    @abstractmethod
+    def watch(self, prefix: str, listener: WatchListener) -> Subscription:
+        """Deliver every change at or below ``prefix`` to ``listener`` (see module
+        docstring). The watch is established when this returns: changes made after
+        the call are delivered."""
+
+    @abstractmethod
+    def add_state_listener(self, listener: StateListener) -> Subscription:
+        """Deliver connection-state changes to ``listener`` on the event thread."""
+
+    # -- fault injection/testing ------------------------------------------------
+
+    @property
+    @abstractmethod
+    def round_trips(self) -> int:
+        """Requests sent to the server so far (for the coordination-cost benchmark)."""

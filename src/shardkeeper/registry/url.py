@@ -1,0 +1,186 @@
+"""Registry URLs and settings: which store, where, which namespace, which timeouts.
+
+Format::
+
+    zk://host:port[,host:port...]/namespace[?option=value&...]
+    etcd://host:port[,host:port...]/namespace[?option=value&...]
+
+Credentials go in the user-info part (``zk://user:secret@host:2181/ns``) or as
+``username``/``password`` options. Options (seconds, floats > 0):
+
+* ``session_timeout`` (default 4): how long the store waits after the last
+  heartbeat before it declares the session dead and deletes its ephemeral nodes.
+  This is the floor of failover latency.
+* ``connection_timeout`` (default 5): how long :meth:`start` waits for a session.
+* ``operation_timeout`` (default 5): how long one request may take.
+
+The namespace is one or more segments of ``[A-Za-z0-9_.-]`` separated by ``/``.
+The environment variable ``SHARDKEEPER_REGISTRY`` holds a URL for the CLI and the
+runtime when none is given.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Literal
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shardkeeper.errors import InvalidRegistryURLError
+
+__all__ = ["ENV_VAR", "RegistrySettings", "parse_registry_url"]
+
+ENV_VAR = "SHARDKEEPER_REGISTRY"
+
+_SCHEMES = {"zk": "zookeeper", "zookeeper": "zookeeper", "etcd": "etcd"}
+_NS_SEGMENT = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_HOST = re.compile(r"^[A-Za-z0-9.\-]+$|^\[[0-9A-Fa-f:]+\]$")
+_OPTIONS = {"session_timeout", "connection_timeout", "operation_timeout", "username", "password"}
+_DEFAULT_PORT = {"zookeeper": 2181, "etcd": 2379}
+
+
+class RegistrySettings(BaseModel):
+    """Where the coordination store is and how to talk to it (parsed from a URL)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    backend: Literal["zookeeper", "etcd"]
+    hosts: tuple[tuple[str, int], ...]
+    namespace: str
+    session_timeout: float = Field(default=4.0, gt=0)
+    connection_timeout: float = Field(default=5.0, gt=0)
+    operation_timeout: float = Field(default=5.0, gt=0)
+    username: str | None = None
+    password: str | None = None
+
+    @classmethod
+    def from_url(cls, url: str) -> RegistrySettings:
+        """Parse a registry URL (see module docstring); raises InvalidRegistryURLError."""
+        return parse_registry_url(url)
+
+    @classmethod
+    def from_env(cls, url: str | None = None) -> RegistrySettings:
+        """Parse ``url``, or the ``SHARDKEEPER_REGISTRY`` variable when url is None."""
+        value = url if url is not None else os.environ.get(ENV_VAR)
+        if not value:
+            raise InvalidRegistryURLError(
+                "", f"no registry URL given: pass --registry or set {ENV_VAR}"
+            )
+        return parse_registry_url(value)
+
+    @property
+    def hosts_string(self) -> str:
+        """``host:port,host:port`` as the client libraries want it."""
+        return ",".join(f"{h}:{p}" for h, p in self.hosts)
+
+    def url(self, *, with_credentials: bool = False) -> str:
+        """The URL for these settings (credentials left out unless asked)."""
+        scheme = "zk" if self.backend == "zookeeper" else "etcd"
+        auth = ""
+        if with_credentials and self.username:
+            auth = f"{self.username}:{self.password or ''}@"
+        q = (
+            f"?session_timeout={self.session_timeout:g}"
+            f"&connection_timeout={self.connection_timeout:g}"
+            f"&operation_timeout={self.operation_timeout:g}"
+        )
+        return f"{scheme}://{auth}{self.hosts_string}/{self.namespace}{q}"
+
+
+def _positive(url: str, name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidRegistryURLError(
+            url, f"option {name}={raw!r} is not a number; give seconds > 0"
+        ) from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise InvalidRegistryURLError(url, f"option {name}={raw!r} must be a number of seconds > 0")
+    return value
+
+
+def parse_registry_url(url: str) -> RegistrySettings:
+    """Parse and validate a registry URL; every error names the bad part."""
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidRegistryURLError(str(url), "empty URL; expected zk://host:port/namespace")
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    if not scheme or "://" not in url:
+        raise InvalidRegistryURLError(
+            url, "missing scheme; expected zk://host:port/namespace or etcd://host:port/namespace"
+        )
+    if scheme not in _SCHEMES:
+        raise InvalidRegistryURLError(
+            url, f"unknown scheme {scheme!r}; valid schemes are zk, zookeeper, etcd"
+        )
+    backend = _SCHEMES[scheme]
+    netloc = parts.netloc
+    username = password = None
+    if "@" in netloc:
+        userinfo, netloc = netloc.rsplit("@", 1)
+        user, _, pw = userinfo.partition(":")
+        username, password = unquote(user), unquote(pw)
+        if not username:
+            raise InvalidRegistryURLError(url, "empty user name before '@'")
+    if not netloc:
+        raise InvalidRegistryURLError(url, "no host; expected host:port[,host:port...]")
+    hosts: list[tuple[str, int]] = []
+    for item in netloc.split(","):
+        if not item:
+            raise InvalidRegistryURLError(url, "empty host in the host list")
+        if item.startswith("[") and "]" in item:  # [::1]:2181
+            host, _, rest = item.partition("]")
+            host += "]"
+            port_s = rest[1:] if rest.startswith(":") else str(_DEFAULT_PORT[backend])
+        elif ":" in item:
+            host, _, port_s = item.rpartition(":")
+        else:
+            host, port_s = item, str(_DEFAULT_PORT[backend])
+        if not host or not _HOST.match(host):
+            raise InvalidRegistryURLError(url, f"invalid host {host!r}")
+        try:
+            port = int(port_s)
+        except ValueError:
+            raise InvalidRegistryURLError(
+                url, f"invalid port {port_s!r} for host {host!r}; expected 1-65535"
+            ) from None
+        if not 0 < port < 65536:
+            raise InvalidRegistryURLError(url, f"port {port} out of range 1-65535")
+        hosts.append((host.strip("[]"), port))
+    namespace = parts.path.strip("/")
+    if not namespace:
+        raise InvalidRegistryURLError(
+            url, "empty namespace; expected a path such as /my-app after the hosts"
+        )
+    for seg in namespace.split("/"):
+        if not _NS_SEGMENT.match(seg) or seg in (".", ".."):
+            raise InvalidRegistryURLError(
+                url,
+                f"namespace {namespace!r} has an invalid segment {seg!r}; "
+                "use letters, digits, '_', '.', '-' separated by '/'",
+            )
+    options: dict[str, float] = {}
+    for name, values in parse_qs(parts.query, keep_blank_values=True).items():
+        if name not in _OPTIONS:
+            raise InvalidRegistryURLError(
+                url, f"unknown option {name!r}; valid options are {', '.join(sorted(_OPTIONS))}"
+            )
+        raw = values[-1]
+        if name == "username":
+            username = raw
+        elif name == "password":
+            password = raw
+        else:
+            options[name] = _positive(url, name, raw)
+    if password is not None and not username:
+        raise InvalidRegistryURLError(url, "a password was given without a user name")
+    return RegistrySettings(
+        backend=backend,  # type: ignore[arg-type]
+        hosts=tuple(hosts),
+        namespace=namespace,
+        username=username,
+        password=password,
+        **options,
+    )
