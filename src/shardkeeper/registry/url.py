@@ -24,13 +24,13 @@ from __future__ import annotations
 import os
 import re
 from typing import Literal
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from shardkeeper.errors import InvalidRegistryURLError
 
-__all__ = ["ENV_VAR", "RegistrySettings", "parse_registry_url"]
+__all__ = ["ENV_VAR", "RegistrySettings", "parse_registry_url", "redact"]
 
 ENV_VAR = "SHARDKEEPER_REGISTRY"
 
@@ -39,6 +39,19 @@ _NS_SEGMENT = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _HOST = re.compile(r"^[A-Za-z0-9.\-]+$|^\[[0-9A-Fa-f:]+\]$")
 _OPTIONS = {"session_timeout", "connection_timeout", "operation_timeout", "username", "password"}
 _DEFAULT_PORT = {"zookeeper": 2181, "etcd": 2379}
+_PORT = re.compile(r"^[0-9]{1,5}$")
+_SECRET_IN_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://[^:@/]*:)[^@/]*@")
+_SECRET_IN_QUERY = re.compile(r"([?&]password=)[^&#]*")
+
+
+def redact(url: str) -> str:
+    """``url`` with any password (user-info or ``password`` option) replaced by ``***``."""
+    url = _SECRET_IN_USERINFO.sub(r"\1***@", url)
+    return _SECRET_IN_QUERY.sub(r"\1***", url)
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class RegistrySettings(BaseModel):
@@ -73,14 +86,17 @@ class RegistrySettings(BaseModel):
     @property
     def hosts_string(self) -> str:
         """``host:port,host:port`` as the client libraries want it."""
-        return ",".join(f"{h}:{p}" for h, p in self.hosts)
+        return ",".join(_host_port(h, p) for h, p in self.hosts)
 
     def url(self, *, with_credentials: bool = False) -> str:
         """The URL for these settings (credentials left out unless asked)."""
         scheme = "zk" if self.backend == "zookeeper" else "etcd"
         auth = ""
         if with_credentials and self.username:
-            auth = f"{self.username}:{self.password or ''}@"
+            auth = quote(self.username, safe="")
+            if self.password is not None:
+                auth += ":" + quote(self.password, safe="")
+            auth += "@"
         q = (
             f"?session_timeout={self.session_timeout:g}"
             f"&connection_timeout={self.connection_timeout:g}"
@@ -102,7 +118,19 @@ def _positive(url: str, name: str, raw: str) -> float:
 
 
 def parse_registry_url(url: str) -> RegistrySettings:
-    """Parse and validate a registry URL; every error names the bad part."""
+    """Parse and validate a registry URL; every error names the bad part.
+
+    Error messages quote the URL with its password replaced by ``***``.
+    """
+    try:
+        return _parse(url)
+    except InvalidRegistryURLError as exc:
+        if isinstance(url, str) and redact(url) != url:
+            raise InvalidRegistryURLError(redact(url), exc.reason) from None
+        raise
+
+
+def _parse(url: str) -> RegistrySettings:
     if not isinstance(url, str) or not url.strip():
         raise InvalidRegistryURLError(str(url), "empty URL; expected zk://host:port/namespace")
     parts = urlsplit(url.strip())
@@ -116,12 +144,16 @@ def parse_registry_url(url: str) -> RegistrySettings:
             url, f"unknown scheme {scheme!r}; valid schemes are zk, zookeeper, etcd"
         )
     backend = _SCHEMES[scheme]
+    if parts.fragment or url.strip().endswith("#"):
+        raise InvalidRegistryURLError(
+            url, f"unexpected fragment {'#' + parts.fragment!r}; options go after '?'"
+        )
     netloc = parts.netloc
     username = password = None
     if "@" in netloc:
         userinfo, netloc = netloc.rsplit("@", 1)
-        user, _, pw = userinfo.partition(":")
-        username, password = unquote(user), unquote(pw)
+        user, colon, pw = userinfo.partition(":")
+        username, password = unquote(user), (unquote(pw) if colon else None)
         if not username:
             raise InvalidRegistryURLError(url, "empty user name before '@'")
     if not netloc:
@@ -140,12 +172,11 @@ def parse_registry_url(url: str) -> RegistrySettings:
             host, port_s = item, str(_DEFAULT_PORT[backend])
         if not host or not _HOST.match(host):
             raise InvalidRegistryURLError(url, f"invalid host {host!r}")
-        try:
-            port = int(port_s)
-        except ValueError:
+        if not _PORT.match(port_s):
             raise InvalidRegistryURLError(
                 url, f"invalid port {port_s!r} for host {host!r}; expected 1-65535"
-            ) from None
+            )
+        port = int(port_s)
         if not 0 < port < 65536:
             raise InvalidRegistryURLError(url, f"port {port} out of range 1-65535")
         hosts.append((host.strip("[]"), port))
@@ -169,6 +200,8 @@ def parse_registry_url(url: str) -> RegistrySettings:
             )
         raw = values[-1]
         if name == "username":
+            if not raw:
+                raise InvalidRegistryURLError(url, "option username is empty")
             username = raw
         elif name == "password":
             password = raw
