@@ -1,0 +1,63 @@
+"""Import paths in configuration: checking their form eagerly, resolving them lazily.
+
+A configuration names user code (a sharding strategy, an error handler, a listener,
+the job class) by an import path, in one of two forms:
+
+* ``package.module:attr`` or ``package.module:Outer.attr`` (the colon separates the
+  module from the attribute path, so nested attributes work), or
+* ``package.module.attr`` (the last dotted part is the attribute).
+
+The form is checked when the configuration is built, but the object is imported only
+when it is needed: a process that only inspects or edits a job's configuration (the
+CLI, an operator's console) does not have to be able to import the job's code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+
+from shardkeeper.errors import JobConfigError
+
+__all__ = ["import_object", "is_import_path"]
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_DOTTED = rf"{_IDENT}(?:\.{_IDENT})*"
+_COLON_FORM = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
+_DOT_FORM = re.compile(rf"^{_IDENT}(?:\.{_IDENT})+$")
+
+
+def is_import_path(value: str) -> bool:
+    """True when ``value`` has the form ``module:attr`` or ``module.attr``."""
+    return bool(_COLON_FORM.match(value) or _DOT_FORM.match(value))
+
+
+def import_object(path: str, what: str) -> object:
+    """Import the object named by ``path``; errors name ``what`` it was for and why.
+
+    Raises :class:`~shardkeeper.errors.JobConfigError` when the path is malformed, the
+    module cannot be imported, or the attribute does not exist.
+    """
+    if not is_import_path(path):
+        raise JobConfigError(
+            f"{what} {path!r} is not an import path; expected 'package.module:attr' "
+            "or 'package.module.attr'"
+        )
+    if ":" in path:
+        module_name, _, attr_path = path.partition(":")
+    else:
+        module_name, _, attr_path = path.rpartition(".")
+    try:
+        obj: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise JobConfigError(
+            f"{what} {path!r}: cannot import module {module_name!r} ({exc})"
+        ) from exc
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise JobConfigError(
+                f"{what} {path!r}: module {module_name!r} has no attribute {attr_path!r}"
+            ) from None
+    return obj

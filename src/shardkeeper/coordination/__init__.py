@@ -1,0 +1,1 @@
+"""Coordination services: membership, election, sharding, execution marks, failover."""

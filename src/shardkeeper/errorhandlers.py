@@ -1,0 +1,92 @@
+"""What happens when a sharding item's execution raises.
+
+The runtime calls the job's error handler with the job name, the item and the
+exception, on the worker thread that ran the item, after the item has ended. Whatever
+the handler does, the item counts as failed and the job keeps running: a handler
+decides only where the failure is reported.
+
+Built-in handlers, selected by name in ``JobConfig.error_handler``:
+
+``log`` (the default)
+    logs the failure with its traceback at ERROR on the ``shardkeeper.job`` logger.
+``ignore``
+    does nothing (ElasticJob's "ignore"); use it when the job reports its own errors.
+``raise``
+    re-raises the exception (ElasticJob's "throw"), so that it reaches whatever the
+    runtime wraps around an execution (its own logging and failure counters).
+
+Anything else is an import path to a callable following :class:`ErrorHandler`, for
+example one that sends the failure to an alerting system.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Protocol
+
+from shardkeeper._imports import import_object, is_import_path
+from shardkeeper.errors import JobConfigError
+
+__all__ = [
+    "BUILTIN_ERROR_HANDLERS",
+    "ErrorHandler",
+    "ignore_error",
+    "log_error",
+    "raise_error",
+    "resolve_error_handler",
+]
+
+logger = logging.getLogger("shardkeeper.job")
+
+
+class ErrorHandler(Protocol):
+    """Called once per failed item execution with the exception that ended it."""
+
+    def __call__(self, job_name: str, item: int, exc: BaseException) -> None: ...
+
+
+def log_error(job_name: str, item: int, exc: BaseException) -> None:
+    """Log the failure with its traceback at ERROR on the ``shardkeeper.job`` logger."""
+    logger.error("job %r item %d failed: %r", job_name, item, exc, exc_info=exc)
+
+
+def ignore_error(job_name: str, item: int, exc: BaseException) -> None:
+    """Do nothing: the failure is still counted by the runtime, only not reported here."""
+
+
+def raise_error(job_name: str, item: int, exc: BaseException) -> None:
+    """Re-raise ``exc`` (with its original traceback) to the runtime."""
+    raise exc
+
+
+BUILTIN_ERROR_HANDLERS: Mapping[str, ErrorHandler] = {
+    "log": log_error,
+    "ignore": ignore_error,
+    "raise": raise_error,
+}
+"""The error handlers selectable by name in ``JobConfig.error_handler``."""
+
+
+def resolve_error_handler(name: str) -> ErrorHandler:
+    """The handler named ``name``: ``log``, ``ignore``, ``raise`` or an import path.
+
+    Raises :class:`~shardkeeper.errors.JobConfigError` naming the value and the valid
+    choices when it is neither, cannot be imported, or is not callable.
+    """
+    builtin = BUILTIN_ERROR_HANDLERS.get(name)
+    if builtin is not None:
+        return builtin
+    if not is_import_path(name):
+        raise JobConfigError(
+            f"unknown error handler {name!r}; valid choices are "
+            f"{', '.join(BUILTIN_ERROR_HANDLERS)}, or an import path 'package.module:function'"
+        )
+    obj = import_object(name, "error handler")
+    if not callable(obj):
+        raise JobConfigError(
+            f"error handler {name!r} resolves to a {type(obj).__name__}, which is not "
+            "callable; give a function (job_name, item, exc) -> None"
+        )
+    handler: ErrorHandler = obj  # type: ignore[assignment]
+    return handler
