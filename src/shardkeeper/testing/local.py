@@ -1,0 +1,154 @@
+"""A local registry for development: start detached servers, find them again, stop them.
+
+These functions back ``python -m shardkeeper.testing up|down|status`` and the
+``registry/up``, ``registry/down``, ``registry/status`` scripts (and later
+``shardkeeper registry ...``). The servers outlive the command that started them; a
+state file (``<dir>/state.json``) records their pids, ports and registry URL so that
+``down`` and ``status`` find them again. Data and logs live under ``<dir>/<backend>/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from shardkeeper.testing.servers import ServerCluster, cluster_class
+
+__all__ = ["DEFAULT_DIR", "STATE_FILE", "down", "load_state", "status", "up"]
+
+#: default directory, relative to the current directory (the repository root)
+DEFAULT_DIR = Path("registry/data")
+STATE_FILE = "state.json"
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    # two `up`s racing in one directory would start two registries and lose one
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def load_state(directory: str | os.PathLike[str] = DEFAULT_DIR) -> dict[str, Any] | None:
+    """The state written by :func:`up` in ``directory``, or None if there is none."""
+    path = Path(directory) / STATE_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise RuntimeError(f"unreadable state file {path}: {exc}; remove it") from None
+    return data if isinstance(data, dict) else None
+
+
+def _write_state(directory: Path, state: dict[str, Any]) -> None:
+    tmp = directory / (STATE_FILE + ".tmp")
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    os.replace(tmp, directory / STATE_FILE)  # atomic: a reader never sees half a file
+
+
+def _attach(state: dict[str, Any]) -> ServerCluster:
+    return ServerCluster.from_state(state["cluster"])
+
+
+def up(
+    backend: str = "zookeeper",
+    nodes: int = 1,
+    directory: str | os.PathLike[str] = DEFAULT_DIR,
+    *,
+    namespace: str = "default",
+    auth: bool = False,
+    timeout: float = 60.0,
+) -> dict[str, Any]:
+    """Start a detached ``backend`` registry of ``nodes`` members; return its state.
+
+    The state (also written to ``<directory>/state.json``) has ``url``, ``backend``,
+    ``nodes``, ``pids``, ``hosts`` and ``start_seconds``. If the same kind of registry
+    already runs there, it is returned unchanged (``already_running`` is True); a
+    different one raises RuntimeError (run :func:`down` first). Leftovers of a
+    registry that died are cleaned up and a fresh one is started. ``auth`` (etcd only)
+    enables authentication with a root user whose password is in the state.
+    """
+    directory = Path(directory).resolve()
+    cls = cluster_class(backend)
+    if auth and cls.backend != "etcd":
+        raise ValueError("auth is only supported for the etcd backend")
+    with _locked(directory):
+        old = load_state(directory)
+        if old is not None:
+            cluster = _attach(old)
+            if any(m.pid is not None for m in cluster.members):
+                if old["backend"] == cls.backend and int(old["nodes"]) == nodes:
+                    return {**old, "already_running": True}
+                raise RuntimeError(
+                    f"a {old['nodes']}-node {old['backend']} registry already runs in "
+                    f"{directory} ({old['url']}); stop it first with `down`"
+                )
+            (directory / STATE_FILE).unlink(missing_ok=True)
+        kwargs: dict[str, Any] = {"auth": auth} if cls.backend == "etcd" else {}
+        cluster = cls(
+            size=nodes,
+            base_dir=directory / cls.backend,
+            detached=True,
+            start_timeout=timeout,
+            **kwargs,
+        )
+        cluster.start()
+        state: dict[str, Any] = {
+            "backend": cls.backend,
+            "nodes": nodes,
+            "url": cluster.url(namespace),
+            "hosts": [f"{h}:{p}" for h, p in cluster.hosts],
+            "pids": [m.pid for m in cluster.members],
+            "logs": [str(m.log_path) for m in cluster.members],
+            "credentials": list(cluster.credentials) if cluster.credentials else None,
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "start_seconds": round(cluster.start_seconds or 0.0, 3),
+            "cluster": cluster.to_state(),
+        }
+        _write_state(directory, state)
+        return {**state, "already_running": False}
+
+
+def down(directory: str | os.PathLike[str] = DEFAULT_DIR) -> list[int]:
+    """Stop every process the state file in ``directory`` lists; return their pids.
+
+    Each process group is SIGKILLed and awaited, so nothing is left behind. The state
+    file is removed; data and logs stay (``make clean`` removes them). Returns an empty
+    list when nothing was running.
+    """
+    directory = Path(directory).resolve()
+    with _locked(directory):
+        state = load_state(directory)
+        if state is None:
+            return []
+        cluster = _attach(state)
+        pids = [m.pid for m in cluster.members if m.pid is not None]
+        cluster.stop()
+        (directory / STATE_FILE).unlink(missing_ok=True)
+        return pids
+
+
+def status(directory: str | os.PathLike[str] = DEFAULT_DIR) -> dict[str, Any] | None:
+    """What runs in ``directory``: the state plus ``members`` (probed now) and
+    ``healthy`` (every member serves); None when no state file exists."""
+    state = load_state(Path(directory).resolve())
+    if state is None:
+        return None
+    cluster = _attach(state)
+    members = [s.as_dict() for s in cluster.status()]
+    return {
+        **state,
+        "members": members,
+        "healthy": bool(members) and all(s["serving"] for s in members),
+    }

@@ -1,0 +1,201 @@
+"""Shared fixtures: real ZooKeeper/etcd servers, registry URLs and started stores.
+
+Servers (all started lazily on first use, stopped at session end, data and logs in
+one temporary directory per session):
+
+* ``zk_server`` / ``etcd_server``: single-node servers (session scope).
+* ``zk_ensemble`` / ``etcd_cluster``: 3-node clusters (session scope). After every test
+  that used one, each member is made to serve again (paused ones resumed, killed ones
+  restarted), so fault tests can share them.
+* ``cluster``: the 3-node cluster of the current ``backend``.
+
+Stores:
+
+* ``backend``: parametrized over ``"zookeeper"`` and ``"etcd"`` (ids ``zk``/``etcd``).
+* ``registry_url``: a URL on the single-node server of ``backend``, with a namespace
+  unique to the test and short timeouts (session 2 s, connection 5 s, operation 5 s).
+* ``store_factory(url=None, **options)``: a started store (``registry_url`` unless a
+  URL is given; options override the URL's), closed at teardown.
+* ``store``: one started store on ``registry_url``.
+
+``--chaos-duration N`` (seconds, default 600) is read by the chaos tests.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from shardkeeper.registry import CoordinationStore, RegistrySettings, open_store
+from shardkeeper.testing.servers import ClusterError, EtcdCluster, ServerCluster, ZooKeeperCluster
+
+#: the options every test store gets unless it asks otherwise
+FAST_OPTIONS: dict[str, float] = {
+    "session_timeout": 2.0,
+    "connection_timeout": 5.0,
+    "operation_timeout": 5.0,
+}
+
+StoreFactory = Callable[..., CoordinationStore]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--chaos-duration",
+        type=int,
+        default=600,
+        help="seconds each chaos test runs (default 600; make chaos DURATION=...)",
+    )
+
+
+@pytest.fixture(scope="session")
+def chaos_duration(request: pytest.FixtureRequest) -> int:
+    """The ``--chaos-duration`` option in seconds."""
+    return int(request.config.getoption("--chaos-duration"))
+
+
+# ---- servers ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def server_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One directory per test session holding every server's data and log."""
+    return tmp_path_factory.mktemp("servers")
+
+
+C = TypeVar("C", bound=ServerCluster)
+
+
+def _running(cluster: C) -> Iterator[C]:
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def zk_server(server_root: Path) -> Iterator[ZooKeeperCluster]:
+    """A standalone ZooKeeper for the whole session."""
+    yield from _running(ZooKeeperCluster(size=1, base_dir=server_root / "zk-single"))
+
+
+@pytest.fixture(scope="session")
+def etcd_server(server_root: Path) -> Iterator[EtcdCluster]:
+    """A single-member etcd for the whole session."""
+    yield from _running(EtcdCluster(size=1, base_dir=server_root / "etcd-single"))
+
+
+@pytest.fixture(scope="session")
+def _zk_ensemble_session(server_root: Path) -> Iterator[ZooKeeperCluster]:
+    yield from _running(ZooKeeperCluster(size=3, base_dir=server_root / "zk-ensemble"))
+
+
+@pytest.fixture(scope="session")
+def _etcd_cluster_session(server_root: Path) -> Iterator[EtcdCluster]:
+    yield from _running(EtcdCluster(size=3, base_dir=server_root / "etcd-cluster"))
+
+
+def _repaired(cluster: C) -> Iterator[C]:
+    yield cluster
+    # Put every member back so the next test starts from a healthy cluster. If that
+    # fails (a member will not come back), start a fresh cluster rather than let every
+    # later test fail for this test's sake; it gets new ports, so tests must ask the
+    # cluster for its URL rather than cache it across tests.
+    try:
+        cluster.ensure_all_up()
+    except ClusterError:
+        cluster.stop()
+        cluster.start()
+
+
+@pytest.fixture
+def zk_ensemble(_zk_ensemble_session: ZooKeeperCluster) -> Iterator[ZooKeeperCluster]:
+    """The session's 3-node ZooKeeper ensemble; every member serves again after the test."""
+    yield from _repaired(_zk_ensemble_session)
+
+
+@pytest.fixture
+def etcd_cluster(_etcd_cluster_session: EtcdCluster) -> Iterator[EtcdCluster]:
+    """The session's 3-member etcd cluster; every member serves again after the test."""
+    yield from _repaired(_etcd_cluster_session)
+
+
+# ---- backends, URLs, stores ----------------------------------------------------------
+
+
+@pytest.fixture(params=["zookeeper", "etcd"], ids=["zk", "etcd"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The backend under test: ``"zookeeper"`` or ``"etcd"``."""
+    return str(request.param)
+
+
+@pytest.fixture
+def server(backend: str, request: pytest.FixtureRequest) -> ServerCluster:
+    """The single-node server of ``backend`` (started on first use)."""
+    name = "zk_server" if backend == "zookeeper" else "etcd_server"
+    cluster: ServerCluster = request.getfixturevalue(name)
+    return cluster
+
+
+@pytest.fixture
+def cluster(backend: str, request: pytest.FixtureRequest) -> ServerCluster:
+    """The 3-node cluster of ``backend``, repaired after the test."""
+    name = "zk_ensemble" if backend == "zookeeper" else "etcd_cluster"
+    result: ServerCluster = request.getfixturevalue(name)
+    return result
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest) -> str:
+    """A namespace unique to this test (readable: derived from the test name)."""
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name).strip("-.")[:60] or "test"
+    return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def registry_url(server: ServerCluster, namespace: str) -> str:
+    """A registry URL on the single-node server of ``backend`` with a unique namespace
+    and short timeouts (see FAST_OPTIONS)."""
+    return server.url(namespace, **FAST_OPTIONS)
+
+
+@pytest.fixture
+def store_factory(registry_url: str) -> Iterator[StoreFactory]:
+    """``store_factory(url=None, **options)`` -> a started store, closed at teardown.
+
+    ``url`` defaults to ``registry_url`` (so stores of one test share a namespace);
+    ``options`` (session_timeout=..., etc.) override the URL's options.
+    """
+    stores: list[CoordinationStore] = []
+
+    def factory(url: str | None = None, **options: Any) -> CoordinationStore:
+        settings = RegistrySettings.from_url(url or registry_url)
+        if options:
+            # re-validate through the model so a bad option fails like a bad URL would
+            settings = RegistrySettings(**{**settings.model_dump(), **options})
+        store = open_store(settings)
+        store.start()
+        stores.append(store)
+        return store
+
+    yield factory
+    errors: list[BaseException] = []
+    for s in reversed(stores):
+        try:
+            s.close()
+        except Exception as exc:  # close every store even if one misbehaves
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+@pytest.fixture
+def store(store_factory: StoreFactory) -> CoordinationStore:
+    """One started store on ``registry_url``."""
+    return store_factory()
