@@ -1,0 +1,471 @@
+"""Job configuration: one validated, immutable :class:`JobConfig` per job.
+
+A configuration is checked completely when it is built, so that a typo is reported
+at start-up with the field, the value and what would be valid, not hours later when
+the trigger fires. Names of user code (strategy, error handler, listeners, job class)
+are checked for form only and imported when used, so that tools that merely read a
+configuration need not import the job's code.
+
+The same configuration is stored in the registry (:meth:`JobConfig.to_json`) so that
+every instance of a job, and the operator tools, see one shared definition.
+
+Ways to build one::
+
+    JobConfig.parse(name="order-sync", cron="*/5 * * * *", sharding_total_count=4)
+    load_job_configs("jobs.yaml")       # a YAML or TOML file with several jobs
+    JobConfig.from_json(stored_bytes)   # what to_json() wrote
+
+``JobConfig(...)`` directly raises pydantic's ``ValidationError`` (a ``ValueError``);
+the other three raise :class:`~shardkeeper.errors.JobConfigError` with a readable
+message. Every field is described in ``docs/configuration.md``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from shardkeeper._imports import is_import_path
+from shardkeeper.errors import JobConfigError
+from shardkeeper.scheduling.scheduler import parse_cron, resolve_time_zone
+
+__all__ = [
+    "BUILTIN_ERROR_HANDLER_NAMES",
+    "BUILTIN_STRATEGY_NAMES",
+    "MAX_SHARDING_TOTAL_COUNT",
+    "JobConfig",
+    "load_job_configs",
+    "make_job_config",
+    "parse_item_parameters",
+]
+
+MAX_SHARDING_TOTAL_COUNT = 100_000
+"""The largest sharding_total_count: each item is a node in the registry."""
+
+BUILTIN_STRATEGY_NAMES = ("average", "odevity", "round_robin")
+"""Sharding strategies selectable by name (see shardkeeper.coordination.strategies)."""
+
+BUILTIN_ERROR_HANDLER_NAMES = ("log", "ignore", "raise")
+"""Error handlers selectable by name (see shardkeeper.errorhandlers)."""
+
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+_ITEM_KEY = re.compile(r"^[0-9]+$")
+_PARAMS_EXAMPLE = "'0=Beijing,1=Shanghai'"
+
+
+def parse_item_parameters(text: str) -> dict[int, str]:
+    """Parse ElasticJob's ``"0=a,1=b"`` item parameter string into ``{0: "a", 1: "b"}``.
+
+    Whitespace around entries, items and values is ignored, a value may contain ``=``
+    but not ``,`` (use the mapping form for that), and the empty string means no
+    parameters. Raises :class:`~shardkeeper.errors.JobConfigError` naming the bad
+    entry for an entry without ``=``, an item that is not a whole number >= 0, or an
+    item given twice.
+    """
+    result: dict[int, str] = {}
+    if not text.strip():
+        return result
+    for entry in text.split(","):
+        key, eq, value = entry.partition("=")
+        key = key.strip()
+        if not eq:
+            raise JobConfigError(
+                f"sharding_item_parameters {text!r}: entry {entry.strip()!r} is not "
+                f"'item=value'; expected e.g. {_PARAMS_EXAMPLE}"
+            )
+        if not _ITEM_KEY.match(key):
+            raise JobConfigError(
+                f"sharding_item_parameters {text!r}: item {key!r} in entry "
+                f"{entry.strip()!r} is not a whole number >= 0; expected e.g. {_PARAMS_EXAMPLE}"
+            )
+        item = int(key)
+        if item in result:
+            raise JobConfigError(f"sharding_item_parameters {text!r}: item {item} is given twice")
+        result[item] = value.strip()
+    return result
+
+
+def _scalar_to_str(value: Any) -> Any:
+    # YAML and TOML turn `retries: 3` into an int; a parameter is text to the job, so a
+    # number or a boolean is taken as the text the user wrote.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+def _check_plugin(value: str, what: str, builtin: tuple[str, ...]) -> str:
+    if value in builtin or is_import_path(value):
+        return value
+    raise ValueError(
+        f"unknown {what} {value!r}; valid choices are {', '.join(builtin)}, "
+        "or an import path 'package.module:attr'"
+    )
+
+
+class JobConfig(BaseModel):
+    """The complete, validated configuration of one sharded job (immutable).
+
+    Exactly one of ``cron`` and ``interval`` is set. Defaults follow ElasticJob where it
+    has the same setting; ``docs/configuration.md`` describes every field.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=False)
+
+    name: str = Field(description="Unique job name: 1-100 of [A-Za-z0-9._-].")
+    cron: str | None = Field(
+        default=None, description="5-field cron, or 6 fields with seconds first."
+    )
+    interval: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="Seconds between fires."
+    )
+    time_zone: str = Field(default="UTC", description="IANA time zone of the cron expression.")
+    sharding_total_count: int = Field(
+        gt=0, le=MAX_SHARDING_TOTAL_COUNT, description="Number of items, 0..count-1."
+    )
+    sharding_item_parameters: dict[int, str] = Field(
+        default_factory=dict, description="Parameter per item; also '0=a,1=b'."
+    )
+    job_parameter: str = Field(default="", description="Parameter shared by all items.")
+    monitor_execution: bool = Field(default=True, description="Track running items.")
+    failover: bool = Field(default=False, description="Take over a dead instance's items.")
+    misfire: bool = Field(default=True, description="Re-run items whose fire was missed.")
+    max_time_diff_seconds: int = Field(
+        default=-1, description="Max clock skew against the store; -1 = no check."
+    )
+    reconcile_interval: float = Field(
+        default=600.0, ge=0, allow_inf_nan=False, description="Seconds; 0 = off."
+    )
+    sharding_strategy: str = Field(
+        default="average", description="average, odevity, round_robin or an import path."
+    )
+    error_handler: str = Field(default="log", description="log, ignore, raise or an import path.")
+    listeners: tuple[str, ...] = Field(default=(), description="Import paths of listeners.")
+    max_threads: int = Field(
+        default=0, ge=0, description="Items of this job at once per instance; 0 = no limit."
+    )
+    description: str = Field(default="", description="Free text for operators.")
+    props: dict[str, str] = Field(default_factory=dict, description="Free key/value settings.")
+    disabled: bool = Field(default=False, description="Registered but not run.")
+    overwrite: bool = Field(default=False, description="Replace the stored config at start.")
+    job_class: str | None = Field(
+        default=None, description="Import path of the job class (set by the runtime)."
+    )
+    sharding_wait_timeout: float = Field(
+        default=5.0, gt=0, allow_inf_nan=False, description="Max wait for a reshard, seconds."
+    )
+    execution_wait_timeout: float = Field(
+        default=5.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Max wait for running items before a reshard, seconds.",
+    )
+
+    # -- field validators -------------------------------------------------------------
+
+    @field_validator("sharding_total_count", "max_time_diff_seconds", "max_threads", mode="before")
+    @classmethod
+    def _no_bool_for_int(cls, value: Any) -> Any:
+        # pydantic would read True as 1: almost certainly a mistake in a file.
+        if isinstance(value, bool):
+            raise ValueError(f"{value!r} is a boolean; expected a whole number")
+        return value
+
+    @field_validator(
+        "interval",
+        "reconcile_interval",
+        "sharding_wait_timeout",
+        "execution_wait_timeout",
+        mode="before",
+    )
+    @classmethod
+    def _no_bool_for_float(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError(f"{value!r} is a boolean; expected a number of seconds")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not _NAME.match(value) or value in (".", ".."):
+            raise ValueError(
+                f"job name {value!r} is invalid; use 1-100 characters of letters, digits, "
+                "'.', '_' and '-' (not '.' or '..' alone)"
+            )
+        return value
+
+    @field_validator("cron")
+    @classmethod
+    def _check_cron(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        normalised = " ".join(value.split())
+        # Syntax does not depend on the zone; the zone is checked on its own field.
+        parse_cron(normalised, "UTC")
+        return normalised
+
+    @field_validator("time_zone")
+    @classmethod
+    def _check_time_zone(cls, value: str) -> str:
+        resolve_time_zone(value)
+        return value
+
+    @field_validator("sharding_item_parameters", mode="before")
+    @classmethod
+    def _parse_item_parameters(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_item_parameters(value)
+        if isinstance(value, Mapping):
+            return {k: _scalar_to_str(v) for k, v in value.items()}
+        return value
+
+    @field_validator("sharding_item_parameters")
+    @classmethod
+    def _check_item_keys(cls, value: dict[int, str]) -> dict[int, str]:
+        negative = sorted(k for k in value if k < 0)
+        if negative:
+            raise ValueError(f"item {negative[0]} is negative; items are 0..count-1")
+        return dict(sorted(value.items()))
+
+    @field_validator("props", mode="before")
+    @classmethod
+    def _props_scalars(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: _scalar_to_str(v) for k, v in value.items()}
+        return value
+
+    @field_validator("max_time_diff_seconds")
+    @classmethod
+    def _check_time_diff(cls, value: int) -> int:
+        if value != -1 and value <= 0:
+            raise ValueError(
+                f"max_time_diff_seconds {value} is invalid; give -1 to turn the check off "
+                "or a number of seconds >= 1"
+            )
+        return value
+
+    @field_validator("sharding_strategy")
+    @classmethod
+    def _check_strategy(cls, value: str) -> str:
+        return _check_plugin(value, "sharding strategy", BUILTIN_STRATEGY_NAMES)
+
+    @field_validator("error_handler")
+    @classmethod
+    def _check_error_handler(cls, value: str) -> str:
+        return _check_plugin(value, "error handler", BUILTIN_ERROR_HANDLER_NAMES)
+
+    @field_validator("listeners")
+    @classmethod
+    def _check_listeners(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for path in value:
+            if not is_import_path(path):
+                raise ValueError(
+                    f"listener {path!r} is not an import path; expected "
+                    "'package.module:attr' or 'package.module.attr'"
+                )
+        return value
+
+    @field_validator("job_class")
+    @classmethod
+    def _check_job_class(cls, value: str | None) -> str | None:
+        if value is not None and not is_import_path(value):
+            raise ValueError(
+                f"job_class {value!r} is not an import path; expected "
+                "'package.module:Class' or 'package.module.Class'"
+            )
+        return value
+
+    # -- rules across fields ----------------------------------------------------------
+
+    @model_validator(mode="after")
+    def _check_whole(self) -> JobConfig:
+        if (self.cron is None) == (self.interval is None):
+            given = "both" if self.cron is not None else "neither"
+            raise ValueError(
+                f"give exactly one of cron and interval (got {given}): cron for a "
+                "calendar schedule, interval for a fixed number of seconds"
+            )
+        too_big = sorted(k for k in self.sharding_item_parameters if k >= self.sharding_total_count)
+        if too_big:
+            raise ValueError(
+                f"sharding_item_parameters names item {too_big[0]}, but items are "
+                f"0..{self.sharding_total_count - 1} (sharding_total_count="
+                f"{self.sharding_total_count})"
+            )
+        if self.failover and not self.monitor_execution:
+            raise ValueError(
+                "failover=True needs monitor_execution=True: failover finds a dead "
+                "instance's items through their running marks"
+            )
+        return self
+
+    # -- construction that reports JobConfigError ---------------------------------------
+
+    @classmethod
+    def parse(cls, **kwargs: Any) -> JobConfig:
+        """Build and validate a config; raises JobConfigError naming every bad field."""
+        return _build(kwargs, _label(kwargs))
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> JobConfig:
+        """The config that :meth:`to_json` wrote; raises JobConfigError when invalid."""
+        try:
+            obj = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise JobConfigError(f"stored job config is not valid JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise JobConfigError(
+                f"stored job config is a JSON {type(obj).__name__}; expected an object"
+            )
+        return _build(obj, "stored " + _label(obj))
+
+    def to_json(self) -> bytes:
+        """Canonical UTF-8 JSON: the same config always gives the same bytes."""
+        return json.dumps(
+            self.model_dump(mode="json"),
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            allow_nan=False,
+        ).encode("utf-8")
+
+    # -- reading ----------------------------------------------------------------------
+
+    def item_parameter(self, item: int) -> str:
+        """The parameter of ``item`` ("" when it has none); ValueError when out of range."""
+        if not 0 <= item < self.sharding_total_count:
+            raise ValueError(
+                f"item {item} is out of range for job {self.name!r}: items are "
+                f"0..{self.sharding_total_count - 1}"
+            )
+        return self.sharding_item_parameters.get(item, "")
+
+    def describe_trigger(self) -> str:
+        """A short human description such as ``cron '0 */5 * * * *' (UTC)`` or ``every 30s``."""
+        if self.cron is not None:
+            return f"cron {self.cron!r} ({self.time_zone})"
+        assert self.interval is not None  # guaranteed by validation
+        return f"every {self.interval:g}s"
+
+
+def make_job_config(**kwargs: Any) -> JobConfig:
+    """Same as :meth:`JobConfig.parse`: validate, raising JobConfigError when invalid."""
+    return JobConfig.parse(**kwargs)
+
+
+def _label(data: Mapping[str, Any]) -> str:
+    name = data.get("name")
+    return f"job {name!r}" if isinstance(name, str) and name else "job"
+
+
+_FIELDS = tuple(JobConfig.model_fields)
+
+
+def _describe_error(err: Mapping[str, Any]) -> str:
+    loc = ".".join(str(part) for part in err["loc"])
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        close = difflib.get_close_matches(loc, _FIELDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"unknown field {loc!r}{hint}; valid fields are {', '.join(_FIELDS)}"
+    if kind == "missing":
+        return f"{loc} is required"
+    if not loc:
+        return msg
+    if kind == "value_error":
+        # Our own validators' messages already quote the value (and may name the field).
+        return msg if msg.startswith(loc) else f"{loc}: {msg}"
+    return f"{loc}={err.get('input')!r}: {msg}"
+
+
+def _build(data: Mapping[str, Any], label: str) -> JobConfig:
+    bad_keys = [k for k in data if not isinstance(k, str)]
+    if bad_keys:
+        raise JobConfigError(f"invalid {label}: field names must be text, got {bad_keys[0]!r}")
+    try:
+        return JobConfig(**data)
+    except ValidationError as exc:
+        details = "; ".join(_describe_error(e) for e in exc.errors())
+        raise JobConfigError(f"invalid {label}: {details}") from None
+
+
+_YAML_SUFFIXES = (".yaml", ".yml")
+_TOML_SUFFIXES = (".toml",)
+
+
+def _read_document(path: Path) -> Any:
+    suffix = path.suffix.lower()
+    if suffix not in _YAML_SUFFIXES + _TOML_SUFFIXES:
+        raise JobConfigError(
+            f"{path}: unknown file type {suffix or '(none)'!r}; use .yaml, .yml or .toml"
+        )
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise JobConfigError(f"{path}: cannot read the job file: {exc.strerror or exc}") from None
+    if suffix in _TOML_SUFFIXES:
+        try:
+            return tomllib.loads(raw.decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise JobConfigError(f"{path}: invalid TOML: {exc}") from None
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise JobConfigError(f"{path}: invalid YAML: {exc}") from None
+
+
+def load_job_configs(path: str | os.PathLike[str]) -> list[JobConfig]:
+    """Every job in a YAML or TOML job file, validated, in file order.
+
+    YAML: a list of jobs, or a mapping with a ``jobs`` list. TOML: ``[[jobs]]``
+    tables. An empty file has no jobs. Raises
+    :class:`~shardkeeper.errors.JobConfigError` naming the file and the job (by name
+    and position) for a syntax error, a wrong layout, an invalid job, or a name used
+    twice.
+    """
+    file = Path(path)
+    document = _read_document(file)
+    if document is None:
+        return []
+    if isinstance(document, dict):
+        extra = sorted(str(k) for k in document if k != "jobs")
+        if extra:
+            raise JobConfigError(
+                f"{file}: unknown top-level key {extra[0]!r}; the file holds a 'jobs' list "
+                "(YAML: jobs: [...] or a bare list; TOML: [[jobs]] tables)"
+            )
+        document = document.get("jobs", [])
+    if not isinstance(document, list):
+        raise JobConfigError(
+            f"{file}: expected a list of jobs, got a {type(document).__name__} "
+            "(YAML: jobs: [...] or a bare list; TOML: [[jobs]] tables)"
+        )
+    configs: list[JobConfig] = []
+    seen: dict[str, int] = {}
+    for position, entry in enumerate(document, start=1):
+        if not isinstance(entry, dict):
+            raise JobConfigError(
+                f"{file}: job #{position} is a {type(entry).__name__}; expected a mapping "
+                "of field names to values"
+            )
+        label = f"{_label(entry)} (#{position})"
+        config = _build(entry, f"{label} in {file}")
+        if config.name in seen:
+            raise JobConfigError(
+                f"{file}: job name {config.name!r} is used by job #{seen[config.name]} "
+                f"and job #{position}; names must be unique"
+            )
+        seen[config.name] = position
+        configs.append(config)
+    return configs

@@ -1,0 +1,418 @@
+"""When jobs fire: the one adapter around APScheduler 3 in shardkeeper.
+
+:class:`TriggerScheduler` owns exactly one APScheduler ``BackgroundScheduler`` (one
+thread that sleeps until the next due trigger) and a fixed pool of ``threads`` daemon
+threads that deliver fires to a single callback. The number of threads is fixed when
+the scheduler starts and never depends on the number of jobs: 10,000 jobs cost
+10,000 trigger objects in memory and nothing else.
+
+Delivery rules, the contract the runtime relies on:
+
+* ``on_fire(job_name, scheduled_fire_time)`` is called once per fire, with the time the
+  trigger was due (not the time it ran), timezone-aware, in the job's time zone.
+* Fires are coalesced: when the scheduler falls behind (the process was suspended, the
+  machine slept, the pool was busy), the missed fires of a job collapse into ONE call
+  with the latest missed time.
+* Late fires: a job whose config has ``misfire`` on gets that one coalesced call however
+  late it is (as ElasticJob makes up a missed trigger). A job with ``misfire`` off gets
+  it only when it is at most :data:`MISFIRE_GRACE_SECONDS` late, and otherwise a
+  WARNING and nothing until its next regular fire.
+* ``on_fire`` runs on the pool threads, never on the caller's thread, and at most
+  ``threads`` calls run at once. It must return quickly (hand the work to an
+  executor): while it runs it holds one of the few delivery threads, and the next
+  fires of the same job are not held back for it, so a slow ``on_fire`` can be
+  called again for the same job before the previous call has returned.
+* An exception raised by ``on_fire`` is logged and does not stop later fires.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, tzinfo
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from apscheduler.executors.base import BaseExecutor
+from apscheduler.jobstores.base import JobLookupError as _APJobLookupError
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from shardkeeper.errors import JobConfigError, JobLookupError
+
+if TYPE_CHECKING:
+    from shardkeeper.config import JobConfig
+
+__all__ = [
+    "MISFIRE_GRACE_SECONDS",
+    "FireCallback",
+    "TriggerScheduler",
+    "build_trigger",
+    "parse_cron",
+    "resolve_time_zone",
+]
+
+logger = logging.getLogger("shardkeeper.scheduling")
+
+FireCallback = Callable[[str, datetime], None]
+"""``on_fire(job_name, scheduled_fire_time)``: the one entry point called at each fire."""
+
+MISFIRE_GRACE_SECONDS = 60.0
+"""How late a fire of a job with ``misfire`` off may be delivered (Quartz's default
+misfire threshold); later ones are skipped until the next regular fire."""
+
+# Fires of one job may overlap only when on_fire is slow; the cap exists because
+# APScheduler needs one, and is high so that a fire is never silently dropped for it.
+_MAX_INSTANCES = 10_000
+
+_EXECUTOR_ALIAS = "default"
+
+_DOW_NAMES = {"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6}
+_DOW_TOKEN = re.compile(r"^(?:[0-7]|sun|mon|tue|wed|thu|fri|sat)$", re.IGNORECASE)
+_CRON_FIELDS_5 = "minute hour day-of-month month day-of-week"
+_CRON_FIELDS_6 = "second minute hour day-of-month month day-of-week"
+
+
+def resolve_time_zone(name: str | tzinfo) -> tzinfo:
+    """The time zone named ``name`` (an IANA name such as ``Europe/Paris``, or ``UTC``).
+
+    Raises :class:`~shardkeeper.errors.JobConfigError` naming the value when unknown.
+    """
+    if isinstance(name, tzinfo):
+        return name
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise JobConfigError(
+            f"unknown time zone {name!r}; give an IANA name such as 'UTC' or 'Europe/Paris'"
+        ) from None
+
+
+def _dow_value(token: str, expr: str) -> int:
+    if not _DOW_TOKEN.match(token):
+        raise JobConfigError(
+            f"invalid cron expression {expr!r}: day-of-week value {token!r} is not valid; "
+            "use 0-7 (0 and 7 are Sunday) or sun, mon, tue, wed, thu, fri, sat"
+        )
+    if token.isdigit():
+        return int(token)
+    return _DOW_NAMES[token.lower()]
+
+
+def _translate_day_of_week(field: str, expr: str) -> str:
+    """Standard cron day-of-week (0/7 = Sunday) to APScheduler 3's (0 = Monday)."""
+    if field == "*":
+        return "*"
+    days: set[int] = set()
+    for part in field.split(","):
+        base, slash, step_s = part.partition("/")
+        step = 1
+        if slash:
+            if not step_s.isdigit() or int(step_s) == 0:
+                raise JobConfigError(
+                    f"invalid cron expression {expr!r}: step {step_s!r} in day-of-week "
+                    f"{part!r} must be a whole number > 0"
+                )
+            step = int(step_s)
+        if base == "*":
+            first, last = 0, 6
+        elif "-" in base:
+            lo, _, hi = base.partition("-")
+            first, last = _dow_value(lo, expr), _dow_value(hi, expr)
+            if first > last:
+                raise JobConfigError(
+                    f"invalid cron expression {expr!r}: day-of-week range {base!r} runs "
+                    "backwards; ranges go from Sunday (0) to Saturday (6) or Sunday (7)"
+                )
+        else:
+            first = _dow_value(base, expr)
+            # "a/n" means "from a to the end of the week, every n days", as in cronie.
+            last = 6 if slash else first
+        days.update(d % 7 for d in range(first, last + 1, step))
+    # APScheduler 3 numbers Monday 0 .. Sunday 6 (its documented historical mistake).
+    return ",".join(str((d - 1) % 7) for d in sorted(days, key=lambda d: (d - 1) % 7))
+
+
+def parse_cron(expr: str, tz: str | tzinfo = "UTC") -> Any:
+    """An APScheduler ``CronTrigger`` for a 5- or 6-field cron expression in ``tz``.
+
+    Five fields are ``minute hour day-of-month month day-of-week`` (the trigger fires at
+    second 0); six fields put ``second`` first, as Quartz/ElasticJob expressions do.
+    Day of week follows standard cron: 0 and 7 are Sunday, or the names sun..sat.
+    ``?`` (Quartz's "no specific value") is accepted in the day fields as ``*``.
+    Restricting both day-of-month and day-of-week is refused, because cron ORs them
+    and APScheduler would AND them: give ``*`` (or ``?``) in one of the two.
+
+    Raises :class:`~shardkeeper.errors.JobConfigError` naming the expression and the
+    problem.
+    """
+    if not isinstance(expr, str):
+        raise JobConfigError(f"cron expression must be a string, got {expr!r}")
+    fields = expr.split()
+    if len(fields) == 5:
+        second, (minute, hour, day, month, dow) = "0", fields
+    elif len(fields) == 6:
+        second, minute, hour, day, month, dow = fields
+    else:
+        raise JobConfigError(
+            f"invalid cron expression {expr!r}: it has {len(fields)} fields; expected 5 "
+            f"({_CRON_FIELDS_5}) or 6 ({_CRON_FIELDS_6})"
+        )
+    day = "*" if day == "?" else day
+    dow = "*" if dow == "?" else dow
+    if day != "*" and dow != "*":
+        raise JobConfigError(
+            f"invalid cron expression {expr!r}: it restricts both day-of-month ({day!r}) "
+            f"and day-of-week ({dow!r}); give '*' or '?' in one of them"
+        )
+    zone = resolve_time_zone(tz)
+    day_of_week = _translate_day_of_week(dow, expr)
+    try:
+        return CronTrigger(
+            second=second,
+            minute=minute,
+            hour=hour,
+            day=day,
+            month=month,
+            day_of_week=day_of_week,
+            timezone=zone,
+        )
+    except ValueError as exc:
+        raise JobConfigError(f"invalid cron expression {expr!r}: {exc}") from None
+
+
+def build_trigger(config: JobConfig) -> Any:
+    """The APScheduler trigger for ``config``: its cron expression or its interval."""
+    if config.cron is not None:
+        return parse_cron(config.cron, config.time_zone)
+    if config.interval is None:  # JobConfig guarantees one of the two
+        raise JobConfigError(f"job {config.name!r} has neither cron nor interval")
+    return IntervalTrigger(seconds=config.interval, timezone=resolve_time_zone(config.time_zone))
+
+
+def _never_called() -> None:
+    """APScheduler requires a callable per job; delivery goes through on_fire instead."""
+
+
+@dataclass(frozen=True)
+class _Fire:
+    job_name: str
+    run_times: list[datetime]
+    grace: float | None
+    counted: bool  # submitted through the executor, which counts running instances
+
+
+class _FireExecutor(BaseExecutor):  # type: ignore[misc]
+    """Hands due fires to the TriggerScheduler's fixed pool instead of a thread per job."""
+
+    def __init__(self, enqueue: Callable[[_Fire], None]) -> None:
+        super().__init__()
+        self._enqueue = enqueue
+
+    def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
+        # Called under APScheduler's job store lock: must not block.
+        self._enqueue(_Fire(job.id, list(run_times), job.misfire_grace_time, True))
+
+    def done(self, job_id: str) -> None:
+        """Record that a counted fire of ``job_id`` has been delivered."""
+        self._run_job_success(job_id, [])
+
+
+_NEW, _STARTED, _STOPPED = "new", "started", "stopped"
+
+
+class TriggerScheduler:
+    """Fires jobs on their cron or interval triggers with a fixed number of threads.
+
+    Lifecycle: new -> :meth:`start` -> :meth:`shutdown` (final). Jobs may be added
+    before start; they begin to fire when it starts. All methods are thread-safe.
+    See the module docstring for the delivery contract of ``on_fire``.
+    """
+
+    def __init__(self, on_fire: FireCallback, *, threads: int = 2) -> None:
+        if threads < 1:
+            raise ValueError(f"threads={threads!r}: need at least 1 delivery thread")
+        self._on_fire = on_fire
+        self._threads = threads
+        self._queue: queue.SimpleQueue[_Fire | None] = queue.SimpleQueue()
+        self._workers: list[threading.Thread] = []
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._state = _NEW
+        self._executor = _FireExecutor(self._queue.put)
+        # The scheduler's own time zone only matters for its internal "now"; every
+        # trigger carries the job's zone.
+        self._scheduler = BackgroundScheduler(
+            executors={_EXECUTOR_ALIAS: self._executor},
+            timezone=ZoneInfo("UTC"),
+            daemon=True,
+        )
+
+    @property
+    def running(self) -> bool:
+        """True between :meth:`start` and :meth:`shutdown`."""
+        return self._state == _STARTED
+
+    def start(self) -> None:
+        """Start the scheduler thread and the delivery threads. Raises if shut down."""
+        with self._lock:
+            if self._state == _STARTED:
+                return
+            if self._state == _STOPPED:
+                raise RuntimeError("TriggerScheduler was shut down; create a new one")
+            for n in range(self._threads):
+                worker = threading.Thread(
+                    target=self._work, name=f"shardkeeper-fire-{n}", daemon=True
+                )
+                worker.start()
+                self._workers.append(worker)
+            self._scheduler.start()
+            self._state = _STARTED
+
+    def shutdown(self, timeout: float = 5.0) -> bool:
+        """Stop firing; wait up to ``timeout`` seconds for the delivery threads to end.
+
+        Fires not yet delivered are dropped; a call to ``on_fire`` in progress is not
+        interrupted. Idempotent. Returns True when every thread has ended in time
+        (they are daemon threads, so one stuck in ``on_fire`` cannot block exit).
+        """
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            if self._state != _STARTED:
+                self._state = _STOPPED
+                self._closed.set()
+                return all(not w.is_alive() for w in self._workers)
+            self._state = _STOPPED
+            self._closed.set()
+        # wait=False: our executor holds no threads of APScheduler's; this only stops
+        # and joins the one scheduler thread, which never runs user code.
+        self._scheduler.shutdown(wait=False)
+        for _ in self._workers:
+            self._queue.put(None)
+        current = threading.current_thread()
+        for worker in self._workers:
+            if worker is not current:
+                worker.join(max(0.0, deadline - time.monotonic()))
+        return all(not w.is_alive() for w in self._workers if w is not current)
+
+    def add_job(self, name: str, config: JobConfig) -> None:
+        """Schedule ``config``'s trigger under ``name``, replacing a job of that name.
+
+        Raises :class:`~shardkeeper.errors.JobConfigError` for an invalid trigger.
+        """
+        trigger = build_trigger(config)
+        with self._lock:
+            if self._state == _STOPPED:
+                raise RuntimeError("TriggerScheduler was shut down; cannot add jobs")
+            self._scheduler.add_job(
+                _never_called,
+                trigger=trigger,
+                id=name,
+                name=name,
+                executor=_EXECUTOR_ALIAS,
+                coalesce=True,
+                max_instances=_MAX_INSTANCES,
+                misfire_grace_time=None if config.misfire else MISFIRE_GRACE_SECONDS,
+                replace_existing=True,
+            )
+
+    def remove_job(self, name: str) -> None:
+        """Stop firing ``name`` and forget it. Raises JobLookupError when unknown."""
+        try:
+            self._scheduler.remove_job(name)
+        except _APJobLookupError:
+            raise JobLookupError(name) from None
+
+    def pause_job(self, name: str) -> None:
+        """Stop firing ``name`` until :meth:`resume_job` (fires in between are skipped)."""
+        try:
+            self._scheduler.pause_job(name)
+        except _APJobLookupError:
+            raise JobLookupError(name) from None
+
+    def resume_job(self, name: str) -> None:
+        """Fire ``name`` again from its next due time after now (no catch-up)."""
+        try:
+            self._scheduler.resume_job(name)
+        except _APJobLookupError:
+            raise JobLookupError(name) from None
+
+    def has_job(self, name: str) -> bool:
+        """True when a job called ``name`` is scheduled (paused or not)."""
+        return self._scheduler.get_job(name) is not None
+
+    def job_names(self) -> list[str]:
+        """The names of every scheduled job, sorted."""
+        return sorted(job.id for job in self._scheduler.get_jobs())
+
+    def next_fire_time(self, name: str) -> datetime | None:
+        """When ``name`` fires next (aware), or None while paused or when it never will.
+
+        Raises :class:`~shardkeeper.errors.JobLookupError` when unknown.
+        """
+        job = self._scheduler.get_job(name)
+        if job is None:
+            raise JobLookupError(name)
+        if not hasattr(job, "next_run_time"):
+            # Added before start: APScheduler computes it only when it starts.
+            now = datetime.now(job.trigger.timezone)
+            result: datetime | None = job.trigger.get_next_fire_time(None, now)
+            return result
+        next_run: datetime | None = job.next_run_time
+        return next_run
+
+    def fire_now(self, name: str) -> None:
+        """Call ``on_fire(name, now)`` once, soon, on a delivery thread (not this one).
+
+        Does not change the job's regular fires. Raises JobLookupError when unknown and
+        RuntimeError when the scheduler is not running.
+        """
+        job = self._scheduler.get_job(name)
+        if job is None:
+            raise JobLookupError(name)
+        with self._lock:
+            if self._state != _STARTED:
+                raise RuntimeError(f"TriggerScheduler is {self._state}; cannot fire {name!r}")
+            now = datetime.now(job.trigger.timezone)
+            self._queue.put(_Fire(name, [now], None, False))
+
+    def _work(self) -> None:
+        while True:
+            fire = self._queue.get()
+            if fire is None:
+                return
+            try:
+                if not self._closed.is_set():
+                    self._deliver(fire)
+            finally:
+                if fire.counted:
+                    self._executor.done(fire.job_name)
+
+    def _deliver(self, fire: _Fire) -> None:
+        for run_time in fire.run_times:
+            if fire.grace is not None:
+                late = datetime.now(run_time.tzinfo) - run_time
+                if late > timedelta(seconds=fire.grace):
+                    logger.warning(
+                        "job %r: skipped the fire due at %s, %.1f s late "
+                        "(misfire is off and the grace time is %g s)",
+                        fire.job_name,
+                        run_time.isoformat(),
+                        late.total_seconds(),
+                        fire.grace,
+                    )
+                    continue
+            try:
+                self._on_fire(fire.job_name, run_time)
+            except Exception:
+                logger.exception(
+                    "job %r: on_fire raised for the fire due at %s",
+                    fire.job_name,
+                    run_time.isoformat(),
+                )
