@@ -1,0 +1,1025 @@
+"""The etcd backend of :class:`~shardkeeper.registry.base.CoordinationStore` (etcd v3 API).
+
+Built on the ``etcd3`` package (cslab-etcd3): its client manages the gRPC channels
+and endpoint failover, its ``Watcher`` multiplexes every watch of a store over ONE
+gRPC watch stream. Requests are sent through the client's stubs with explicit
+protobuf messages so that every call carries the operation timeout and the response
+header (the store revision) is available.
+
+Mapping onto etcd's flat keyspace
+---------------------------------
+* Node ``/a/b`` of namespace ``ns`` is the key ``/ns/a/b`` (``ns`` may contain
+  ``/``); the root ``/`` is the key ``/ns``. The subtree of a key ``K`` is the range
+  ``[K + '/', K + '0')`` (``'0'`` follows ``'/'`` in ASCII), so namespace ``a``
+  never sees ``ab`` and ``/x`` never matches ``/xy``. Nested namespaces are nested
+  trees: namespace ``a`` sees namespace ``a/b`` as its node ``/b`` (as a ZooKeeper
+  chroot would).
+* Parents are implicit. A *pure parent* is a path with no key of its own but keys
+  below it: ``exists`` is true, ``children`` lists it, ``get`` and ``get_tree``
+  return it as a synthetic node ``Node(path, b"", version=0, revision=0,
+  created_revision=0)``. It vanishes with its last descendant.
+* ``Node.version`` and ``Node.revision`` are the key's ``mod_revision``,
+  ``created_revision`` its ``create_revision``, ``ephemeral`` is ``lease != 0``.
+* Checks and creates look at the node's OWN key only (an etcd transaction can only
+  AND its compares, so "the key or anything below" is not expressible). Hence on a
+  pure parent ``Check(exists=True)`` fails, ``Check(exists=False)`` passes and
+  ``create`` succeeds (the parent gets a key and a value). ``Check(version=v)`` and
+  ``Check(created_revision=r)`` with ``v``/``r`` <= 0 never pass (synthetic numbers
+  do not identify a real node version).
+* An etcd transaction may not write one key twice: a commit that writes the same
+  path twice is refused with ConfigError before anything is sent.
+* The "ephemeral nodes have no children" rule of ZooKeeper is not enforced.
+
+Sessions
+--------
+The session is ONE lease per store (TTL = ``session_timeout`` rounded up to whole
+seconds; the server may raise it to its minimum), refreshed by the store's session
+thread every TTL/3. Every ephemeral key is attached to it. A failed refresh (no
+connection) -> SUSPENDED; the next successful one -> RECONNECTED; a refresh that
+finds the lease gone (TTL <= 0: expired or revoked) -> LOST, then a new lease is
+granted -> CONNECTED with the new ``session_id`` (the lease id in hex).
+
+Threads
+-------
+Fixed per store, whatever the number of watches: the event thread (delivers watch
+and state events in order), the session thread (keep-alive, watch recovery) and,
+while any watch exists, the ``etcd3`` watch-stream thread, whose callbacks only
+enqueue. Each watch remembers the last revision it received; after the stream
+breaks (or after a reconnect) it is re-created from ``last revision + 1``. If that
+revision was compacted, the listener gets RESYNC and CREATED for the current state.
+
+Errors and costs
+----------------
+Every request carries ``operation_timeout``. gRPC errors are translated in one place
+(:meth:`EtcdStore._translated`): DEADLINE_EXCEEDED and etcd's own "request timed
+out" -> OperationTimeoutError (outcome unknown); UNAVAILABLE -> StoreUnavailableError
+(a write that failed so may have been applied too: re-read); UNAUTHENTICATED,
+PERMISSION_DENIED and refused credentials -> StoreAuthError; too many operations or
+a request too large -> StoreLimitError; a lost lease -> SessionLostError.
+:attr:`EtcdStore.round_trips` counts requests made by the public methods (a
+transaction counts 1); background keep-alives and watch recovery are not counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import etcd3
+import etcd3.etcdrpc as rpc
+import etcd3.events
+import etcd3.exceptions
+import etcd3.watch
+import grpc
+
+from shardkeeper.errors import (
+    ConfigError,
+    OperationTimeoutError,
+    SessionLostError,
+    ShardkeeperError,
+    StoreAuthError,
+    StoreError,
+    StoreLimitError,
+    StoreUnavailableError,
+)
+from shardkeeper.registry.base import (
+    Check,
+    CommitResult,
+    ConnectionState,
+    CoordinationStore,
+    Create,
+    Delete,
+    EventKind,
+    Node,
+    Op,
+    Put,
+    StateListener,
+    Subscription,
+    WatchEvent,
+    WatchListener,
+    check_path,
+)
+from shardkeeper.registry.url import RegistrySettings
+
+__all__ = ["EtcdStore"]
+
+_log = logging.getLogger(__name__)
+
+# gRPC's default reconnect backoff grows to two minutes: after a long outage the
+# channel would sit idle long after the server is back. Cap it at one second.
+_CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+#: pause between attempts while the server is unreachable (session thread, start)
+_RETRY_DELAY = 0.2
+
+_EQUAL = rpc.Compare.EQUAL
+_GREATER = rpc.Compare.GREATER
+_LESS = rpc.Compare.LESS
+
+
+def _is_stale_token(exc: grpc.RpcError) -> bool:
+    # The server forgets simple auth tokens on restart and after their TTL; the
+    # request was refused before being applied, so re-authenticating and sending it
+    # again is safe.
+    details = (exc.details() or "").lower()
+    return (exc.code() == grpc.StatusCode.UNAUTHENTICATED and "invalid auth token" in details) or (
+        exc.code() == grpc.StatusCode.INVALID_ARGUMENT and "auth store is old" in details
+    )
+
+
+def _range_op(key: bytes, end: bytes | None = None, *, keys_only: bool = False) -> Any:
+    req = rpc.RangeRequest(key=key, keys_only=keys_only)
+    if end is not None:
+        req.range_end = end
+    return rpc.RequestOp(request_range=req)
+
+
+@dataclass(eq=False)
+class _Watch:
+    """One subscription: an etcd watch on ``[key, end)``, filtered to the subtree."""
+
+    prefix: str
+    key: bytes
+    end: bytes
+    listener: WatchListener
+    #: highest revision received (events up to it are enqueued); resume from +1
+    last_rev: int = 0
+    #: bumped on every (re)creation: responses of an older generation are ignored
+    gen: int = 0
+    watch_id: int | None = None
+    watcher: Any = None
+    cancelled: bool = False
+    subscription: Subscription | None = field(default=None, repr=False)
+
+    def covers(self, key: bytes) -> bool:
+        # the etcd range [K, K0) also holds siblings such as K-x and K.x
+        return key == self.key or key.startswith(self.key + b"/")
+
+
+class EtcdStore(CoordinationStore):
+    """A :class:`CoordinationStore` on etcd v3 (see the module docstring for the mapping).
+
+    Construct with :class:`RegistrySettings` (no I/O), then :meth:`start`.
+    """
+
+    def __init__(self, settings: RegistrySettings) -> None:
+        if settings.backend != "etcd":
+            raise ConfigError(
+                f"EtcdStore needs an etcd:// registry, got backend {settings.backend!r}"
+            )
+        #: the settings this store was built from (also used by test fault helpers)
+        self.settings = settings
+        self.namespace = settings.namespace
+        self._root = "/" + settings.namespace.strip("/")
+        self._ttl_wanted = max(1, math.ceil(settings.session_timeout))
+        self._ttl = self._ttl_wanted
+        self._client: Any = None
+        self._lease = 0
+        self._state = ConnectionState.SUSPENDED
+        self._started = False
+        self._closed = False
+        self._lifecycle_lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        self._round_trips = 0
+        self._auth_lock = threading.Lock()
+
+        self._events: queue.Queue[tuple[str, Any, Any] | None] = queue.Queue()
+        self._event_thread: threading.Thread | None = None
+        self._session_thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._check_session_now = False
+
+        self._state_listeners: dict[int, StateListener] = {}
+        self._next_listener_id = 0
+        # guards watch bookkeeping; never held while waiting on the server
+        self._wlock = threading.Lock()
+        self._watches: set[_Watch] = set()
+        self._pending: set[_Watch] = set()
+        self._watcher: Any = None
+        self._watcher_broken = False
+
+    # -- properties -------------------------------------------------------------------
+
+    @property
+    def lease_id(self) -> int:
+        """The id of the current (or last) session lease; 0 before :meth:`start`."""
+        return self._lease
+
+    @property
+    def session_id(self) -> str:
+        """The current lease id in hex (kept until a new lease replaces it after LOST)."""
+        if not self._lease:
+            raise StoreError("the etcd store has no session: call start() first")
+        return f"{self._lease:x}"
+
+    @property
+    def state(self) -> ConnectionState:
+        """The latest connection state."""
+        return self._state
+
+    @property
+    def session_timeout(self) -> float:
+        """The lease TTL granted by the server, in seconds."""
+        return float(self._ttl)
+
+    @property
+    def round_trips(self) -> int:
+        """Requests sent by the public methods (see the module docstring)."""
+        return self._round_trips
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect, authenticate and grant the session lease within the connection timeout.
+
+        Retries an unreachable server until the timeout, then raises
+        StoreUnavailableError naming the hosts and the timeout. Bad credentials raise
+        StoreAuthError at once.
+        """
+        with self._lifecycle_lock:
+            if self._closed:
+                raise StoreError("this etcd store was closed; open a new one")
+            if self._started:
+                return
+            s = self.settings
+            endpoints = [
+                etcd3.Endpoint(host, port, secure=False, time_retry=0.5, opts=_CHANNEL_OPTIONS)
+                for host, port in s.hosts
+            ]
+            # user/password are NOT given to the client: it would attach the token as
+            # call credentials, which gRPC refuses on a plaintext channel. We send the
+            # token as metadata ourselves (see _authenticate).
+            self._client = etcd3.MultiEndpointEtcd3Client(
+                endpoints=endpoints, timeout=s.operation_timeout, failover=True
+            )
+            deadline = time.monotonic() + s.connection_timeout
+            attempt = 0
+            while True:
+                remaining = deadline - time.monotonic()
+                try:
+                    with self._translated("start"):
+                        if s.username is not None:
+                            self._authenticate(max(remaining, 0.05))
+                        grant = self._send(
+                            "leasestub",
+                            "LeaseGrant",
+                            rpc.LeaseGrantRequest(TTL=self._ttl_wanted),
+                            timeout=max(deadline - time.monotonic(), 0.05),
+                        )
+                    break
+                except (StoreUnavailableError, OperationTimeoutError) as exc:
+                    attempt += 1
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        self._client.close()
+                        raise StoreUnavailableError(
+                            f"cannot reach etcd at {s.hosts_string} within the connection "
+                            f"timeout of {s.connection_timeout:g} s ({attempt} attempts; "
+                            f"last error: {exc})"
+                        ) from exc
+                    time.sleep(min(_RETRY_DELAY * attempt, 0.5, remaining))
+                except BaseException:
+                    self._client.close()
+                    raise
+            self._lease = int(grant.ID)
+            self._ttl = int(grant.TTL) or self._ttl_wanted
+            self._state = ConnectionState.CONNECTED
+            self._started = True
+            tag = self.namespace.replace("/", ".")
+            self._event_thread = threading.Thread(
+                target=self._run_events, name=f"shardkeeper-etcd-events[{tag}]", daemon=True
+            )
+            self._session_thread = threading.Thread(
+                target=self._run_session, name=f"shardkeeper-etcd-session[{tag}]", daemon=True
+            )
+            self._event_thread.start()
+            self._session_thread.start()
+            self._emit_state(ConnectionState.CONNECTED)
+
+    def close(self) -> None:
+        """Revoke the lease (the server deletes our ephemeral keys at once), stop every
+        thread and watch. Idempotent; never raises."""
+        with self._lifecycle_lock:
+            if self._closed:
+                return
+            self._closed = True
+            if not self._started:
+                return
+        me = threading.current_thread()
+        self._stopping.set()
+        self._wake.set()
+        join_timeout = self.settings.operation_timeout + 1.0
+        if self._session_thread is not None and self._session_thread is not me:
+            self._session_thread.join(join_timeout)
+        try:
+            with self._translated("close: revoke lease"):
+                self._send("leasestub", "LeaseRevoke", rpc.LeaseRevokeRequest(ID=self._lease))
+        except StoreError as exc:
+            # a lease we cannot revoke simply expires after its TTL
+            _log.info("etcd lease %x not revoked at close: %s", self._lease, exc)
+        with self._wlock:
+            watcher, self._watcher = self._watcher, None
+            for w in self._watches:
+                w.cancelled = True
+            self._watches.clear()
+            self._pending.clear()
+        if watcher is not None:
+            with contextlib.suppress(Exception):
+                watcher.close()
+        self._events.put(None)
+        if self._event_thread is not None and self._event_thread is not me:
+            self._event_thread.join(join_timeout)
+        with contextlib.suppress(Exception):
+            self._client.close()
+        # closing the channel ends the stream; wait for the etcd3 stream thread so a
+        # closed store leaves no thread behind
+        stream_thread = getattr(watcher, "_callback_thread", None)
+        if isinstance(stream_thread, threading.Thread) and stream_thread is not me:
+            stream_thread.join(join_timeout)
+
+    # -- reads ------------------------------------------------------------------------
+
+    def get(self, path: str) -> Node | None:
+        """The node at ``path``; a synthetic empty node for a pure parent; else None."""
+        key = self._key(path)
+        resp = self._txn(
+            f"get {path}",
+            success=[_range_op(key), self._below_op(key, keys_only=True, limit=1)],
+        )
+        own = resp.responses[0].response_range.kvs
+        if own:
+            return self._node(own[0])
+        if resp.responses[1].response_range.kvs:
+            return _synthetic(path)
+        return None
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` has a key or any key lives below it."""
+        key = self._key(path)
+        resp = self._txn(
+            f"exists {path}",
+            success=[
+                _range_op(key, keys_only=True),
+                self._below_op(key, keys_only=True, limit=1),
+            ],
+        )
+        return any(r.response_range.kvs for r in resp.responses)
+
+    def children(self, path: str) -> list[str]:
+        """Sorted distinct next segments of the keys below ``path``."""
+        key = self._key(path)
+        req = rpc.RangeRequest(key=key + b"/", range_end=key + b"0", keys_only=True)
+        with self._translated(f"children {path}"):
+            resp = self._send("kvstub", "Range", req, counted=True)
+        start = len(key) + 1
+        names = {kv.key[start:].split(b"/", 1)[0].decode() for kv in resp.kvs}
+        return sorted(names)
+
+    def get_tree(self, path: str) -> dict[str, Node]:
+        """Every node at or below ``path``, pure parents included as synthetic nodes,
+        from one read (a read-only transaction: one request, one revision)."""
+        key = self._key(path)
+        resp = self._txn(f"get_tree {path}", success=[_range_op(key), self._below_op(key)])
+        tree: dict[str, Node] = {}
+        for r in resp.responses:
+            for kv in r.response_range.kvs:
+                node = self._node(kv)
+                tree[node.path] = node
+        # fill in the implicit parents between ``path`` and each key
+        for p in list(tree):
+            parent = p
+            while parent != path:
+                parent = parent.rsplit("/", 1)[0] or "/"
+                if parent in tree:
+                    break
+                tree[parent] = _synthetic(parent)
+        return dict(sorted(tree.items()))
+
+    # -- writes -----------------------------------------------------------------------
+
+    def put(self, path: str, value: bytes, *, ephemeral: bool = False) -> Node:
+        """Create or overwrite; the key is attached to our lease iff ``ephemeral``
+        (a put without it detaches the key from any lease)."""
+        key = self._key(path)
+        req = rpc.PutRequest(key=key, value=value, lease=self._lease_for(ephemeral), prev_kv=True)
+        with self._translated(f"put {path}"):
+            resp = self._send("kvstub", "Put", req, counted=True)
+        rev = int(resp.header.revision)
+        created = int(resp.prev_kv.create_revision) if resp.HasField("prev_kv") else rev
+        return Node(path, value, rev, rev, created, ephemeral)
+
+    def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False) -> Node | None:
+        """Create ``path`` if its key is absent (one transaction); None if it existed."""
+        key = self._key(path)
+        resp = self._txn(
+            f"create {path}",
+            compare=[rpc.Compare(key=key, target=rpc.Compare.VERSION, result=_EQUAL, version=0)],
+            success=[
+                rpc.RequestOp(
+                    request_put=rpc.PutRequest(
+                        key=key, value=value, lease=self._lease_for(ephemeral)
+                    )
+                )
+            ],
+        )
+        if not resp.succeeded:
+            return None
+        rev = int(resp.header.revision)
+        return Node(path, value, rev, rev, rev, ephemeral)
+
+    def delete(self, path: str, *, recursive: bool = True) -> None:
+        """Delete the key (and, if recursive, the range below it) in one transaction."""
+        key = self._key(path)
+        ops = [rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))]
+        if recursive:
+            ops.append(
+                rpc.RequestOp(
+                    request_delete_range=rpc.DeleteRangeRequest(
+                        key=key + b"/", range_end=key + b"0"
+                    )
+                )
+            )
+        self._txn(f"delete {path}", success=ops)
+
+    def commit(self, ops: Sequence[Op]) -> CommitResult:
+        """Apply ``ops`` as one etcd transaction (see the module docstring for checks).
+
+        On failure the same transaction returns the checked keys, so ``failed_path``
+        is found without another request and reflects exactly what was compared.
+        """
+        if len(ops) > self.max_ops_per_commit:
+            raise StoreLimitError(
+                f"a commit of {len(ops)} operations exceeds the limit of "
+                f"{self.max_ops_per_commit} (etcd --max-txn-ops); split the work or write "
+                "fewer, larger nodes"
+            )
+        compares: list[tuple[str, Any]] = []
+        success: list[Any] = []
+        written: set[str] = set()
+        for op in ops:
+            key = self._key(op.path)
+            if isinstance(op, Check):
+                compares.append((op.path, _check_compare(key, op)))
+                continue
+            if op.path in written:
+                raise ConfigError(
+                    f"commit writes {op.path!r} more than once; etcd refuses a transaction "
+                    "that writes one key twice: merge those operations"
+                )
+            written.add(op.path)
+            if isinstance(op, Create):
+                compares.append(
+                    (
+                        op.path,
+                        rpc.Compare(key=key, target=rpc.Compare.VERSION, result=_EQUAL, version=0),
+                    )
+                )
+                put = rpc.PutRequest(key=key, value=op.value, lease=self._lease_for(op.ephemeral))
+                success.append(rpc.RequestOp(request_put=put))
+            elif isinstance(op, Put):
+                put = rpc.PutRequest(key=key, value=op.value, lease=self._lease_for(op.ephemeral))
+                success.append(rpc.RequestOp(request_put=put))
+            elif isinstance(op, Delete):
+                success.append(rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key)))
+            else:
+                raise ConfigError(f"unknown commit operation {op!r}")
+        checked = list(dict.fromkeys(c.key for _, c in compares))
+        resp = self._txn(
+            f"commit of {len(ops)} operations",
+            compare=[c for _, c in compares],
+            success=success,
+            failure=[_range_op(k) for k in checked],
+        )
+        if resp.succeeded:
+            return CommitResult(True, int(resp.header.revision))
+        current = {k: None for k in checked} | {
+            kv.key: kv for r in resp.responses for kv in r.response_range.kvs
+        }
+        for path, cmp in compares:
+            if not _compare_holds(cmp, current[cmp.key]):
+                return CommitResult(False, 0, path)
+        return CommitResult(False, 0, None)
+
+    # -- watches and listeners --------------------------------------------------------
+
+    def watch(self, prefix: str, listener: WatchListener) -> Subscription:
+        """Watch the key of ``prefix`` and its subtree on the store's shared stream.
+
+        Events are read from the revision current when this is called, so every later
+        change is delivered. Raises StoreUnavailableError if the stream cannot be
+        set up now.
+        """
+        key = self._key(prefix)
+        self._require_started()
+        req = rpc.RangeRequest(key=key, keys_only=True, limit=1)
+        with self._translated(f"watch {prefix}"):
+            rev = int(self._send("kvstub", "Range", req, counted=True).header.revision)
+        w = _Watch(prefix=prefix, key=key, end=key + b"0", listener=listener, last_rev=rev)
+        with self._wlock:
+            self._watches.add(w)
+        try:
+            if not self._establish(w, counted=True):
+                # compacted between our read and the watch: start from the current state
+                self._resync(w)
+        except BaseException:
+            with self._wlock:
+                self._watches.discard(w)
+            raise
+        w.subscription = Subscription(functools.partial(self._cancel_watch, w))
+        return w.subscription
+
+    def add_state_listener(self, listener: StateListener) -> Subscription:
+        """Deliver connection-state changes to ``listener`` on the event thread."""
+        with self._wlock:
+            lid = self._next_listener_id
+            self._next_listener_id += 1
+            self._state_listeners[lid] = listener
+        return Subscription(functools.partial(self._remove_state_listener, lid))
+
+    def _remove_state_listener(self, lid: int) -> None:
+        with self._wlock:
+            self._state_listeners.pop(lid, None)
+
+    # -- internals: keys and nodes ----------------------------------------------------
+
+    def _key(self, path: str) -> bytes:
+        check_path(path)
+        return (self._root if path == "/" else self._root + path).encode()
+
+    def _path(self, key: bytes) -> str:
+        return key.decode()[len(self._root) :] or "/"
+
+    def _node(self, kv: Any) -> Node:
+        return Node(
+            path=self._path(kv.key),
+            value=bytes(kv.value),
+            version=int(kv.mod_revision),
+            revision=int(kv.mod_revision),
+            created_revision=int(kv.create_revision),
+            ephemeral=kv.lease != 0,
+        )
+
+    @staticmethod
+    def _below_op(key: bytes, *, keys_only: bool = False, limit: int = 0) -> Any:
+        req = rpc.RangeRequest(key=key + b"/", range_end=key + b"0", keys_only=keys_only)
+        req.limit = limit
+        return rpc.RequestOp(request_range=req)
+
+    def _lease_for(self, ephemeral: bool) -> int:
+        if not ephemeral:
+            return 0
+        self._require_started()
+        return self._lease
+
+    def _require_started(self) -> None:
+        if not self._started or self._closed:
+            raise StoreError(
+                "the etcd store is not started" if not self._closed else "the etcd store is closed"
+            )
+
+    # -- internals: requests and error translation ------------------------------------
+
+    @contextlib.contextmanager
+    def _translated(self, what: str) -> Iterator[None]:
+        """THE boundary: turn grpc/etcd3 exceptions into shardkeeper errors."""
+        try:
+            yield
+        except ShardkeeperError:
+            raise
+        except grpc.RpcError as exc:
+            raise self._error_for(exc, what) from exc
+        except etcd3.exceptions.NoServerAvailableError as exc:
+            raise StoreUnavailableError(
+                f"{what}: no etcd endpoint of {self.settings.hosts_string} is reachable"
+            ) from exc
+        except etcd3.exceptions.WatchTimedOut as exc:
+            raise OperationTimeoutError(
+                f"{what}: etcd at {self.settings.hosts_string} did not confirm the watch "
+                f"within {self.settings.operation_timeout:g} s"
+            ) from exc
+        except etcd3.exceptions.Etcd3Exception as exc:
+            raise StoreError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+    def _error_for(self, exc: grpc.RpcError, what: str) -> StoreError:
+        code = exc.code()
+        details = exc.details() or str(code)
+        low = details.lower()
+        hosts = self.settings.hosts_string
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED or (
+            code == grpc.StatusCode.UNAVAILABLE and "timed out" in low
+        ):
+            return OperationTimeoutError(
+                f"{what}: no answer from etcd at {hosts} within "
+                f"{self.settings.operation_timeout:g} s ({details}); the outcome is unknown"
+            )
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+            self._note_endpoint_failure()
+            return StoreUnavailableError(f"{what}: etcd at {hosts} is unavailable: {details}")
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED) or (
+            code == grpc.StatusCode.INVALID_ARGUMENT
+            and ("authentication failed" in low or "user name is empty" in low)
+        ):
+            user = self.settings.username
+            who = f"user {user!r}" if user else "no credentials (give user:password in the URL)"
+            return StoreAuthError(f"{what}: etcd at {hosts} refused {who}: {details}")
+        if code == grpc.StatusCode.INVALID_ARGUMENT and (
+            "too many operations" in low or "too large" in low
+        ):
+            return StoreLimitError(f"{what}: refused by etcd: {details}")
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return StoreLimitError(f"{what}: refused by etcd: {details}")
+        if code == grpc.StatusCode.NOT_FOUND and "lease not found" in low:
+            return SessionLostError(
+                f"{what}: the session lease {self._lease:x} has expired; wait for CONNECTED "
+                "and retry"
+            )
+        return StoreError(f"{what}: etcd error {code.name}: {details}")
+
+    def _note_endpoint_failure(self) -> None:
+        # With several endpoints, mark the current one failed so the next request goes
+        # elsewhere; with one, doing so would only refuse requests for time_retry.
+        client = self._client
+        if client is not None and len(client.endpoints) > 1:
+            with contextlib.suppress(Exception):
+                client.endpoint_in_use.fail()
+
+    def _count(self) -> None:
+        with self._count_lock:
+            self._round_trips += 1
+
+    def _send(
+        self,
+        stub: str,
+        method: str,
+        request: Any,
+        *,
+        counted: bool = False,
+        timeout: float | None = None,
+    ) -> Any:
+        """One unary request with the operation timeout and our auth token; re-sends
+        once after re-authenticating when the server forgot the token. Call it inside
+        :meth:`_translated`."""
+        limit = self.settings.operation_timeout if timeout is None else timeout
+        for attempt in (1, 2):
+            if counted:
+                self._count()
+            try:
+                fn = getattr(getattr(self._client, stub), method)
+                return fn(request, limit, metadata=self._client.metadata)
+            except grpc.RpcError as exc:
+                if attempt == 1 and self.settings.username is not None and _is_stale_token(exc):
+                    self._authenticate(limit)
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    def _txn(
+        self,
+        what: str,
+        *,
+        compare: Sequence[Any] = (),
+        success: Sequence[Any] = (),
+        failure: Sequence[Any] = (),
+    ) -> Any:
+        req = rpc.TxnRequest(compare=compare, success=success, failure=failure)
+        with self._translated(what):
+            return self._send("kvstub", "Txn", req, counted=True)
+
+    def _authenticate(self, timeout: float) -> None:
+        with self._auth_lock:
+            req = rpc.AuthenticateRequest(
+                name=self.settings.username, password=self.settings.password or ""
+            )
+            try:
+                resp = self._client.authstub.Authenticate(req, timeout)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                    # "authentication is not enabled": the server accepts everyone
+                    _log.warning(
+                        "etcd at %s has authentication disabled; ignoring the credentials",
+                        self.settings.hosts_string,
+                    )
+                    self._client.metadata = None
+                    return
+                raise
+            self._client.metadata = (("token", resp.token),)
+
+    # -- internals: session ------------------------------------------------------------
+
+    def _run_session(self) -> None:
+        next_check = time.monotonic() + self._ttl / 3
+        while not self._stopping.is_set():
+            delay = next_check - time.monotonic()
+            with self._wlock:
+                if self._pending:
+                    delay = min(delay, _RETRY_DELAY)
+            if delay > 0 and not self._check_session_now:
+                self._wake.wait(delay)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            if self._check_session_now or time.monotonic() >= next_check:
+                self._check_session_now = False
+                try:
+                    next_check = time.monotonic() + self._session_step()
+                except Exception:
+                    _log.exception("etcd session check failed unexpectedly")
+                    next_check = time.monotonic() + _RETRY_DELAY
+            try:
+                self._restore_watches()
+            except Exception:
+                _log.exception("etcd watch recovery failed unexpectedly")
+
+    def _session_step(self) -> float:
+        """Refresh (or replace) the lease; return the delay until the next step."""
+        if self._state is ConnectionState.LOST:
+            try:
+                with self._translated("grant a new session lease"):
+                    grant = self._send(
+                        "leasestub", "LeaseGrant", rpc.LeaseGrantRequest(TTL=self._ttl_wanted)
+                    )
+            except StoreError as exc:
+                _log.info("etcd: no new session lease yet: %s", exc)
+                return _RETRY_DELAY
+            self._lease = int(grant.ID)
+            self._ttl = int(grant.TTL) or self._ttl_wanted
+            self._set_state(ConnectionState.CONNECTED)
+            return self._ttl / 3
+        try:
+            ttl = self._keep_alive()
+        except StoreError as exc:
+            if self._state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
+                _log.warning("etcd session %x suspended: %s", self._lease, exc)
+                self._set_state(ConnectionState.SUSPENDED)
+            return _RETRY_DELAY
+        if ttl <= 0:
+            _log.warning("etcd session lease %x expired or was revoked", self._lease)
+            self._set_state(ConnectionState.LOST)
+            return 0.0
+        if self._state is ConnectionState.SUSPENDED:
+            self._set_state(ConnectionState.RECONNECTED)
+            # The stream may have died silently while we were cut off: re-create
+            # every watch from its last revision (nothing lost, nothing doubled).
+            self._restart_watch_stream()
+        return self._ttl / 3
+
+    def _keep_alive(self) -> int:
+        timeout = min(self.settings.operation_timeout, max(self._ttl / 2, 0.5))
+        req = rpc.LeaseKeepAliveRequest(ID=self._lease)
+        with self._translated("lease keep-alive"):
+            for attempt in (1, 2):
+                try:
+                    stream = self._client.leasestub.LeaseKeepAlive(
+                        iter([req]), timeout, metadata=self._client.metadata
+                    )
+                    for resp in stream:
+                        return int(resp.TTL)
+                    raise StoreUnavailableError("lease keep-alive: the stream closed without reply")
+                except grpc.RpcError as exc:
+                    if attempt == 1 and self.settings.username is not None and _is_stale_token(exc):
+                        self._authenticate(timeout)
+                        continue
+                    raise
+        raise AssertionError("unreachable")
+
+    def _set_state(self, state: ConnectionState) -> None:
+        if state is not self._state:
+            self._state = state
+            self._emit_state(state)
+
+    def _emit_state(self, state: ConnectionState) -> None:
+        self._events.put(("state", None, state))
+
+    # -- internals: events ------------------------------------------------------------
+
+    def _run_events(self) -> None:
+        while True:
+            item = self._events.get()
+            if item is None:
+                return
+            kind, target, payload = item
+            if kind == "watch":
+                if target.cancelled:
+                    continue
+                listeners: list[Callable[[Any], None]] = [target.listener]
+            else:
+                with self._wlock:
+                    listeners = list(self._state_listeners.values())
+            for listener in listeners:
+                try:
+                    listener(payload)
+                except Exception:
+                    _log.exception("listener %r failed on %r", listener, payload)
+
+    # -- internals: watches -----------------------------------------------------------
+
+    def _current_watcher(self) -> Any:
+        with self._wlock:
+            if self._watcher is not None and not self._watcher_broken:
+                return self._watcher
+            old, self._watcher = self._watcher, None
+        if old is not None:
+            with contextlib.suppress(Exception):
+                old.close()
+        with self._translated("open the watch stream"):
+            # channel selection may fail over to another endpoint
+            new = self._client.get_watcher()
+        with self._wlock:
+            if self._watcher is None:
+                self._watcher, self._watcher_broken = new, False
+            return self._watcher
+
+    def _establish(self, w: _Watch, *, counted: bool = False) -> bool:
+        """(Re)create ``w`` on the shared stream from ``w.last_rev + 1``.
+
+        Returns False (and creates nothing) when that revision is compacted.
+        """
+        watcher = self._current_watcher()
+        with self._wlock:
+            w.gen += 1
+            gen, start = w.gen, w.last_rev + 1
+        callback = functools.partial(self._on_watch_response, w, gen)
+        if counted:
+            self._count()
+        try:
+            with self._translated(f"watch {w.prefix}"):
+                try:
+                    wid = watcher.add_callback(
+                        w.key, callback, range_end=w.end, start_revision=start
+                    )
+                except etcd3.exceptions.RevisionCompactedError:
+                    return False
+        except StoreError:
+            # a stream that failed or hangs is replaced at the next attempt (its other
+            # watches resume from their last revisions)
+            with self._wlock:
+                if self._watcher is watcher:
+                    self._watcher_broken = True
+            raise
+        with self._wlock:
+            current = w.gen == gen and not w.cancelled
+            if current:
+                w.watch_id, w.watcher = wid, watcher
+                self._pending.discard(w)
+        if not current:
+            with contextlib.suppress(Exception):
+                watcher.cancel(wid)
+        return True
+
+    def _on_watch_response(self, w: _Watch, gen: int, resp: Any) -> None:
+        # Runs on the etcd3 stream thread: only record and enqueue, never block.
+        if isinstance(resp, etcd3.watch.WatchResponse):
+            with self._wlock:
+                if w.gen != gen or w.cancelled:
+                    return
+                for kv in resp.events:  # etcd3 events read through to the KeyValue
+                    w.last_rev = max(w.last_rev, int(kv.mod_revision))
+                    if not w.covers(kv.key):
+                        continue
+                    path = self._path(kv.key)
+                    if isinstance(kv, etcd3.events.DeleteEvent):
+                        event = WatchEvent(EventKind.DELETED, path, None, int(kv.mod_revision))
+                    else:
+                        kind = (
+                            EventKind.CREATED
+                            if kv.create_revision == kv.mod_revision
+                            else EventKind.CHANGED
+                        )
+                        event = WatchEvent(kind, path, bytes(kv.value), int(kv.mod_revision))
+                    self._events.put(("watch", w, event))
+            return
+        with self._wlock:
+            if w.gen != gen or w.cancelled:
+                return
+            w.watch_id = None
+            self._pending.add(w)
+            if not isinstance(resp, etcd3.exceptions.RevisionCompactedError):
+                # the whole stream ended (error or server shutdown)
+                if w.watcher is self._watcher:
+                    self._watcher_broken = True
+                if isinstance(resp, grpc.RpcError) and resp.code() == grpc.StatusCode.UNAVAILABLE:
+                    self._note_endpoint_failure()
+                # a broken stream usually means a lost connection: check the session now
+                self._check_session_now = True
+        self._wake.set()
+
+    def _restore_watches(self) -> None:
+        with self._wlock:
+            pending = sorted(self._pending, key=lambda x: x.prefix)
+        for w in pending:
+            if self._stopping.is_set():
+                return
+            try:
+                if not self._establish(w):
+                    self._resync(w)
+            except StoreError as exc:
+                _log.info("etcd watch %s not resumed yet: %s", w.prefix, exc)
+                return
+
+    def _resync(self, w: _Watch) -> None:
+        """The history since ``w.last_rev`` is compacted: RESYNC, then the current state."""
+        resp = self._txn(
+            f"resync watch {w.prefix}",
+            success=[_range_op(w.key), self._below_op(w.key)],
+        )
+        rev = int(resp.header.revision)
+        with self._wlock:
+            if w.cancelled:
+                return
+            w.gen += 1  # drop anything still in flight for the old watch
+            w.last_rev = rev
+            self._events.put(("watch", w, WatchEvent(EventKind.RESYNC, w.prefix, None, rev)))
+            for r in resp.responses:
+                for kv in r.response_range.kvs:
+                    event = WatchEvent(
+                        EventKind.CREATED, self._path(kv.key), bytes(kv.value), int(kv.mod_revision)
+                    )
+                    self._events.put(("watch", w, event))
+        if not self._establish(w):
+            raise StoreError(f"watch {w.prefix}: revision {rev + 1} compacted at once")
+
+    def _restart_watch_stream(self) -> None:
+        with self._wlock:
+            old, self._watcher = self._watcher, None
+            self._watcher_broken = False
+            for w in self._watches:
+                w.gen += 1
+                w.watch_id = None
+                self._pending.add(w)
+        if old is not None:
+            with contextlib.suppress(Exception):
+                old.close()
+
+    def _cancel_watch(self, w: _Watch) -> None:
+        with self._wlock:
+            w.cancelled = True
+            self._watches.discard(w)
+            self._pending.discard(w)
+            watcher, wid = w.watcher, w.watch_id
+        if watcher is not None and wid is not None:
+            with contextlib.suppress(Exception):
+                watcher.cancel(wid)
+
+
+def _synthetic(path: str) -> Node:
+    return Node(path, b"", 0, 0, 0, False)
+
+
+def _check_compare(key: bytes, check: Check) -> Any:
+    if check.exists is not None:
+        if check.exists:
+            return rpc.Compare(key=key, target=rpc.Compare.VERSION, result=_GREATER, version=0)
+        return rpc.Compare(key=key, target=rpc.Compare.VERSION, result=_EQUAL, version=0)
+    if check.value is not None:
+        # etcd fails a value compare on a missing key: "exists with this value"
+        return rpc.Compare(key=key, target=rpc.Compare.VALUE, result=_EQUAL, value=check.value)
+    if check.version is not None and check.version > 0:
+        return rpc.Compare(
+            key=key, target=rpc.Compare.MOD, result=_EQUAL, mod_revision=check.version
+        )
+    if check.created_revision is not None and check.created_revision > 0:
+        return rpc.Compare(
+            key=key,
+            target=rpc.Compare.CREATE,
+            result=_EQUAL,
+            create_revision=check.created_revision,
+        )
+    # A version/revision <= 0 belongs to no real key ("== 0" would match a missing
+    # one): a compare that can never hold keeps failed_path reporting in order.
+    return rpc.Compare(key=key, target=rpc.Compare.VERSION, result=_LESS, version=0)
+
+
+def _compare_holds(cmp: Any, kv: Any) -> bool:
+    """Evaluate an etcd compare as the server does (``kv`` None: the key is missing)."""
+    if cmp.target == rpc.Compare.VALUE:
+        if kv is None:
+            return False
+        actual: Any = bytes(kv.value)
+        wanted: Any = bytes(cmp.value)
+    elif cmp.target == rpc.Compare.VERSION:
+        actual, wanted = (kv.version if kv else 0), cmp.version
+    elif cmp.target == rpc.Compare.MOD:
+        actual, wanted = (kv.mod_revision if kv else 0), cmp.mod_revision
+    elif cmp.target == rpc.Compare.CREATE:
+        actual, wanted = (kv.create_revision if kv else 0), cmp.create_revision
+    else:
+        return False
+    if cmp.result == _EQUAL:
+        return bool(actual == wanted)
+    if cmp.result == _GREATER:
+        return bool(actual > wanted)
+    if cmp.result == _LESS:
+        return bool(actual < wanted)
+    return bool(actual != wanted)
