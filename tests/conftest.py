@@ -53,6 +53,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """On a failure, attach the tail of every used server's log to the report: most
+    coordination failures are only explained by what the server saw."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when != "call" or not report.failed:
+        return
+    seen: set[int] = set()
+    for value in getattr(item, "funcargs", {}).values():
+        if not isinstance(value, ServerCluster) or id(value) in seen:
+            continue
+        seen.add(id(value))
+        for m in value.members:
+            report.sections.append(
+                (f"{value.backend} member {m.index} log ({m.log_path})", m.log_tail(30))
+            )
+
+
 @pytest.fixture(scope="session")
 def chaos_duration(request: pytest.FixtureRequest) -> int:
     """The ``--chaos-duration`` option in seconds."""

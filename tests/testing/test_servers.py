@@ -44,9 +44,9 @@ def _kazoo(hosts: str) -> KazooClient:
     return client
 
 
-def _etcd(cluster: EtcdCluster, **kwargs: Any) -> Any:
+def _etcd(cluster: EtcdCluster, timeout: float = 5) -> Any:
     endpoints = [etcd3.Endpoint(h, p, secure=False, time_retry=0.5) for h, p in cluster.hosts]
-    return etcd3.MultiEndpointEtcd3Client(endpoints=endpoints, timeout=5, failover=True, **kwargs)
+    return etcd3.MultiEndpointEtcd3Client(endpoints=endpoints, timeout=timeout, failover=True)
 
 
 # ---- single node -------------------------------------------------------------------
@@ -115,6 +115,7 @@ def test_etcd_auth_requires_the_root_credentials(tmp_path: Path) -> None:
         etcd.etcdctl("put", "/k", "v")  # as root
         assert "v" in etcd.etcdctl("get", "/k")
         assert etcd.healthy()  # /health still answers with auth on
+        assert etcd.member_status(0).role == "leader"
 
 
 def test_pause_and_resume_a_member(zk_server: ZooKeeperCluster) -> None:
@@ -169,7 +170,8 @@ def test_etcd_cluster_healthy_and_keeps_quorum_after_a_kill(etcd_cluster: EtcdCl
     ]
     victim = etcd_cluster.leader()
     etcd_cluster.kill(victim)
-    client = _etcd(etcd_cluster)
+    # short per-request timeout: a put sent while no leader exists waits that long
+    client = _etcd(etcd_cluster, timeout=1)
     try:
 
         def put_works() -> bool:

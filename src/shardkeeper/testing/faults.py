@@ -59,8 +59,11 @@ def _settings_of(
         return url
     if url is not None:
         return RegistrySettings.from_url(url)
-    settings = getattr(store, "settings", None)
-    return settings if isinstance(settings, RegistrySettings) else None
+    for name in ("settings", "_settings"):
+        settings = getattr(store, name, None)
+        if isinstance(settings, RegistrySettings):
+            return settings
+    return None
 
 
 def _session_id(store: CoordinationStore) -> str | None:

@@ -38,7 +38,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 from urllib.parse import quote
 
 __all__ = [
@@ -177,6 +177,8 @@ class Member:
     base_dir: Path
     pid: int | None = None
     paused: bool = False
+    #: where the latest launch's output starts in the log (earlier launches are above)
+    log_offset: int = 0
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -196,13 +198,26 @@ class Member:
             return self.popen.poll() is None
         return self.pid is not None and pid_alive(self.pid)
 
-    def log_tail(self, lines: int = 15) -> str:
-        """The last lines of the server log, for error messages."""
+    def log_tail(self, lines: int = 15, max_bytes: int = 65536) -> str:
+        """The last ``lines`` lines of the server log (at most its last ``max_bytes``)."""
         try:
-            text = self.log_path.read_text(errors="replace")
+            with self.log_path.open("rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - max_bytes))
+                text = fh.read().decode(errors="replace")
         except OSError:
             return "(no server log)"
         return "\n".join(text.splitlines()[-lines:])
+
+    def port_clash(self) -> bool:
+        """Whether the log of the latest launch says one of its ports was taken."""
+        try:
+            with self.log_path.open("rb") as fh:
+                fh.seek(self.log_offset)
+                text = fh.read(1 << 20).decode(errors="replace")
+        except OSError:
+            return False
+        return "address already in use" in text.lower()
 
 
 _LIVE: weakref.WeakSet[ServerCluster] = weakref.WeakSet()
@@ -322,9 +337,7 @@ class ServerCluster:
                     return
                 except ClusterError as exc:
                     last = exc
-                    port_clash = any(
-                        "address already in use" in m.log_tail(200).lower() for m in self.members
-                    )
+                    port_clash = any(m.port_clash() for m in self.members)
                     self._kill_all()
                     if not port_clash:
                         raise
@@ -416,7 +429,7 @@ class ServerCluster:
         """Whether every member serves right now."""
         return bool(self.members) and all(s.serving for s in self.status())
 
-    def __enter__(self) -> ServerCluster:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -544,6 +557,7 @@ class ServerCluster:
                 f"--- launch {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(cmd)}\n".encode()
             )
             log.flush()
+            m.log_offset = log.tell()
             m.popen = subprocess.Popen(
                 cmd,
                 stdin=subprocess.DEVNULL,
@@ -606,6 +620,13 @@ class ServerCluster:
                     )
                 if self._probe(m):
                     pending.remove(i)
+                elif m.port_clash():
+                    # ZooKeeper does not exit when its election port is taken, it
+                    # retries forever: fail now so start() can retry on other ports
+                    raise ClusterError(
+                        f"{self.backend} member {i}: a port was taken by another process; "
+                        f"log {m.log_path}:\n{m.log_tail()}"
+                    )
             if not pending and self._cluster_ready():
                 return
             if time.monotonic() > deadline:
