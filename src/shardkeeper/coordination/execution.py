@@ -1,0 +1,166 @@
+"""Running marks: what executes now, written in batched conditional commits.
+
+At a trigger an instance marks all its items running in ONE commit (chunked only
+past the store's per-commit limit) that also checks that no reshard is pending and
+the assignment is the one it read. The commit's revision is every mark's
+created_revision: the fencing token of those executions. When the items are done,
+one commit deletes the marks, each only if it still carries that token, so an
+instance that was cut off and taken over can never erase the taker's marks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from shardkeeper.coordination.model import DocumentError, RunningMark
+from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.registry.base import Check, CoordinationStore, Create, Delete, Op, Put
+
+__all__ = ["ExecutionService", "StartResult"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StartResult:
+    """Outcome of marking items running.
+
+    ``token`` is the fencing token (0 when nothing was marked), ``marked`` the items
+    now ours, ``reason`` why the commit was refused (``"reshard"``,
+    ``"assignment"``, ``"running"``) or None.
+    """
+
+    token: int
+    marked: tuple[int, ...]
+    reason: str | None = None
+
+
+class ExecutionService:
+    """Writes and clears the running and misfire marks of one job."""
+
+    def __init__(self, store: CoordinationStore, paths: JobPaths, instance_id: str) -> None:
+        self._store = store
+        self._paths = paths
+        self._me = instance_id
+
+    def _chunks(self, ops: Sequence[Op], fixed: Sequence[Op]) -> list[list[Op]]:
+        room = max(1, self._store.max_ops_per_commit - len(fixed))
+        return [[*fixed, *ops[i : i + room]] for i in range(0, len(ops), room)] or [list(fixed)]
+
+    def start(
+        self,
+        items: Sequence[int],
+        *,
+        fire_time: float,
+        execution_ids: dict[int, str],
+        assignment_version: int,
+        persistent: bool,
+        monitor: bool,
+    ) -> StartResult:
+        """Mark ``items`` running for this instance, if no reshard is pending and the
+        assignment is unchanged. With ``monitor`` off only the checks are committed."""
+        fixed: list[Op] = [
+            Check(self._paths.necessary, exists=False),
+            Check(self._paths.sharding, version=assignment_version),
+        ]
+        ops: list[Op] = []
+        if monitor:
+            for item in items:
+                mark = RunningMark(self._me, fire_time, execution_ids[item])
+                ops.append(
+                    Create(self._paths.running(item), mark.to_bytes(), ephemeral=not persistent)
+                )
+        token = 0
+        marked: list[int] = []
+        for n, chunk in enumerate(self._chunks(ops, fixed)):
+            result = self._store.commit(chunk)
+            if not result:
+                reason = self._why(result.failed_path)
+                if n == 0:
+                    return StartResult(0, (), reason)
+                # A later chunk failed: items of earlier chunks stay marked and run.
+                log.warning(
+                    "%s: only %d of %d items could be marked running (%s)",
+                    self._paths.job,
+                    len(marked),
+                    len(items),
+                    reason,
+                )
+                break
+            token = token or result.revision
+            marked.extend(items[len(marked) : len(marked) + len(chunk) - len(fixed)])
+        return StartResult(token, tuple(marked) if monitor else tuple(items))
+
+    def _why(self, failed_path: str | None) -> str:
+        if failed_path == self._paths.necessary:
+            return "reshard"
+        if failed_path == self._paths.sharding:
+            return "assignment"
+        if failed_path and failed_path.startswith(self._paths.running_root + "/"):
+            return "running"
+        # the backend could not tell: find out cheaply
+        if self._store.exists(self._paths.necessary):
+            return "reshard"
+        return "running"
+
+    def running_items(self) -> dict[int, RunningMark]:
+        """Items marked running anywhere in the cluster, with their marks."""
+        out: dict[int, RunningMark] = {}
+        for name in self._store.children(self._paths.running_root):
+            node = self._store.get(self._paths.running(int(name)))
+            if node is None:
+                continue
+            try:
+                out[int(name)] = RunningMark.from_bytes(node.value, node.path)
+            except DocumentError:
+                continue
+        return out
+
+    def any_running(self) -> bool:
+        """Whether any item of the job is marked running."""
+        return bool(self._store.children(self._paths.running_root))
+
+    def finish(self, items: Iterable[int], token: int) -> list[int]:
+        """Delete the marks of ``items`` that still carry ``token``. Returns the items
+        whose mark was no longer ours (fenced: someone else took them over)."""
+        items = list(items)
+        pairs: list[Op] = []
+        for item in items:
+            pairs += [
+                Check(self._paths.running(item), created_revision=token),
+                Delete(self._paths.running(item)),
+            ]
+        room = max(2, self._store.max_ops_per_commit - self._store.max_ops_per_commit % 2)
+        fenced: list[int] = []
+        for i in range(0, len(pairs), room):
+            chunk = pairs[i : i + room]
+            if self._store.commit(chunk):
+                continue
+            # Some mark is not ours any more: clear ours one by one, never theirs.
+            for j in range(0, len(chunk), 2):
+                item = items[(i + j) // 2]
+                if not self._store.commit(chunk[j : j + 2]):
+                    fenced.append(item)
+        if fenced:
+            log.warning(
+                "%s: items %s were taken over; their completion wrote nothing",
+                self._paths.job,
+                fenced,
+            )
+        return fenced
+
+    def mark_misfire(self, items: Sequence[int], fire_time: float) -> None:
+        """Record that a trigger was missed while ``items`` ran (for operators)."""
+        ops: list[Op] = [Put(self._paths.misfire(i), str(fire_time).encode()) for i in items]
+        for chunk in self._chunks(ops, []):
+            if chunk:
+                self._store.commit(chunk)
+
+    def clear_misfire(self, items: Sequence[int]) -> None:
+        """Remove misfire marks once the re-run has started."""
+        ops: list[Op] = [Delete(self._paths.misfire(i)) for i in items]
+        for chunk in self._chunks(ops, []):
+            if chunk:
+                self._store.commit(chunk)

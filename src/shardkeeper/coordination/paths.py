@@ -1,0 +1,178 @@
+"""Every registry path shardkeeper uses, built in this one module.
+
+The tree inside a namespace (the same on ZooKeeper and etcd)::
+
+    /instances/{instance}                  E  process metadata (JSON): host, pid, version,
+                                              started_at, labels, jobs
+    /control/shutdown/{instance}           P  operator asks that instance to stop gracefully
+    /jobs/{job}/config                     P  the JobConfig (JSON), incl. job_class
+    /jobs/{job}/instances/{instance}       E  membership of that instance in the job (JSON)
+    /jobs/{job}/leader                     E  id of the elected leader
+    /jobs/{job}/sharding                   P  the assignment (JSON): total, owners by item,
+                                              instances, generation, leader, at
+    /jobs/{job}/necessary                  P  "reshard at the next trigger" flag (reason)
+    /jobs/{job}/running/{item}             E/P item is executing now (JSON: instance, fire
+                                              time, execution id, failover); persistent
+                                              when failover is on, so a crash leaves it
+                                              for the survivors to take over
+    /jobs/{job}/failover/queue/{item}      P  orphaned item waiting for a taker (JSON)
+    /jobs/{job}/misfire/{item}             P  a trigger was missed while the item ran
+    /jobs/{job}/disabled/job               P  whole job switched off by an operator
+    /jobs/{job}/disabled/items/{item}      P  item switched off
+    /jobs/{job}/disabled/instances/{inst}  P  instance gets no items of this job
+    /jobs/{job}/trigger/{instance}         P  "run now" request addressed to one instance
+    /jobs/{job}/once/{fire}                P  done-marker of a cluster-wide-once listener
+
+E = ephemeral (bound to the instance's session), P = persistent.
+Instance ids look like ``host@pid@suffix``; job names use ``[A-Za-z0-9._-]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "CONTROL",
+    "INSTANCES",
+    "JOBS",
+    "JobPaths",
+    "instance_path",
+    "job_paths",
+    "shutdown_path",
+]
+
+INSTANCES = "/instances"
+JOBS = "/jobs"
+CONTROL = "/control"
+
+
+def instance_path(instance_id: str) -> str:
+    """Process-level membership node of an instance."""
+    return f"{INSTANCES}/{instance_id}"
+
+
+def shutdown_path(instance_id: str) -> str:
+    """Remote graceful-shutdown request for an instance."""
+    return f"{CONTROL}/shutdown/{instance_id}"
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    """The paths of one job's subtree."""
+
+    job: str
+
+    @property
+    def root(self) -> str:
+        """``/jobs/{job}``."""
+        return f"{JOBS}/{self.job}"
+
+    @property
+    def config(self) -> str:
+        """Stored job configuration."""
+        return f"{self.root}/config"
+
+    @property
+    def instances(self) -> str:
+        """Parent of the job's membership nodes."""
+        return f"{self.root}/instances"
+
+    def instance(self, instance_id: str) -> str:
+        """Membership node of one instance in this job."""
+        return f"{self.instances}/{instance_id}"
+
+    @property
+    def leader(self) -> str:
+        """Ephemeral leader node."""
+        return f"{self.root}/leader"
+
+    @property
+    def sharding(self) -> str:
+        """The assignment document."""
+        return f"{self.root}/sharding"
+
+    @property
+    def necessary(self) -> str:
+        """Reshard-needed flag."""
+        return f"{self.root}/necessary"
+
+    @property
+    def running_root(self) -> str:
+        """Parent of the running marks."""
+        return f"{self.root}/running"
+
+    def running(self, item: int) -> str:
+        """Running mark of one item."""
+        return f"{self.running_root}/{item}"
+
+    @property
+    def failover_queue(self) -> str:
+        """Parent of queued orphaned items."""
+        return f"{self.root}/failover/queue"
+
+    def failover_item(self, item: int) -> str:
+        """Queue entry of one orphaned item."""
+        return f"{self.failover_queue}/{item}"
+
+    @property
+    def misfire_root(self) -> str:
+        """Parent of misfire marks."""
+        return f"{self.root}/misfire"
+
+    def misfire(self, item: int) -> str:
+        """Misfire mark of one item."""
+        return f"{self.misfire_root}/{item}"
+
+    @property
+    def disabled_job(self) -> str:
+        """Whole-job switch."""
+        return f"{self.root}/disabled/job"
+
+    @property
+    def disabled_items(self) -> str:
+        """Parent of disabled-item switches."""
+        return f"{self.root}/disabled/items"
+
+    def disabled_item(self, item: int) -> str:
+        """Switch of one item."""
+        return f"{self.disabled_items}/{item}"
+
+    @property
+    def disabled_instances(self) -> str:
+        """Parent of disabled-instance switches."""
+        return f"{self.root}/disabled/instances"
+
+    def disabled_instance(self, instance_id: str) -> str:
+        """Switch of one instance for this job."""
+        return f"{self.disabled_instances}/{instance_id}"
+
+    @property
+    def trigger_root(self) -> str:
+        """Parent of run-now requests."""
+        return f"{self.root}/trigger"
+
+    def trigger(self, instance_id: str) -> str:
+        """Run-now request for one instance."""
+        return f"{self.trigger_root}/{instance_id}"
+
+    @property
+    def once_root(self) -> str:
+        """Parent of cluster-wide-once listener markers."""
+        return f"{self.root}/once"
+
+    def once(self, marker: str) -> str:
+        """Marker of one cluster-wide-once listener call."""
+        return f"{self.once_root}/{marker}"
+
+
+def job_paths(job: str) -> JobPaths:
+    """Paths of the job named ``job``."""
+    return JobPaths(job)
+
+
+def parse_job_path(path: str) -> tuple[str, list[str]] | None:
+    """Split ``/jobs/{job}/rest...`` into (job, rest segments); None for other paths."""
+    if not path.startswith(JOBS + "/"):
+        return None
+    segs = path[len(JOBS) + 1 :].split("/")
+    return segs[0], segs[1:]

@@ -1,0 +1,252 @@
+"""The user-facing job API: subclass a job type and implement its method(s).
+
+* :class:`ShardedJob`: implement ``execute(ctx)`` (plain or ``async def``); it is
+  called once per item this instance owns at each trigger.
+* :class:`DataflowJob`: implement ``fetch_data(ctx)`` and ``process_data(ctx, data)``;
+  with ``streaming = True`` it loops until a fetch returns nothing or the runtime
+  asks it to stop (reshard pending, shutdown, fenced off).
+* :class:`ScriptJob`: set ``command``; it runs once per item with the context as
+  JSON (last argument and ``SHARDKEEPER_CONTEXT``); a non-zero exit is a failure.
+
+A job class can carry its configuration as the class attribute ``config``
+(a :class:`~shardkeeper.config.JobConfig`), or get one when it is added to a runtime.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from shardkeeper.errors import ShardkeeperError
+
+if TYPE_CHECKING:
+    from shardkeeper.config import JobConfig
+
+__all__ = [
+    "DataflowJob",
+    "JobListener",
+    "ScriptFailedError",
+    "ScriptJob",
+    "ShardedJob",
+    "ShardingContext",
+]
+
+log = logging.getLogger(__name__)
+
+
+def _always_true() -> bool:
+    return True
+
+
+def _never() -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class ShardingContext:
+    """What one call of a job handles: one item of one trigger.
+
+    ``execution_id`` is stable across re-runs of the same (fire time, item) (a
+    failover or misfire re-run keeps it): use it as an idempotency key.
+    ``fencing_token`` only grows: it is the store revision at which this execution's
+    running mark was written; pass it to external systems that can reject writes
+    carrying an older token. ``is_valid()`` turns false once this instance lost its
+    store session (another instance may run the item now): stop writing then.
+    """
+
+    job_name: str
+    item: int
+    item_parameter: str
+    sharding_total_count: int
+    job_parameter: str
+    fire_time: datetime
+    instance_id: str
+    execution_id: str
+    fencing_token: int = 0
+    is_failover: bool = False
+    is_misfire: bool = False
+    props: dict[str, str] = field(default_factory=dict)
+    _valid: Callable[[], bool] = field(default=_always_true, repr=False, compare=False)
+    _stop: Callable[[], bool] = field(default=_never, repr=False, compare=False)
+
+    def is_valid(self) -> bool:
+        """False once this execution is fenced off (session lost, item taken over)."""
+        return self._valid()
+
+    def should_stop(self) -> bool:
+        """True when a long-running execution should wrap up (shutdown, reshard
+        pending, fenced off)."""
+        return self._stop() or not self._valid()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly view (used by ScriptJob and logs)."""
+        return {
+            "job_name": self.job_name,
+            "item": self.item,
+            "item_parameter": self.item_parameter,
+            "sharding_total_count": self.sharding_total_count,
+            "job_parameter": self.job_parameter,
+            "fire_time": self.fire_time.isoformat(),
+            "instance_id": self.instance_id,
+            "execution_id": self.execution_id,
+            "fencing_token": self.fencing_token,
+            "is_failover": self.is_failover,
+            "is_misfire": self.is_misfire,
+            "props": dict(self.props),
+        }
+
+
+class ShardedJob:
+    """Base class of every job. Subclasses implement :meth:`execute`."""
+
+    #: optional configuration carried by the class
+    config: ClassVar[JobConfig | None] = None
+
+    def execute(self, ctx: ShardingContext) -> Any:
+        """Handle one item. May be ``async def``. An exception marks the item failed
+        (the job's error handler decides what else happens); the instance lives on."""
+        raise NotImplementedError(f"{type(self).__name__} must implement execute(ctx)")
+
+    def run_item(self, ctx: ShardingContext) -> None:
+        """Called by the runtime: runs :meth:`execute`, awaiting it if it is async."""
+        _call(self.execute, ctx)
+
+
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    result = fn(*args)
+    if inspect.isawaitable(result):
+        import asyncio
+
+        async def _await() -> Any:
+            return await result
+
+        return asyncio.run(_await())
+    return result
+
+
+class DataflowJob(ShardedJob):
+    """A job that fetches a batch of data for its item and processes it."""
+
+    #: keep fetching until a fetch returns nothing (or the runtime asks to stop)
+    streaming: ClassVar[bool] = False
+    #: upper bound of fetch/process rounds per execution in streaming mode
+    max_rounds: ClassVar[int] = 10_000
+
+    def fetch_data(self, ctx: ShardingContext) -> Sequence[Any]:
+        """Return the data to process for this item (empty: nothing to do)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement fetch_data(ctx)")
+
+    def process_data(self, ctx: ShardingContext, data: Sequence[Any]) -> Any:
+        """Process what :meth:`fetch_data` returned."""
+        raise NotImplementedError(f"{type(self).__name__} must implement process_data(ctx, data)")
+
+    def run_item(self, ctx: ShardingContext) -> None:
+        """One fetch/process round, or rounds until empty/stop when streaming."""
+        rounds = 0
+        while True:
+            data = _call(self.fetch_data, ctx)
+            if not data:
+                return
+            _call(self.process_data, ctx, data)
+            rounds += 1
+            if not self.streaming or ctx.should_stop() or rounds >= self.max_rounds:
+                return
+
+
+class ScriptFailedError(ShardkeeperError):
+    """A ScriptJob command exited with a non-zero code."""
+
+    def __init__(self, command: Sequence[str], code: int, output: str) -> None:
+        self.command = list(command)
+        self.code = code
+        self.output = output
+        tail = output.strip().splitlines()[-5:]
+        super().__init__(
+            f"script {' '.join(command)!r} exited with code {code}"
+            + (": " + " | ".join(tail) if tail else "")
+        )
+
+
+class ScriptJob(ShardedJob):
+    """Runs an external command once per item.
+
+    The context is passed as JSON in the last argument and in the environment
+    variable ``SHARDKEEPER_CONTEXT``; output (stdout+stderr) is captured and logged.
+    """
+
+    #: the command (argv list, or a string split by the shell rules of shlex)
+    command: ClassVar[Sequence[str] | str] = ()
+    #: seconds before the command is killed (None: no limit)
+    timeout: ClassVar[float | None] = None
+
+    def argv(self) -> list[str]:
+        """The command as an argv list."""
+        import shlex
+
+        cmd = self.command
+        argv = shlex.split(cmd) if isinstance(cmd, str) else list(cmd)
+        if not argv:
+            raise ShardkeeperError(f"{type(self).__name__}.command is empty; set the command")
+        return argv
+
+    def run_item(self, ctx: ShardingContext) -> None:
+        """Run the command; raise ScriptFailedError on a non-zero exit."""
+        payload = json.dumps(ctx.to_dict())
+        argv = [*self.argv(), payload]
+        env = {**os.environ, "SHARDKEEPER_CONTEXT": payload}
+        try:
+            proc = subprocess.run(
+                argv,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=self.timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            out = (exc.output or b"").decode(errors="replace")
+            raise ScriptFailedError(argv[:-1], -9, out + "\n(timed out)") from None
+        output = proc.stdout.decode(errors="replace")
+        self.last_output = output
+        if output:
+            log.info("script %s item %d output:\n%s", ctx.job_name, ctx.item, output.rstrip())
+        if proc.returncode != 0:
+            raise ScriptFailedError(argv[:-1], proc.returncode, output)
+
+
+class JobListener:
+    """Hooks around the executions of one trigger on this instance.
+
+    ``before_job``/``after_job`` run on each instance, with the contexts of the
+    items it runs for that trigger. Subclass and override what you need. An
+    exception in a listener is logged and does not stop the job.
+    """
+
+    def before_job(self, contexts: Sequence[ShardingContext]) -> None:
+        """Called before this instance runs its items of one trigger."""
+
+    def after_job(self, contexts: Sequence[ShardingContext]) -> None:
+        """Called after this instance ran its items of one trigger."""
+
+
+class ClusterOnceListener(JobListener):
+    """Hooks that run ONCE across the whole cluster for each trigger.
+
+    ``before_all`` runs on the first instance to start the trigger's items;
+    ``after_all`` on the instance that completes the last running item of the
+    trigger (checked through the registry). Delivery is at-most-once per trigger
+    and fire time.
+    """
+
+    def before_all(self, fire_time: datetime) -> None:
+        """Called once per trigger, before the first item runs anywhere."""
+
+    def after_all(self, fire_time: datetime) -> None:
+        """Called once per trigger, after the last item completes everywhere."""
