@@ -187,6 +187,15 @@ def test_etcd_cluster_healthy_and_keeps_quorum_after_a_kill(etcd_cluster: EtcdCl
     # the fixture restarts the killed member at teardown; the next test sees 3 healthy
 
 
+def test_ensure_all_up_repairs_paused_and_killed_members(zk_ensemble: ZooKeeperCluster) -> None:
+    zk_ensemble.pause(0)
+    zk_ensemble.kill(1)
+    assert not zk_ensemble.healthy()
+    assert zk_ensemble.ensure_all_up() == [0, 1]
+    assert zk_ensemble.healthy()
+    assert all(not s.paused for s in zk_ensemble.status())
+
+
 # ---- the up/status/down command ------------------------------------------------------
 
 

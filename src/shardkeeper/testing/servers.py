@@ -33,7 +33,6 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,7 +219,9 @@ class Member:
         return "address already in use" in text.lower()
 
 
-_LIVE: weakref.WeakSet[ServerCluster] = weakref.WeakSet()
+# Strong references on purpose: a cluster dropped without stop() must still be
+# stopped at exit, so garbage collection must not take it out of this set.
+_LIVE: set[ServerCluster] = set()
 _LIVE_LOCK = threading.Lock()
 
 
@@ -341,6 +342,10 @@ class ServerCluster:
                     self._kill_all()
                     if not port_clash:
                         raise
+                except BaseException:
+                    # Popen failing, Ctrl-C, a pytest timeout: never leave half a cluster
+                    self._kill_all()
+                    raise
             assert last is not None
             raise last
 
