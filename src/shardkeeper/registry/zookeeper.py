@@ -1,0 +1,1048 @@
+"""ZooKeeper backend of the :class:`~shardkeeper.registry.base.CoordinationStore` contract.
+
+Built on kazoo 2.11. The contract is documented once, in ``base.py``; this module only
+records how each part maps onto ZooKeeper and the choices that mapping forced.
+
+Namespace
+    The store confines itself to the znode ``/<namespace>`` with a client-side chroot
+    (as the Java client and kazoo do: ZooKeeper itself has no chroot). :meth:`start`
+    creates that node if it is absent. Ancestors of a multi-segment namespace
+    (``/team`` for ``team/app``) are created world-open, so that namespaces with
+    different credentials can live side by side; the namespace node and everything
+    below it carry the store's ACL.
+
+Credentials
+    With a user name, the session adds ``digest`` auth and every node it creates gets a
+    digest ACL for that user only (``make_digest_acl(..., all=True)``). Another client
+    without those credentials gets ``NoAuth`` -> :class:`StoreAuthError`; :meth:`start`
+    probes the namespace node so that wrong credentials fail there, not later.
+
+Node fields
+    ``version`` = ``stat.version``, ``revision`` = ``stat.mzxid``, ``created_revision`` =
+    ``stat.czxid``, ``ephemeral`` = ``stat.ephemeralOwner != 0``.
+
+Commits
+    A commit is one ZooKeeper ``multi``. ZooKeeper can only check a data *version*
+    inside a multi, so the other conditions are derived from a pre-read:
+
+    ============================== ================================================
+    operation                      inside the multi
+    ============================== ================================================
+    ``Check(version=v)``           ``check(path, v)`` (native)
+    ``Check(exists/value/created_ if the pre-read satisfies the condition:
+    revision)``                    ``check(path, pre-read version)``; else the
+                                   commit fails without sending anything
+    ``Check(exists=False)``        *absence guard*: ``create(g)`` + ``delete(g)``
+                                   where ``g`` is the path (or, when its parent is
+                                   missing, the first missing ancestor segment)
+    ``Create``                     ``create`` (NodeExists -> failed commit)
+    ``Put``                        present with the right kind: ``set_data(path,
+                                   pre-read version)``; wrong ephemeral kind:
+                                   ``delete`` + ``create``; absent: ``create``
+    ``Delete``                     present: ``delete``; absent: absence guard
+    ============================== ================================================
+
+    Every check and guard comes first in the multi, so conditions are evaluated against
+    the state *before* the commit (as etcd's ``If``/``Then`` does). When the multi
+    fails on an operation derived from the pre-read, something changed concurrently:
+    the commit re-reads and retries, at most ``_COMMIT_ATTEMPTS`` times; if the store
+    keeps changing it reports a failed commit naming the contended path. Parents of
+    ``Create``/``Put`` are created (persistent, empty) before the multi when it fails
+    for a missing parent; that is idempotent. The result's ``revision`` is the multi's
+    own zxid, read from the reply header (``_Multi``), so it equals the
+    ``created_revision`` of every node the commit created.
+
+    Known limit: a version check cannot tell two incarnations of a node apart. If a
+    node is deleted and re-created with the same data version between the pre-read
+    and the multi, a derived ``value``/``created_revision`` check passes against the
+    new incarnation. An ephemeral node of our own session is immune (it can only be
+    deleted explicitly, or by expiry, which also kills the multi).
+
+Ephemeral nodes
+    Bound to the kazoo session. ``put(ephemeral=True)`` on a node that is persistent
+    or owned by another session replaces it (``delete`` + ``create`` in one multi).
+
+Watches
+    kazoo 2.11 has no persistent recursive watch (``addWatch``), and it forgets every
+    one-shot watch when the connection drops (it never sends ``SetWatches``). So each
+    :meth:`ZooKeeperStore.watch` runs a lean tree watcher: a data watch and a child
+    watch on every node under the prefix (an exists watch on the prefix while it is
+    absent) and a cache ``{path: (czxid, mzxid)}``. kazoo callbacks only enqueue; the
+    store's single event thread re-reads the node that fired (re-arming its watch),
+    diffs against the cache and emits CREATED/CHANGED/DELETED. Consequences: rapid
+    changes to one node may be coalesced into one CHANGED carrying the latest value; a
+    delete + re-create seen late is emitted as DELETED then CREATED (czxid differs).
+    After RECONNECTED, or CONNECTED on a new session, every watcher re-reads its whole
+    subtree, diffs and emits what changed, so no change is silently lost. A read that
+    fails inside the event thread marks the watcher dirty; it is re-synced as soon as
+    the connection allows. Initial state is not emitted: a watch reports changes.
+
+Connection states
+    kazoo CONNECTED on the first session -> CONNECTED; SUSPENDED -> SUSPENDED;
+    CONNECTED with the same session id -> RECONNECTED; LOST -> LOST, and kazoo's next
+    session -> CONNECTED. kazoo's listener only enqueues; listeners run on the event
+    thread. Threads per store: kazoo's three (connection, completion, callback) plus
+    the one event thread, whatever the number of watches.
+
+Errors and timeouts
+    Every request is sent asynchronously and awaited against a per-call deadline of
+    ``operation_timeout``; kazoo exceptions are translated in :meth:`_errors` only.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo import exceptions as kz
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol import serialization as zkproto
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent, ZnodeStat
+from kazoo.retry import KazooRetry
+from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
+
+from shardkeeper.errors import (
+    ConfigError,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionLostError,
+    StoreAuthError,
+    StoreError,
+    StoreLimitError,
+    StoreUnavailableError,
+)
+from shardkeeper.registry.base import (
+    Check,
+    CommitResult,
+    ConnectionState,
+    CoordinationStore,
+    Create,
+    Delete,
+    EventKind,
+    Node,
+    Op,
+    Put,
+    StateListener,
+    Subscription,
+    WatchEvent,
+    WatchListener,
+    check_path,
+)
+from shardkeeper.registry.url import RegistrySettings
+
+__all__ = ["ZooKeeperStore"]
+
+_log = logging.getLogger(__name__)
+
+#: how often a commit re-reads and retries when a pre-read node changed under it
+_COMMIT_ATTEMPTS = 8
+#: ZooKeeper refuses packets over jute.maxbuffer (1 MiB - 1) by dropping the
+#: connection, which would suspend every user of the session: refuse earlier
+_MAX_PAYLOAD = 1_000_000
+#: how often a dirty watcher is retried while its re-sync keeps failing
+_DIRTY_RETRY = 0.25
+
+
+def _parent(path: str) -> str:
+    return path.rsplit("/", 1)[0] or "/"
+
+
+def _child(path: str, name: str) -> str:
+    return f"{path}/{name}" if path != "/" else f"/{name}"
+
+
+def _ancestors(path: str) -> list[str]:
+    """Proper ancestors of ``path`` below ``/``, top-down (``/a/b/c`` -> ``/a``, ``/a/b``)."""
+    segs = path.strip("/").split("/")[:-1]
+    return ["/" + "/".join(segs[: i + 1]) for i in range(len(segs))]
+
+
+def _node(path: str, value: bytes, stat: ZnodeStat) -> Node:
+    return Node(
+        path=path,
+        value=value,
+        version=stat.version,
+        revision=stat.mzxid,
+        created_revision=stat.czxid,
+        ephemeral=stat.ephemeralOwner != 0,
+    )
+
+
+class _Multi(zkproto.Transaction):  # type: ignore[misc]
+    """A ``multi`` request whose result also carries the reply header's zxid.
+
+    kazoo stores the header zxid in ``client.last_zxid`` on its connection thread right
+    before it deserializes the body, so reading it here is race-free; afterwards it may
+    already belong to a later reply. (kazoo 2.11 internals: keep in step when upgrading.)
+    """
+
+    client: KazooClient
+
+    def deserialize(self, data: bytes, offset: int) -> tuple[list[Any], int]:
+        return zkproto.Transaction.deserialize(data, offset), self.client.last_zxid
+
+
+@dataclass
+class _TreeWatch:
+    """State of one prefix watch; only the event thread touches the cache."""
+
+    prefix: str
+    listener: WatchListener
+    events: queue.SimpleQueue[Any]
+    #: path -> (czxid, mzxid) of every node seen under the prefix
+    cache: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: path -> cached child paths (so a vanished subtree is found without a scan)
+    kids: dict[str, set[str]] = field(default_factory=dict)
+    dirty: bool = False
+    cancelled: bool = False
+
+    def on_zk(self, event: WatchedEvent) -> None:
+        # runs on kazoo's callback thread: never read here, only hand over
+        self.events.put(("watch", self, event))
+
+
+@dataclass
+class _Pending:
+    """A request handed to the event thread by a caller that waits for it."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
+_STOP = object()
+
+
+class ZooKeeperStore(CoordinationStore):
+    """The :class:`CoordinationStore` on a ZooKeeper ensemble (see module docstring)."""
+
+    def __init__(self, settings: RegistrySettings) -> None:
+        self._settings = settings
+        self.namespace = settings.namespace
+        self._chroot = "/" + settings.namespace.strip("/")
+        self._client: KazooClient | None = None
+        self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self._state = ConnectionState.LOST
+        self._sid: int | None = None
+        self._first_session = threading.Event()
+        self._negotiated: float | None = None
+        self._round_trips = 0
+        self._watches: list[_TreeWatch] = []
+        self._state_listeners: list[tuple[Subscription, StateListener]] = []
+        self._acl: list[Any] | None = None
+        if settings.username:
+            self._acl = [make_digest_acl(settings.username, settings.password or "", all=True)]
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect, create the namespace node if absent and check our credentials on it."""
+        if self._closed:
+            raise StoreUnavailableError(
+                f"ZooKeeper store for namespace {self.namespace!r} is closed; open a new one"
+            )
+        if self._client is not None:
+            return
+        s = self._settings
+        auth = {("digest", f"{s.username}:{s.password or ''}")} if s.username else None
+        client = KazooClient(
+            hosts=s.hosts_string,
+            timeout=s.session_timeout,
+            # kazoo's default back-off grows to an hour; a restarted server must be
+            # found again well within the session timeout so the session survives
+            connection_retry=KazooRetry(
+                max_tries=-1, delay=0.05, backoff=2, max_jitter=0.2, max_delay=0.5
+            ),
+            auth_data=auth,
+            default_acl=self._acl,
+        )
+        self._capture_negotiated_timeout(client)
+        client.add_listener(self._on_kazoo_state)
+        self._client = client
+        self._thread = threading.Thread(
+            target=self._run, name=f"shardkeeper-zk-events[{self.namespace}]", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + s.connection_timeout
+        client.start_async()
+        connected = self._first_session.wait(s.connection_timeout)
+        if not connected:
+            self.close()
+            raise StoreUnavailableError(
+                f"cannot reach ZooKeeper at {s.hosts_string} within the connection "
+                f"timeout of {s.connection_timeout:g}s"
+            )
+        try:
+            self._prepare_namespace(client, max(deadline, time.monotonic() + 0.5))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """End the session, stop the event thread and every watch; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            watches, self._watches = self._watches, []
+        for w in watches:
+            w.cancelled = True
+        client = self._client
+        if client is not None:
+            try:
+                client.stop()
+                client.close()
+            except Exception:  # a store already down must still close quietly
+                _log.debug("error while closing the ZooKeeper client", exc_info=True)
+        self._events.put(_STOP)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=self._settings.operation_timeout + 1)
+        self._state = ConnectionState.LOST
+
+    @property
+    def session_id(self) -> str:
+        """The ZooKeeper session id in hex (``''`` before the first session)."""
+        return hex(self._sid) if self._sid is not None else ""
+
+    @property
+    def state(self) -> ConnectionState:
+        """The latest connection state, as delivered to state listeners."""
+        return self._state
+
+    @property
+    def session_timeout(self) -> float:
+        """The session timeout the server negotiated, in seconds."""
+        if self._negotiated is not None:
+            return self._negotiated
+        return self._settings.session_timeout
+
+    @property
+    def round_trips(self) -> int:
+        """Requests sent so far (a multi counts as one)."""
+        return self._round_trips
+
+    @property
+    def kazoo_client(self) -> KazooClient:
+        """The underlying KazooClient, for fault-injection helpers in tests."""
+        return self._zk
+
+    # -- reads -----------------------------------------------------------------
+
+    def get(self, path: str) -> Node | None:
+        """The node at ``path``, or None."""
+        check_path(path)
+        with self._errors(path):
+            dl = self._deadline()
+            try:
+                data, stat = self._call(dl, self._zk.get_async, path)
+            except kz.NoNodeError:
+                return None
+            return _node(path, data, stat)
+
+    def exists(self, path: str) -> bool:
+        """Whether a node exists at ``path`` (ZooKeeper keeps parents as real nodes)."""
+        check_path(path)
+        with self._errors(path):
+            return self._call(self._deadline(), self._zk.exists_async, path) is not None
+
+    def children(self, path: str) -> list[str]:
+        """Sorted names of the children of ``path``; empty if it does not exist."""
+        check_path(path)
+        with self._errors(path):
+            try:
+                return sorted(self._call(self._deadline(), self._zk.get_children_async, path))
+            except kz.NoNodeError:
+                return []
+
+    def get_tree(self, path: str) -> dict[str, Node]:
+        """Every node at or below ``path``, read level by level with pipelined requests."""
+        check_path(path)
+        with self._errors(path):
+            tree = self._walk(self._deadline(), path, with_data=True)
+            return {p: _node(p, *ds) for p, ds in tree.items() if ds is not None}
+
+    # -- writes ----------------------------------------------------------------
+
+    def put(self, path: str, value: bytes, *, ephemeral: bool = False) -> Node:
+        """Create or overwrite ``path``; afterwards it is ephemeral (ours) iff asked."""
+        check_path(path)
+        self._check_payload(path, len(value))
+        if ephemeral and path == "/":
+            raise ConfigError("the namespace root '/' cannot be ephemeral")
+        with self._errors(path):
+            dl = self._deadline()
+            zk = self._zk
+            for _ in range(_COMMIT_ATTEMPTS):
+                try:
+                    stat = self._call(dl, zk.set_async, path, value)
+                except kz.NoNodeError:
+                    created = self._create_node(dl, path, value, ephemeral)
+                    if created is not None:
+                        return _node(path, value, created)
+                    continue  # created by someone else meanwhile: overwrite it
+                if stat.ephemeralOwner == self._wanted_owner(ephemeral):
+                    return _node(path, value, stat)
+                # wrong kind: replace it in one multi, guarded by the version just written
+                results, zxid = self._multi(
+                    dl,
+                    [
+                        zkproto.Delete(self._full(path), stat.version),
+                        self._create_op(path, value, ephemeral),
+                    ],
+                )
+                if _first_error(results) is None:
+                    return Node(path, value, 0, zxid, zxid, ephemeral)
+            raise StoreError(f"put {path}: the node kept changing concurrently; try again")
+
+    def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False) -> Node | None:
+        """Create ``path`` if absent (parents made persistent); None if it existed."""
+        check_path(path)
+        self._check_payload(path, len(value))
+        if path == "/":
+            return None
+        with self._errors(path):
+            stat = self._create_node(self._deadline(), path, value, ephemeral)
+            return None if stat is None else _node(path, value, stat)
+
+    def delete(self, path: str, *, recursive: bool = True) -> None:
+        """Delete ``path`` (and its subtree if recursive); ``/`` keeps the namespace node."""
+        check_path(path)
+        with self._errors(path):
+            dl = self._deadline()
+            zk = self._zk
+            if not recursive:
+                if path == "/":
+                    if self._call(dl, zk.get_children_async, path):
+                        raise StoreError("cannot delete '/': it has children (use recursive)")
+                    return
+                try:
+                    self._call(dl, zk.delete_async, path)
+                except kz.NoNodeError:
+                    pass
+                except kz.NotEmptyError:
+                    raise StoreError(
+                        f"cannot delete {path}: it has children (use recursive=True)"
+                    ) from None
+                return
+            for _ in range(_COMMIT_ATTEMPTS):
+                tree = self._walk(dl, path, with_data=False)
+                tree.pop("/", None)
+                by_depth: dict[int, list[str]] = {}
+                for p in tree:
+                    by_depth.setdefault(p.count("/"), []).append(p)
+                try:
+                    for depth in sorted(by_depth, reverse=True):
+                        sent = [self._send(zk.delete_async, p) for p in by_depth[depth]]
+                        for ar in sent:
+                            with suppress(kz.NoNodeError):
+                                self._wait(ar, dl)
+                    return
+                except kz.NotEmptyError:
+                    continue  # a child appeared while we walked: walk again
+            raise StoreError(f"delete {path}: children kept appearing concurrently")
+
+    def commit(self, ops: Sequence[Op]) -> CommitResult:
+        """Apply ``ops`` in one ZooKeeper multi (see the module docstring's table)."""
+        ops = list(ops)
+        if len(ops) > self.max_ops_per_commit:
+            raise StoreLimitError(
+                f"a commit carries at most {self.max_ops_per_commit} operations; got {len(ops)}"
+            )
+        size = 0
+        for op in ops:
+            check_path(op.path)
+            if isinstance(op, Create | Put):
+                size += len(op.value)
+                if op.ephemeral and op.path == "/":
+                    raise ConfigError("the namespace root '/' cannot be ephemeral")
+        self._check_payload("commit", size)
+        with self._errors("commit"):
+            return self._commit(self._deadline(), ops)
+
+    # -- watches and listeners ------------------------------------------------------
+
+    def watch(self, prefix: str, listener: WatchListener) -> Subscription:
+        """Watch every change at or below ``prefix`` (established when this returns)."""
+        check_path(prefix)
+        _ = self._zk  # raises unless started
+        w = _TreeWatch(prefix, listener, self._events)
+        sub = Subscription(cancel_fn=lambda: self._unwatch(w))
+        if threading.current_thread() is self._thread:
+            self._add_watch(w)
+            return sub
+        pending = _Pending()
+        self._events.put(("add_watch", w, pending))
+        if not pending.done.wait(self._settings.operation_timeout + 1):
+            w.cancelled = True
+            raise OperationTimeoutError(
+                f"watch {prefix}: not established within {self._settings.operation_timeout:g}s"
+            )
+        if pending.error is not None:
+            raise pending.error
+        return sub
+
+    def add_state_listener(self, listener: StateListener) -> Subscription:
+        """Deliver connection-state changes to ``listener`` on the event thread."""
+        entry: list[tuple[Subscription, StateListener]] = []
+
+        def cancel() -> None:
+            with self._lock:
+                if entry[0] in self._state_listeners:
+                    self._state_listeners.remove(entry[0])
+
+        sub = Subscription(cancel_fn=cancel)
+        entry.append((sub, listener))
+        with self._lock:
+            self._state_listeners.append(entry[0])
+        return sub
+
+    # -- plumbing: requests, deadlines, errors ---------------------------------------
+
+    @property
+    def _zk(self) -> KazooClient:
+        client = self._client
+        if client is None or self._closed:
+            state = "closed" if self._closed else "not started"
+            raise StoreUnavailableError(
+                f"ZooKeeper store for namespace {self.namespace!r} is {state}"
+            )
+        return client
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self._settings.operation_timeout
+
+    def _send(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            self._round_trips += 1
+        return fn(*args, **kwargs)
+
+    @staticmethod
+    def _wait(async_result: Any, deadline: float) -> Any:
+        return async_result.get(timeout=max(deadline - time.monotonic(), 0.0))
+
+    def _call(self, deadline: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._wait(self._send(fn, *args, **kwargs), deadline)
+
+    def _full(self, path: str) -> str:
+        """The absolute ZooKeeper path (multi ops bypass kazoo's chroot handling)."""
+        return self._chroot if path == "/" else self._chroot + path
+
+    def _multi(self, deadline: float, ops: list[Any]) -> tuple[list[Any], int]:
+        request = _Multi(ops)
+        request.client = self._zk
+        async_result = self._zk.handler.async_result()
+        self._send(self._zk._call, request, async_result)
+        results, zxid = self._wait(async_result, deadline)
+        return list(results), int(zxid)
+
+    def _create_op(self, path: str, value: bytes, ephemeral: bool) -> Any:
+        return zkproto.Create(
+            self._full(path), value, self._acl or OPEN_ACL_UNSAFE, 1 if ephemeral else 0
+        )
+
+    def _wanted_owner(self, ephemeral: bool) -> int | None:
+        if not ephemeral:
+            return 0
+        cid = self._zk.client_id
+        return cid[0] if cid else None
+
+    def _check_payload(self, what: str, size: int) -> None:
+        if size > _MAX_PAYLOAD:
+            raise StoreLimitError(
+                f"{what}: {size} bytes of values exceed ZooKeeper's request limit; keep "
+                f"values under {_MAX_PAYLOAD} bytes in total"
+            )
+
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """Translate kazoo exceptions into shardkeeper's (the one place that does)."""
+        hosts, t = self._settings.hosts_string, self._settings.operation_timeout
+        try:
+            yield
+        except KazooTimeoutError:
+            raise OperationTimeoutError(
+                f"{what}: ZooKeeper at {hosts} did not answer within {t:g}s; the outcome is unknown"
+            ) from None
+        except (kz.ConnectionLoss, kz.ConnectionClosedError) as e:
+            raise StoreUnavailableError(
+                f"{what}: lost the connection to ZooKeeper at {hosts} ({type(e).__name__})"
+            ) from None
+        except (kz.SessionExpiredError, kz.SessionMovedError):
+            raise SessionLostError(f"{what}: the ZooKeeper session expired") from None
+        except (kz.NoAuthError, kz.AuthFailedError, kz.InvalidACLError) as e:
+            raise StoreAuthError(
+                f"{what}: ZooKeeper refused access ({type(e).__name__}): check the "
+                "user name and password of the registry URL"
+            ) from None
+        except kz.NoNodeError:
+            raise NoNodeError(what) from None
+        except kz.NodeExistsError:
+            raise NodeExistsError(what) from None
+        except kz.NoChildrenForEphemeralsError:
+            raise StoreError(f"{what}: an ephemeral node cannot have children") from None
+        except kz.KazooException as e:
+            raise StoreError(f"{what}: ZooKeeper error {type(e).__name__}: {e}") from e
+
+    # -- plumbing: writes --------------------------------------------------------------
+
+    def _ensure(self, deadline: float, paths: list[str]) -> None:
+        """Create ``paths`` (top-down, persistent, empty) unless present, pipelined:
+        ZooKeeper applies one session's requests in order."""
+        sent = [self._send(self._zk.create_async, p, b"") for p in paths]
+        for ar in sent:
+            with suppress(kz.NodeExistsError):
+                self._wait(ar, deadline)
+
+    def _create_node(
+        self, deadline: float, path: str, value: bytes, ephemeral: bool
+    ) -> ZnodeStat | None:
+        """Create ``path`` with its parents; the new stat, or None if it existed."""
+        for attempt in range(3):
+            try:
+                _, stat = self._call(
+                    deadline,
+                    self._zk.create_async,
+                    path,
+                    value,
+                    ephemeral=ephemeral,
+                    include_data=True,
+                )
+                return stat
+            except kz.NodeExistsError:
+                return None
+            except kz.NoNodeError:
+                # optimistic: parents usually exist, so only pay for them when missing
+                if attempt == 2:
+                    raise NoNodeError(_parent(path)) from None
+                self._ensure(deadline, _ancestors(path))
+        raise AssertionError("unreachable")
+
+    def _commit(self, deadline: float, ops: list[Op]) -> CommitResult:
+        targets = {op.path for op in ops if isinstance(op, Create | Put)}
+        # path -> guard to use instead of create+delete of the path itself:
+        # ("pair", first missing ancestor) or ("exists", ephemeral ancestor)
+        guards: dict[str, tuple[str, str]] = {}
+        ensured: set[str] = set()
+        last_contended = ops[0].path if ops else None
+        for _ in range(_COMMIT_ATTEMPTS):
+            plan = self._plan(deadline, ops, guards)
+            if isinstance(plan, CommitResult):
+                return plan
+            zk_ops, origins = plan
+            results, zxid = self._multi(deadline, zk_ops)
+            failed = _first_error(results)
+            if failed is None:
+                return CommitResult(True, revision=zxid)
+            index, exc = failed
+            kind, op = origins[index]
+            if kind == "guard" and isinstance(exc, kz.NoChildrenForEphemeralsError):
+                # nothing can live below an ephemeral node: its existence is the guard
+                _mode, g = guards.get(op.path, ("pair", op.path))
+                guards[op.path] = ("exists", _parent(g))
+                continue
+            if isinstance(exc, kz.NoChildrenForEphemeralsError):
+                raise exc
+            if isinstance(exc, kz.NotEmptyError):
+                raise StoreError(f"commit cannot delete {op.path}: it has children (delete leaves)")
+            if kind == "user":
+                if isinstance(exc, kz.NoNodeError) and isinstance(op, Create):
+                    if op.path in ensured:
+                        raise NoNodeError(_parent(op.path))
+                    ensured.add(op.path)
+                    self._ensure_for_commit(deadline, op.path, targets)
+                    continue
+                return CommitResult(False, failed_path=op.path)
+            if kind == "create" and isinstance(exc, kz.NoNodeError):
+                if op.path in ensured:
+                    raise NoNodeError(_parent(op.path))
+                ensured.add(op.path)
+                self._ensure_for_commit(deadline, op.path, targets)
+                continue
+            if kind == "guard" and isinstance(exc, kz.NoNodeError):
+                guards[op.path] = ("pair", self._absent_guard(deadline, op.path))
+                continue
+            # an operation derived from the pre-read failed: the store changed, re-read
+            last_contended = op.path
+        return CommitResult(False, failed_path=last_contended)
+
+    def _ensure_for_commit(self, deadline: float, path: str, targets: set[str]) -> None:
+        # ancestors the commit creates itself must not be created here: that would
+        # turn the commit's own Create of them into a NodeExists failure
+        todo: list[str] = []
+        for a in _ancestors(path):
+            if a in targets:
+                break
+            todo.append(a)
+        self._ensure(deadline, todo)
+
+    def _absent_guard(self, deadline: float, path: str) -> str:
+        """The path whose create+delete proves ``path`` absent when its parent is missing:
+        the first missing ancestor segment (nothing can be below a missing node)."""
+        anc = _ancestors(path)
+        sent = [self._send(self._zk.exists_async, a) for a in anc]
+        stats = [self._wait(ar, deadline) for ar in sent]
+        for a, st in zip(anc, stats, strict=True):
+            if st is None:
+                return a
+        return path
+
+    def _plan(
+        self, deadline: float, ops: list[Op], guards: dict[str, tuple[str, str]]
+    ) -> CommitResult | tuple[list[Any], list[tuple[str, Op]]]:
+        """Pre-read what the conditions need and build the multi, checks first; or a
+        failed result when a condition is already false."""
+        zk = self._zk
+        need = {
+            op.path
+            for op in ops
+            if isinstance(op, Put | Delete) or (isinstance(op, Check) and op.version is None)
+        }
+        sent = {p: self._send(zk.get_async, p) for p in sorted(need)}
+        seen: dict[str, tuple[bytes, ZnodeStat] | None] = {}
+        for p, ar in sent.items():
+            try:
+                seen[p] = self._wait(ar, deadline)
+            except kz.NoNodeError:
+                seen[p] = None
+        checks: list[tuple[Any, tuple[str, Op]]] = []
+        writes: list[tuple[Any, tuple[str, Op]]] = []
+
+        def guard(op: Op) -> None:
+            mode, g = guards.get(op.path, ("pair", op.path))
+            if mode == "exists":
+                checks.append((zkproto.CheckVersion(self._full(g), -1), ("guard", op)))
+                return
+            acl = self._acl or OPEN_ACL_UNSAFE
+            checks.append((zkproto.Create(self._full(g), b"", acl, 0), ("guard", op)))
+            checks.append((zkproto.Delete(self._full(g), -1), ("guard", op)))
+
+        for op in ops:
+            full = self._full(op.path)
+            if isinstance(op, Check):
+                if op.version is not None:
+                    checks.append((zkproto.CheckVersion(full, op.version), ("user", op)))
+                    continue
+                got = seen[op.path]
+                if op.exists is False:
+                    if got is not None:
+                        return CommitResult(False, failed_path=op.path)
+                    guard(op)
+                    continue
+                if got is None:
+                    return CommitResult(False, failed_path=op.path)
+                value, stat = got
+                if (op.value is not None and value != op.value) or (
+                    op.created_revision is not None and stat.czxid != op.created_revision
+                ):
+                    return CommitResult(False, failed_path=op.path)
+                checks.append((zkproto.CheckVersion(full, stat.version), ("derived", op)))
+            elif isinstance(op, Create):
+                writes.append((self._create_op(op.path, op.value, op.ephemeral), ("user", op)))
+            elif isinstance(op, Put):
+                got = seen[op.path]
+                if got is None:
+                    writes.append(
+                        (self._create_op(op.path, op.value, op.ephemeral), ("create", op))
+                    )
+                    continue
+                stat = got[1]
+                if stat.ephemeralOwner == self._wanted_owner(op.ephemeral):
+                    writes.append((zkproto.SetData(full, op.value, stat.version), ("derived", op)))
+                else:
+                    writes.append((zkproto.Delete(full, stat.version), ("derived", op)))
+                    writes.append(
+                        (self._create_op(op.path, op.value, op.ephemeral), ("derived", op))
+                    )
+            else:
+                if seen[op.path] is None:
+                    guard(op)
+                else:
+                    writes.append((zkproto.Delete(full, -1), ("derived", op)))
+        both = checks + writes
+        return [z for z, _ in both], [o for _, o in both]
+
+    def _walk(
+        self, deadline: float, root: str, *, with_data: bool
+    ) -> dict[str, tuple[bytes, ZnodeStat] | None]:
+        """The subtree at ``root`` in breadth-first order, one pipelined batch per level."""
+        zk = self._zk
+        out: dict[str, tuple[bytes, ZnodeStat] | None] = {}
+        level = [root]
+        while level:
+            sent = [
+                (
+                    p,
+                    self._send(zk.get_async, p) if with_data else None,
+                    self._send(zk.get_children_async, p),
+                )
+                for p in level
+            ]
+            level = []
+            for p, data_ar, kids_ar in sent:
+                try:
+                    data = self._wait(data_ar, deadline) if data_ar is not None else None
+                    kids = self._wait(kids_ar, deadline)
+                except kz.NoNodeError:
+                    continue  # deleted while we walked
+                out[p] = data
+                level.extend(_child(p, k) for k in sorted(kids))
+        return out
+
+    def _prepare_namespace(self, client: KazooClient, deadline: float) -> None:
+        with self._errors(self._chroot):
+            try:
+                # reading the children needs READ: wrong credentials fail here, at start
+                self._call(deadline, client.get_children_async, self._chroot)
+            except kz.NoNodeError:
+                sent = [
+                    self._send(client.create_async, a, b"", acl=OPEN_ACL_UNSAFE)
+                    for a in _ancestors(self._chroot)
+                ]
+                sent.append(self._send(client.create_async, self._chroot, b""))
+                for ar in sent:
+                    with suppress(kz.NodeExistsError):
+                        self._wait(ar, deadline)
+                self._call(deadline, client.get_children_async, self._chroot)
+        # set_hosts() refuses to change the chroot and start() only warns when it is
+        # missing, so the client starts unrooted and is rooted once the node exists
+        client.chroot = self._chroot
+
+    def _capture_negotiated_timeout(self, client: KazooClient) -> None:
+        # kazoo logs the negotiated session timeout but does not keep it; its private
+        # _connect returns (read, connect) timeouts with connect = negotiated / #hosts
+        conn = getattr(client, "_connection", None)
+        original = getattr(conn, "_connect", None)
+        if conn is None or original is None:
+            return
+
+        def _connect(*args: Any) -> Any:
+            read_timeout, connect_timeout = original(*args)
+            self._negotiated = connect_timeout * len(client.hosts) / 1000.0
+            return read_timeout, connect_timeout
+
+        conn._connect = _connect
+
+    # -- the event thread ---------------------------------------------------------------
+
+    def _on_kazoo_state(self, kstate: str) -> None:
+        # runs on kazoo's connection thread: record the session id, hand over, return
+        sid = None
+        if kstate == KazooState.CONNECTED and self._client is not None:
+            cid = self._client.client_id
+            sid = cid[0] if cid else None
+        self._events.put(("state", kstate, sid))
+
+    def _run(self) -> None:
+        while True:
+            dirty = any(w.dirty for w in list(self._watches))
+            try:
+                item = self._events.get(timeout=_DIRTY_RETRY if dirty else None)
+            except queue.Empty:
+                item = None
+            if item is _STOP:
+                return
+            try:
+                if item is not None:
+                    self._handle(item)
+                if dirty and self._client is not None and self._client.connected:
+                    for w in list(self._watches):
+                        if w.dirty and not w.cancelled:
+                            self._sync(w, [w.prefix], full=True, emit=True)
+            except Exception:
+                _log.exception("shardkeeper ZooKeeper event thread: unexpected error")
+
+    def _handle(self, item: tuple[Any, ...]) -> None:
+        kind = item[0]
+        if kind == "watch":
+            w, event = item[1], item[2]
+            if w.cancelled or event.type == EventType.NONE:
+                # NONE: kazoo dropped its watches with the connection; the state
+                # event that follows triggers the re-sync
+                return
+            self._sync(w, [event.path], full=False, data_only=event.type == EventType.CHANGED)
+        elif kind == "state":
+            self._handle_state(item[1], item[2])
+        elif kind == "add_watch":
+            w, pending = item[1], item[2]
+            try:
+                self._add_watch(w)
+            except BaseException as e:
+                pending.error = e
+            pending.done.set()
+
+    def _handle_state(self, kstate: str, sid: int | None) -> None:
+        if self._closed:
+            return
+        if kstate == KazooState.SUSPENDED:
+            self._deliver_state(ConnectionState.SUSPENDED)
+        elif kstate == KazooState.LOST:
+            self._deliver_state(ConnectionState.LOST)
+        elif kstate == KazooState.CONNECTED:
+            first = self._sid is None
+            if not first and sid == self._sid and self._state != ConnectionState.LOST:
+                self._deliver_state(ConnectionState.RECONNECTED)
+            else:
+                if not first and self._state != ConnectionState.LOST:
+                    # a new session without a LOST seen: its ephemerals are gone all the same
+                    self._deliver_state(ConnectionState.LOST)
+                self._sid = sid
+                self._deliver_state(ConnectionState.CONNECTED)
+            self._first_session.set()
+            if not first:
+                for w in list(self._watches):
+                    if not w.cancelled:
+                        self._sync(w, [w.prefix], full=True, emit=True)
+
+    def _deliver_state(self, state: ConnectionState) -> None:
+        self._state = state
+        with self._lock:
+            listeners = list(self._state_listeners)
+        for sub, listener in listeners:
+            if sub.cancelled:
+                continue
+            try:
+                listener(state)
+            except Exception:
+                _log.exception("state listener %r failed on %s", listener, state.value)
+
+    def _add_watch(self, w: _TreeWatch) -> None:
+        with self._errors(w.prefix):
+            self._sync(w, [w.prefix], full=True, emit=False, strict=True)
+        with self._lock:
+            if self._closed:
+                raise StoreUnavailableError(f"ZooKeeper store for {self.namespace!r} is closed")
+            if not w.cancelled:  # the caller may have given up waiting
+                self._watches.append(w)
+
+    def _unwatch(self, w: _TreeWatch) -> None:
+        w.cancelled = True
+        with self._lock:
+            if w in self._watches:
+                self._watches.remove(w)
+
+    def _emit(self, w: _TreeWatch, event: WatchEvent) -> None:
+        if w.cancelled:
+            return
+        try:
+            w.listener(event)
+        except Exception:
+            _log.exception("watch listener on %s failed on %s", w.prefix, event)
+
+    def _sync(
+        self,
+        w: _TreeWatch,
+        paths: list[str],
+        *,
+        full: bool,
+        emit: bool = True,
+        data_only: bool = False,
+        strict: bool = False,
+    ) -> None:
+        """Re-read ``paths`` (re-arming their watches), diff with the cache, emit, and
+        descend into new children (into every child when ``full``). A failed read marks
+        the watcher dirty (re-synced later) unless ``strict``, which raises instead."""
+        try:
+            self._sync_levels(w, paths, full=full, emit=emit, data_only=data_only)
+        except (kz.KazooException, KazooTimeoutError, StoreError):
+            if strict:
+                raise
+            _log.debug("watch %s: re-read failed; will re-sync", w.prefix, exc_info=True)
+            w.dirty = True
+        else:
+            if full and paths == [w.prefix]:
+                w.dirty = False
+
+    def _sync_levels(
+        self, w: _TreeWatch, paths: list[str], *, full: bool, emit: bool, data_only: bool
+    ) -> None:
+        zk = self._zk
+        level, first = paths, True
+        while level and not w.cancelled:
+            deadline = self._deadline()
+            sent = [
+                (
+                    p,
+                    self._send(zk.get_async, p, watch=w.on_zk),
+                    None
+                    if data_only and first
+                    else self._send(zk.get_children_async, p, watch=w.on_zk, include_data=True),
+                )
+                for p in level
+            ]
+            level, first = [], False
+            for p, data_ar, kids_ar in sent:
+                try:
+                    value, stat = self._wait(data_ar, deadline)
+                    listing = self._wait(kids_ar, deadline) if kids_ar is not None else None
+                except kz.NoNodeError:
+                    self._drop(w, p, 0, emit)
+                    if p == w.prefix:
+                        self._watch_absent_prefix(w)
+                    continue
+                recreated = self._observe(w, p, value, stat, emit)
+                if listing is None:
+                    if recreated:
+                        level.append(p)  # its old subtree was dropped: read it afresh
+                    continue
+                names, parent_stat = listing
+                current = {_child(p, n) for n in names}
+                for gone in sorted(w.kids.get(p, set()) - current):
+                    self._drop(w, gone, parent_stat.pzxid, emit)
+                level.extend(c for c in sorted(current) if full or c not in w.cache)
+
+    def _watch_absent_prefix(self, w: _TreeWatch) -> None:
+        stat = self._call(self._deadline(), self._zk.exists_async, w.prefix, watch=w.on_zk)
+        if stat is not None:  # created between our read and the exists watch
+            self._sync_levels(w, [w.prefix], full=True, emit=True, data_only=False)
+
+    def _observe(self, w: _TreeWatch, path: str, value: bytes, stat: ZnodeStat, emit: bool) -> bool:
+        """Record a read node; emit CREATED/CHANGED. True if it is a new incarnation of a
+        cached path (deleted and re-created since we last looked)."""
+        old = w.cache.get(path)
+        recreated = old is not None and old[0] != stat.czxid
+        if recreated:
+            self._drop(w, path, stat.czxid, emit)
+            old = None
+        w.cache[path] = (stat.czxid, stat.mzxid)
+        if path != w.prefix:
+            w.kids.setdefault(_parent(path), set()).add(path)
+        if emit and old is None:
+            self._emit(w, WatchEvent(EventKind.CREATED, path, value, stat.mzxid))
+        elif emit and old is not None and old[1] != stat.mzxid:
+            self._emit(w, WatchEvent(EventKind.CHANGED, path, value, stat.mzxid))
+        return recreated
+
+    def _drop(self, w: _TreeWatch, path: str, revision: int, emit: bool) -> None:
+        """Forget ``path`` and its cached subtree, emitting DELETED children first."""
+        if path not in w.cache:
+            return
+        for kid in sorted(w.kids.pop(path, set())):
+            self._drop(w, kid, revision, emit)
+        del w.cache[path]
+        w.kids.get(_parent(path), set()).discard(path)
+        if emit:
+            self._emit(w, WatchEvent(EventKind.DELETED, path, None, revision))
+
+
+def _first_error(results: list[Any]) -> tuple[int, Exception] | None:
+    """The failing operation of a multi: ZooKeeper marks the ones before it rolled back
+    and the ones after it inconsistent."""
+    for i, r in enumerate(results):
+        if isinstance(r, Exception) and not isinstance(
+            r, kz.RolledBackError | kz.RuntimeInconsistency
+        ):
+            return i, r
+    if any(isinstance(r, Exception) for r in results):
+        return 0, kz.RolledBackError()
+    return None
