@@ -16,7 +16,7 @@ import etcd3
 import pytest
 from kazoo.client import KazooClient
 
-from shardkeeper.registry import ConnectionState, CoordinationStore
+from shardkeeper.registry import ConnectionState, CoordinationStore, open_store
 from shardkeeper.testing import EtcdCluster, ZooKeeperCluster, expire_session, wait_until
 from shardkeeper.testing.servers import ServerCluster, pid_alive, zookeeper_mode
 
@@ -276,3 +276,14 @@ def test_expire_session_expires_it_on_the_server(
         10,
         message=lambda: f"store saw LOST then CONNECTED: {states}",
     )
+
+
+@pytest.mark.usefixtures("_backend_module")
+@pytest.mark.parametrize("backend", ["etcd"])
+def test_expire_session_with_etcd_auth(tmp_path: Path, backend: str) -> None:
+    with EtcdCluster(size=1, base_dir=tmp_path, auth=True) as etcd:
+        store = open_store(etcd.url("auth", session_timeout=2))
+        with store:
+            old = store.session_id
+            assert expire_session(store) == old
+            assert store.session_id != old

@@ -141,18 +141,24 @@ def _expire_zookeeper(client: Any, settings: RegistrySettings | None, timeout: f
 
 def _revoke_etcd_lease(lease_id: int, settings: RegistrySettings, timeout: float) -> None:
     import etcd3
+    from etcd3 import etcdrpc
 
     endpoints = [
         etcd3.Endpoint(host, port, secure=False, time_retry=0.5) for host, port in settings.hosts
     ]
-    client = etcd3.MultiEndpointEtcd3Client(
-        endpoints=endpoints,
-        timeout=timeout,
-        user=settings.username,
-        password=settings.password,
-        failover=True,
-    )
+    # No user/password to the client: it would attach the token as gRPC call
+    # credentials, which grpc refuses on a plaintext channel. Send it as metadata.
+    client = etcd3.MultiEndpointEtcd3Client(endpoints=endpoints, timeout=timeout, failover=True)
     try:
-        client.revoke_lease(lease_id)
+        metadata = None
+        if settings.username is not None:
+            auth = client.authstub.Authenticate(
+                etcdrpc.AuthenticateRequest(name=settings.username, password=settings.password),
+                timeout,
+            )
+            metadata = (("token", auth.token),)
+        client.leasestub.LeaseRevoke(
+            etcdrpc.LeaseRevokeRequest(ID=lease_id), timeout, metadata=metadata
+        )
     finally:
         client.close()
