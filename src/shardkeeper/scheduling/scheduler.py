@@ -231,7 +231,9 @@ class TriggerScheduler:
     """Fires jobs on their cron or interval triggers with a fixed number of threads.
 
     Lifecycle: new -> :meth:`start` -> :meth:`shutdown` (final). Jobs may be added
-    before start; they begin to fire when it starts. All methods are thread-safe.
+    before start; they begin to fire when it starts. After shutdown the scheduler
+    holds no jobs: :meth:`add_job` and :meth:`fire_now` raise RuntimeError,
+    :meth:`remove_job` does nothing. All methods are thread-safe.
     See the module docstring for the delivery contract of ``on_fire``.
     """
 
@@ -323,7 +325,12 @@ class TriggerScheduler:
             )
 
     def remove_job(self, name: str) -> None:
-        """Stop firing ``name`` and forget it. Raises JobLookupError when unknown."""
+        """Stop firing ``name`` and forget it. Raises JobLookupError when unknown.
+
+        After :meth:`shutdown` it does nothing, so teardown may run in any order.
+        """
+        if self._state == _STOPPED:
+            return
         try:
             self._scheduler.remove_job(name)
         except _APJobLookupError:
@@ -373,12 +380,12 @@ class TriggerScheduler:
         Does not change the job's regular fires. Raises JobLookupError when unknown and
         RuntimeError when the scheduler is not running.
         """
-        job = self._scheduler.get_job(name)
-        if job is None:
-            raise JobLookupError(name)
         with self._lock:
             if self._state != _STARTED:
                 raise RuntimeError(f"TriggerScheduler is {self._state}; cannot fire {name!r}")
+            job = self._scheduler.get_job(name)
+            if job is None:
+                raise JobLookupError(name)
             now = datetime.now(job.trigger.timezone)
             self._queue.put(_Fire(name, [now], None, False))
 
