@@ -123,6 +123,12 @@ _CHANNEL_OPTIONS = [
 #: pause between attempts while the server is unreachable (session thread, start)
 _RETRY_DELAY = 0.2
 
+_STUB_CLASSES: dict[str, Callable[[Any], Any]] = {
+    "kvstub": rpc.KVStub,
+    "leasestub": rpc.LeaseStub,
+    "authstub": rpc.AuthStub,
+}
+
 _EQUAL = rpc.Compare.EQUAL
 _GREATER = rpc.Compare.GREATER
 _LESS = rpc.Compare.LESS
@@ -181,7 +187,8 @@ class EtcdStore(CoordinationStore):
         #: the settings this store was built from (also used by test fault helpers)
         self.settings = settings
         self.namespace = settings.namespace
-        self._root = "/" + settings.namespace.strip("/")
+        # '/' inside a namespace is escaped so that namespace X never sees X/sub
+        self._root = "/" + settings.namespace.strip("/").replace("/", "%2F")
         self._ttl_wanted = max(1, math.ceil(settings.session_timeout))
         self._ttl = self._ttl_wanted
         self._client: Any = None
@@ -193,6 +200,7 @@ class EtcdStore(CoordinationStore):
         self._count_lock = threading.Lock()
         self._round_trips = 0
         self._auth_lock = threading.Lock()
+        self._stubs: dict[str, tuple[Any, Any]] = {}
 
         self._events: queue.Queue[tuple[str, Any, Any] | None] = queue.Queue()
         self._event_thread: threading.Thread | None = None
@@ -411,30 +419,20 @@ class EtcdStore(CoordinationStore):
 
     def put(self, path: str, value: bytes, *, ephemeral: bool = False) -> Node:
         """Create or overwrite; the key is attached to our lease iff ``ephemeral``
-        (a put without it detaches the key from any lease)."""
-        key = self._key(path)
-        req = rpc.PutRequest(key=key, value=value, lease=self._lease_for(ephemeral), prev_kv=True)
-        with self._translated(f"put {path}"):
-            resp = self._send("kvstub", "Put", req, counted=True)
+        (a put without it detaches the key from any lease). One transaction that also
+        checks that no ancestor is ephemeral."""
+        resp, _ = self._write(f"put {path}", [Put(path, value, ephemeral)], prev_kv=True)
+        if resp is None or not resp.succeeded:
+            raise StoreError(f"put {path}: refused by etcd")  # a lone put has no compare
         rev = int(resp.header.revision)
-        created = int(resp.prev_kv.create_revision) if resp.HasField("prev_kv") else rev
+        put = resp.responses[0].response_put
+        created = int(put.prev_kv.create_revision) if put.HasField("prev_kv") else rev
         return Node(path, value, rev, rev, created, ephemeral)
 
     def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False) -> Node | None:
         """Create ``path`` if its key is absent (one transaction); None if it existed."""
-        key = self._key(path)
-        resp = self._txn(
-            f"create {path}",
-            compare=[rpc.Compare(key=key, target=rpc.Compare.VERSION, result=_EQUAL, version=0)],
-            success=[
-                rpc.RequestOp(
-                    request_put=rpc.PutRequest(
-                        key=key, value=value, lease=self._lease_for(ephemeral)
-                    )
-                )
-            ],
-        )
-        if not resp.succeeded:
+        resp, _ = self._write(f"create {path}", [Create(path, value, ephemeral)])
+        if resp is None or not resp.succeeded:
             return None
         rev = int(resp.header.revision)
         return Node(path, value, rev, rev, rev, ephemeral)
@@ -465,52 +463,111 @@ class EtcdStore(CoordinationStore):
                 f"{self.max_ops_per_commit} (etcd --max-txn-ops); split the work or write "
                 "fewer, larger nodes"
             )
+        resp, failed_path = self._write(f"commit of {len(ops)} operations", ops)
+        if resp is not None and resp.succeeded:
+            return CommitResult(True, int(resp.header.revision))
+        return CommitResult(False, 0, failed_path)
+
+    def _write(
+        self, what: str, ops: Sequence[Op], *, prev_kv: bool = False
+    ) -> tuple[Any, str | None]:
+        """Send ``ops`` as one transaction; return the response (None when the commit
+        cannot succeed and nothing was sent) and, if it failed, the path of the first
+        compare found false.
+
+        Checks are evaluated on the state before the commit. etcd refuses a
+        transaction that writes one key twice, so several writes of one path are
+        folded into their net effect (Delete then Create -> put without a compare;
+        Create after a write of the same path -> the commit fails).
+
+        Besides the compares the ops ask for, every strict ancestor of a written path
+        must have no lease (an ephemeral node cannot have children); a write below an
+        ephemeral node raises StoreError. etcd allows 128 compares per transaction:
+        ancestor guards are added, nearest parents first, as long as they fit.
+        """
         compares: list[tuple[str, Any]] = []
-        success: list[Any] = []
-        written: set[str] = set()
+        # path -> net write: (value, ephemeral) to put, or None to delete
+        final: dict[str, tuple[bytes, bool] | None] = {}
+        doomed: str | None = None
         for op in ops:
             key = self._key(op.path)
             if isinstance(op, Check):
                 compares.append((op.path, _check_compare(key, op)))
-                continue
-            if op.path in written:
-                raise ConfigError(
-                    f"commit writes {op.path!r} more than once; etcd refuses a transaction "
-                    "that writes one key twice: merge those operations"
-                )
-            written.add(op.path)
-            if isinstance(op, Create):
-                compares.append(
-                    (
-                        op.path,
-                        rpc.Compare(key=key, target=rpc.Compare.VERSION, result=_EQUAL, version=0),
-                    )
-                )
-                put = rpc.PutRequest(key=key, value=op.value, lease=self._lease_for(op.ephemeral))
-                success.append(rpc.RequestOp(request_put=put))
-            elif isinstance(op, Put):
-                put = rpc.PutRequest(key=key, value=op.value, lease=self._lease_for(op.ephemeral))
-                success.append(rpc.RequestOp(request_put=put))
             elif isinstance(op, Delete):
-                success.append(rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key)))
+                final[op.path] = None
+            elif isinstance(op, Create | Put):
+                if op.ephemeral and op.path == "/":
+                    raise ConfigError("the namespace root '/' cannot be ephemeral")
+                if isinstance(op, Create):
+                    if op.path not in final:
+                        compares.append(
+                            (
+                                op.path,
+                                rpc.Compare(
+                                    key=key, target=rpc.Compare.VERSION, result=_EQUAL, version=0
+                                ),
+                            )
+                        )
+                    elif final[op.path] is not None and doomed is None:
+                        doomed = op.path  # created after being written in this commit
+                final[op.path] = (op.value, op.ephemeral)
             else:
                 raise ConfigError(f"unknown commit operation {op!r}")
-        checked = list(dict.fromkeys(c.key for _, c in compares))
+        success: list[Any] = []
+        guards: dict[str, None] = {}
+        for path, write in final.items():
+            key = self._key(path)
+            if write is None:
+                success.append(rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key)))
+                continue
+            value, ephemeral = write
+            put = rpc.PutRequest(
+                key=key, value=value, lease=self._lease_for(ephemeral), prev_kv=prev_kv
+            )
+            success.append(rpc.RequestOp(request_put=put))
+            for ancestor in _ancestors(path):
+                guards.setdefault(ancestor, None)
+                # an ephemeral node this commit writes cannot receive children in it
+                parent = final.get(ancestor)
+                if parent is not None and parent[1]:
+                    raise StoreError(
+                        f"{what}: cannot write {path!r}: {ancestor!r} is ephemeral and an "
+                        "ephemeral node cannot have children"
+                    )
+        if doomed is not None:
+            return None, doomed
+        budget = self.max_ops_per_commit - len(compares)
+        guard_cmps = [
+            (
+                ancestor,
+                rpc.Compare(key=self._key(ancestor), target=rpc.Compare.LEASE, result=_EQUAL),
+            )
+            for ancestor in list(guards)[: max(budget, 0)]
+        ]
+        checked = list(dict.fromkeys(c.key for _, c in compares + guard_cmps))
         resp = self._txn(
-            f"commit of {len(ops)} operations",
-            compare=[c for _, c in compares],
+            what,
+            compare=[c for _, c in compares + guard_cmps],
             success=success,
             failure=[_range_op(k) for k in checked],
         )
         if resp.succeeded:
-            return CommitResult(True, int(resp.header.revision))
-        current = {k: None for k in checked} | {
-            kv.key: kv for r in resp.responses for kv in r.response_range.kvs
-        }
+            return resp, None
+        current: dict[bytes, Any] = {k: None for k in checked}
+        current.update((kv.key, kv) for r in resp.responses for kv in r.response_range.kvs)
+        for ancestor, cmp in guard_cmps:
+            if not _compare_holds(cmp, current[cmp.key]):
+                child = next(
+                    p for p, w in final.items() if w is not None and p.startswith(ancestor + "/")
+                )
+                raise StoreError(
+                    f"{what}: cannot write {child!r}: {ancestor!r} is an ephemeral node and "
+                    "an ephemeral node cannot have children"
+                )
         for path, cmp in compares:
             if not _compare_holds(cmp, current[cmp.key]):
-                return CommitResult(False, 0, path)
-        return CommitResult(False, 0, None)
+                return resp, path
+        return resp, None
 
     # -- watches and listeners --------------------------------------------------------
 
@@ -655,6 +712,21 @@ class EtcdStore(CoordinationStore):
             with contextlib.suppress(Exception):
                 client.endpoint_in_use.fail()
 
+    def _stub(self, name: str) -> Any:
+        """The stub ``name`` on the channel of the endpoint to use now.
+
+        The client's own stub properties are cached across failovers (only its
+        internal error handler clears them); asking for the channel each time lets
+        the client pick another endpoint after :meth:`_note_endpoint_failure`.
+        """
+        channel = self._client.channel
+        cached = self._stubs.get(name)
+        if cached is not None and cached[0] is channel:
+            return cached[1]
+        stub = _STUB_CLASSES[name](channel)
+        self._stubs[name] = (channel, stub)
+        return stub
+
     def _count(self) -> None:
         with self._count_lock:
             self._round_trips += 1
@@ -676,7 +748,7 @@ class EtcdStore(CoordinationStore):
             if counted:
                 self._count()
             try:
-                fn = getattr(getattr(self._client, stub), method)
+                fn = getattr(self._stub(stub), method)
                 return fn(request, limit, metadata=self._client.metadata)
             except grpc.RpcError as exc:
                 if attempt == 1 and self.settings.username is not None and _is_stale_token(exc):
@@ -703,7 +775,7 @@ class EtcdStore(CoordinationStore):
                 name=self.settings.username, password=self.settings.password or ""
             )
             try:
-                resp = self._client.authstub.Authenticate(req, timeout)
+                resp = self._stub("authstub").Authenticate(req, timeout)
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
                     # "authentication is not enabled": the server accepts everyone
@@ -776,12 +848,14 @@ class EtcdStore(CoordinationStore):
         return self._ttl / 3
 
     def _keep_alive(self) -> int:
-        timeout = min(self.settings.operation_timeout, max(self._ttl / 2, 0.5))
+        # a reply slower than TTL/3 already eats into the lease: report SUSPENDED
+        # within about 2/3 of the TTL rather than wait the full operation timeout
+        timeout = min(self.settings.operation_timeout, max(self._ttl / 3, 0.5))
         req = rpc.LeaseKeepAliveRequest(ID=self._lease)
         with self._translated("lease keep-alive"):
             for attempt in (1, 2):
                 try:
-                    stream = self._client.leasestub.LeaseKeepAlive(
+                    stream = self._stub("leasestub").LeaseKeepAlive(
                         iter([req]), timeout, metadata=self._client.metadata
                     )
                     for resp in stream:
@@ -973,6 +1047,12 @@ class EtcdStore(CoordinationStore):
                 watcher.cancel(wid)
 
 
+def _ancestors(path: str) -> list[str]:
+    """Strict ancestors of ``path``, nearest first, without the root."""
+    parts = path.strip("/").split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
+
+
 def _synthetic(path: str) -> Node:
     return Node(path, b"", 0, 0, 0, False)
 
@@ -1003,11 +1083,14 @@ def _check_compare(key: bytes, check: Check) -> Any:
 
 def _compare_holds(cmp: Any, kv: Any) -> bool:
     """Evaluate an etcd compare as the server does (``kv`` None: the key is missing)."""
-    if cmp.target == rpc.Compare.VALUE:
+    actual: Any
+    wanted: Any
+    if cmp.target == rpc.Compare.LEASE:
+        actual, wanted = (kv.lease if kv else 0), cmp.lease
+    elif cmp.target == rpc.Compare.VALUE:
         if kv is None:
             return False
-        actual: Any = bytes(kv.value)
-        wanted: Any = bytes(cmp.value)
+        actual, wanted = bytes(kv.value), bytes(cmp.value)
     elif cmp.target == rpc.Compare.VERSION:
         actual, wanted = (kv.version if kv else 0), cmp.version
     elif cmp.target == rpc.Compare.MOD:
