@@ -389,15 +389,17 @@ def _describe_error(err: Mapping[str, Any]) -> str:
     return f"{loc}={err.get('input')!r}: {msg}"
 
 
-def _build(data: Mapping[str, Any], label: str) -> JobConfig:
+def _build(data: Mapping[str, Any], label: str, prefix: str = "") -> JobConfig:
     bad_keys = [k for k in data if not isinstance(k, str)]
     if bad_keys:
-        raise JobConfigError(f"invalid {label}: field names must be text, got {bad_keys[0]!r}")
+        raise JobConfigError(
+            f"{prefix}invalid {label}: field names must be text, got {bad_keys[0]!r}"
+        )
     try:
         return JobConfig(**data)
     except ValidationError as exc:
         details = "; ".join(_describe_error(e) for e in exc.errors())
-        raise JobConfigError(f"invalid {label}: {details}") from None
+        raise JobConfigError(f"{prefix}invalid {label}: {details}") from None
 
 
 _YAML_SUFFIXES = (".yaml", ".yml")
@@ -460,7 +462,7 @@ def load_job_configs(path: str | os.PathLike[str]) -> list[JobConfig]:
                 "of field names to values"
             )
         label = f"{_label(entry)} (#{position})"
-        config = _build(entry, f"{label} in {file}")
+        config = _build(entry, label, prefix=f"{file}: ")
         if config.name in seen:
             raise JobConfigError(
                 f"{file}: job name {config.name!r} is used by job #{seen[config.name]} "

@@ -574,3 +574,23 @@ def test_load_missing_file(tmp_path: Path) -> None:
     with pytest.raises(JobConfigError, match="cannot read the job file") as info:
         load_job_configs(path)
     assert str(path) in str(info.value)
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+
+@pytest.mark.parametrize(("lang", "suffix"), [("yaml", ".yaml"), ("toml", ".toml")])
+def test_documented_job_files_load(tmp_path: Path, lang: str, suffix: str) -> None:
+    """The job file examples in docs/configuration.md are valid."""
+    text = DOCS.read_text(encoding="utf-8")
+    block = text.split(f"```{lang}\n", 1)[1].split("```", 1)[0]
+    configs = load_job_configs(write(tmp_path, f"example{suffix}", block))
+    assert [c.name for c in configs] == ["order-sync", "nightly-report"]
+
+
+def test_job_error_message_starts_with_the_file(tmp_path: Path) -> None:
+    """An invalid job in a file is reported as '<file>: invalid job <name> (#n): ...'."""
+    path = write(tmp_path, "jobs.yaml", "- {name: x, interval: 1, sharding_total_count: 0}\n")
+    with pytest.raises(JobConfigError) as info:
+        load_job_configs(path)
+    assert str(info.value).startswith(f"{path}: invalid job 'x' (#1): sharding_total_count=0")
