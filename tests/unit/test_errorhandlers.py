@@ -58,10 +58,14 @@ def test_resolve_builtins() -> None:
     assert resolve_error_handler("raise") is raise_error
 
 
+def custom_handler(job_name: str, item: int, exc: BaseException) -> None:
+    """A user-supplied handler."""
+
+
 def test_resolve_import_path() -> None:
     """An import path resolves to the callable it names."""
-    assert resolve_error_handler(f"{__name__}:failure") is failure
-    assert resolve_error_handler(f"{__name__}.failure") is failure
+    assert resolve_error_handler(f"{__name__}:custom_handler") is custom_handler
+    assert resolve_error_handler(f"{__name__}.custom_handler") is custom_handler
 
 
 NOT_CALLABLE = "a string"
