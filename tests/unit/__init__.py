@@ -1,0 +1,1 @@
+"""Unit tests: pure building blocks, no coordination store needed."""
