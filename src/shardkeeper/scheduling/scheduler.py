@@ -193,7 +193,13 @@ def build_trigger(config: JobConfig) -> Any:
         return parse_cron(config.cron, config.time_zone)
     if config.interval is None:  # JobConfig guarantees one of the two
         raise JobConfigError(f"job {config.name!r} has neither cron nor interval")
-    return IntervalTrigger(seconds=config.interval, timezone=resolve_time_zone(config.time_zone))
+    # Anchor interval triggers at the Unix epoch so that every instance of the job
+    # fires at the same scheduled times (k * interval): the instances then agree on
+    # what "the next trigger" is, as they do for a cron expression.
+    tz = resolve_time_zone(config.time_zone)
+    return IntervalTrigger(
+        seconds=config.interval, start_date=datetime.fromtimestamp(0, tz), timezone=tz
+    )
 
 
 def _never_called() -> None:
