@@ -1,0 +1,279 @@
+"""Typed results of the operations API, each with a JSON-friendly ``to_dict()``.
+
+The dictionaries are the ``--json`` output of the CLI, so their field names are a
+stable interface (documented in ``docs/cli.md``): fields may be added, never renamed
+or removed. Times are ISO 8601 strings in UTC (``2024-05-01T12:00:00+00:00``) or
+null; item numbers are integers; instance ids are strings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = [
+    "DumpEntry",
+    "InstanceView",
+    "ItemView",
+    "JobDetail",
+    "JobStatus",
+    "JobSummary",
+    "Overview",
+    "iso",
+]
+
+
+def iso(value: float | datetime | None) -> str | None:
+    """An epoch timestamp or datetime as an ISO 8601 UTC string (None stays None;
+    0, which the documents use for "unknown", also becomes None)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        dt = value if value.tzinfo else value.replace(tzinfo=UTC)
+        return dt.astimezone(UTC).isoformat(timespec="seconds")
+    if value <= 0:
+        return None
+    return datetime.fromtimestamp(value, UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """One line of the job list.
+
+    ``enabled`` is false when an operator disabled the job (``disabled/job`` node) or
+    its config says ``disabled``. ``next_fire`` is computed from the stored trigger;
+    for an interval trigger it is an estimate (each instance's interval starts when
+    it started), and it is None for a disabled job or an unreadable config.
+    ``config_error`` explains a stored config that could not be read.
+    """
+
+    name: str
+    trigger: str
+    sharding_total_count: int
+    instances: list[str]
+    leader: str | None
+    enabled: bool
+    failover: bool
+    next_fire: datetime | None
+    config_error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON view (schema ``JobSummary`` in docs/cli.md)."""
+        return {
+            "name": self.name,
+            "trigger": self.trigger,
+            "sharding_total_count": self.sharding_total_count,
+            "instances": list(self.instances),
+            "leader": self.leader,
+            "enabled": self.enabled,
+            "failover": self.failover,
+            "next_fire": iso(self.next_fire),
+            "config_error": self.config_error,
+        }
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A job's summary plus its health, for the ``status`` overview.
+
+    ``health`` is one of ``ok``, ``disabled``, ``no-instances``, ``reshard-pending``,
+    ``failover-pending``, ``config-error`` (the first that applies, in that order of
+    severity: config-error, no-instances, disabled, failover-pending, reshard-pending).
+    """
+
+    summary: JobSummary
+    reshard_pending: bool
+    running_items: int
+    failover_queued: int
+    misfired_items: int
+    disabled_items: int
+    disabled_instances: int
+    health: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON view: the JobSummary fields plus the health fields."""
+        return {
+            **self.summary.to_dict(),
+            "reshard_pending": self.reshard_pending,
+            "running_items": self.running_items,
+            "failover_queued": self.failover_queued,
+            "misfired_items": self.misfired_items,
+            "disabled_items": self.disabled_items,
+            "disabled_instances": self.disabled_instances,
+            "health": self.health,
+        }
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Everything in a namespace at a glance: its live instances and every job."""
+
+    backend: str
+    namespace: str
+    instances: list[str]
+    jobs: list[JobStatus]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON view (schema ``status`` in docs/cli.md)."""
+        return {
+            "backend": self.backend,
+            "namespace": self.namespace,
+            "instances": list(self.instances),
+            "jobs": [j.to_dict() for j in self.jobs],
+        }
+
+
+@dataclass(frozen=True)
+class ItemView:
+    """The state of one item of a job.
+
+    ``owner``: the instance the current assignment gives it to (None before the
+    first reshard). ``running_on``: the instance whose running mark it carries now.
+    ``failover_queued``/``failover_from``: the item is orphaned and waits for a
+    taker. ``misfire``: a trigger was missed while it ran (``misfire_fire_time``).
+    """
+
+    item: int
+    parameter: str
+    owner: str | None
+    running_on: str | None
+    execution_id: str | None
+    fire_time: float | None
+    running_as_failover: bool
+    failover_queued: bool
+    failover_from: str | None
+    misfire: bool
+    misfire_fire_time: float | None
+    disabled: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON view (schema ``ItemView`` in docs/cli.md)."""
+        return {
+            "item": self.item,
+            "parameter": self.parameter,
+            "owner": self.owner,
+            "running_on": self.running_on,
+            "execution_id": self.execution_id,
+            "fire_time": iso(self.fire_time),
+            "running_as_failover": self.running_as_failover,
+            "failover_queued": self.failover_queued,
+            "failover_from": self.failover_from,
+            "misfire": self.misfire,
+            "misfire_fire_time": iso(self.misfire_fire_time),
+            "disabled": self.disabled,
+        }
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    """Everything about one job: stored config, members, leader, items.
+
+    ``config`` is the stored configuration as JSON data (``{}`` when unreadable,
+    then ``config_error`` says why). ``reshard_pending`` is true while the
+    ``necessary`` flag is set (``reshard_reason`` is its text); the leader reshards
+    at the next trigger. ``disabled_by_operator`` is the ``disabled/job`` switch.
+    """
+
+    name: str
+    config: dict[str, Any]
+    config_error: str | None
+    trigger: str
+    enabled: bool
+    disabled_by_operator: bool
+    leader: str | None
+    instances: list[str]
+    disabled_instances: list[str]
+    reshard_pending: bool
+    reshard_reason: str | None
+    assignment_generation: int | None
+    assigned_at: float | None
+    next_fire: datetime | None
+    items: list[ItemView] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON view (schema ``JobDetail`` in docs/cli.md)."""
+        return {
+            "name": self.name,
+            "config": dict(self.config),
+            "config_error": self.config_error,
+            "trigger": self.trigger,
+            "enabled": self.enabled,
+            "disabled_by_operator": self.disabled_by_operator,
+            "leader": self.leader,
+            "instances": list(self.instances),
+            "disabled_instances": list(self.disabled_instances),
+            "reshard_pending": self.reshard_pending,
+            "reshard_reason": self.reshard_reason,
+            "assignment_generation": self.assignment_generation,
+            "assigned_at": iso(self.assigned_at),
+            "next_fire": iso(self.next_fire),
+            "items": [i.to_dict() for i in self.items],
+        }
+
+
+@dataclass(frozen=True)
+class InstanceView:
+    """A live instance: its metadata and what it does in each of its jobs.
+
+    ``jobs`` are the jobs it is a member of now; ``items``/``running`` map each of
+    them to the items the assignment gives it and the items it runs right now;
+    ``disabled`` maps each to whether an operator switched it off there;
+    ``leader_of`` lists the jobs it leads. ``state`` is ``live`` (only instances
+    with a session in the store are listed).
+    """
+
+    instance_id: str
+    host: str
+    pid: int | None
+    version: str
+    started_at: float | None
+    labels: dict[str, str]
+    jobs: list[str]
+    items: dict[str, list[int]]
+    running: dict[str, list[int]]
+    disabled: dict[str, bool]
+    leader_of: list[str]
+    state: str = "live"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON view (schema ``InstanceView`` in docs/cli.md)."""
+        return {
+            "instance_id": self.instance_id,
+            "host": self.host,
+            "pid": self.pid,
+            "version": self.version,
+            "started_at": iso(self.started_at),
+            "labels": dict(self.labels),
+            "jobs": list(self.jobs),
+            "items": {k: list(v) for k, v in self.items.items()},
+            "running": {k: list(v) for k, v in self.running.items()},
+            "disabled": dict(self.disabled),
+            "leader_of": list(self.leader_of),
+            "state": self.state,
+        }
+
+
+@dataclass(frozen=True)
+class DumpEntry:
+    """One stored node: its value (UTF-8 text, or base64 when the bytes are not
+    UTF-8; ``encoding`` says which), its kind and its store versions."""
+
+    path: str
+    value: str
+    encoding: str
+    kind: str
+    version: int
+    revision: int
+    created_revision: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON view (schema ``DumpEntry`` in docs/cli.md; the path is the key)."""
+        return {
+            "value": self.value,
+            "encoding": self.encoding,
+            "kind": self.kind,
+            "version": self.version,
+            "revision": self.revision,
+            "created_revision": self.created_revision,
+        }
