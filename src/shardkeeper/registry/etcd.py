@@ -166,6 +166,8 @@ class _Watch:
     watch_id: int | None = None
     watcher: Any = None
     cancelled: bool = False
+    #: the server reported our start revision compacted: resume needs a RESYNC
+    compacted: bool = False
     subscription: Subscription | None = field(default=None, repr=False)
 
     def covers(self, key: bytes) -> bool:
@@ -280,6 +282,14 @@ class EtcdStore(CoordinationStore):
                     with self._translated("start"):
                         if s.username is not None:
                             self._authenticate(max(remaining, 0.05))
+                        # etcd 3.4 grants leases to anybody: a read of our root
+                        # key makes missing credentials or permissions fail here
+                        self._send(
+                            "kvstub",
+                            "Range",
+                            rpc.RangeRequest(key=self._key("/"), keys_only=True, limit=1),
+                            timeout=max(deadline - time.monotonic(), 0.05),
+                        )
                         grant = self._send(
                             "leasestub",
                             "LeaseGrant",
@@ -979,7 +989,10 @@ class EtcdStore(CoordinationStore):
                 return
             w.watch_id = None
             self._pending.add(w)
-            if not isinstance(resp, etcd3.exceptions.RevisionCompactedError):
+            if isinstance(resp, etcd3.exceptions.RevisionCompactedError):
+                # etcd confirms the watch first and reports the compaction after it
+                w.compacted = True
+            else:
                 # the whole stream ended (error or server shutdown)
                 if w.watcher is self._watcher:
                     self._watcher_broken = True
@@ -996,7 +1009,7 @@ class EtcdStore(CoordinationStore):
             if self._stopping.is_set():
                 return
             try:
-                if not self._establish(w):
+                if w.compacted or not self._establish(w):
                     self._resync(w)
             except StoreError as exc:
                 _log.info("etcd watch %s not resumed yet: %s", w.prefix, exc)
@@ -1014,6 +1027,7 @@ class EtcdStore(CoordinationStore):
                 return
             w.gen += 1  # drop anything still in flight for the old watch
             w.last_rev = rev
+            w.compacted = False
             self._events.put(("watch", w, WatchEvent(EventKind.RESYNC, w.prefix, None, rev)))
             for r in resp.responses:
                 for kv in r.response_range.kvs:

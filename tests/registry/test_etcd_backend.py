@@ -1,0 +1,597 @@
+"""etcd-specific behaviour of EtcdStore, on real etcd servers (the cross-backend contract
+lives in test_contract.py).
+
+What is checked here is how the contract maps onto etcd: the key layout, one lease for
+all ephemerals, revisions as node numbers, the transaction limits, auth, and watch
+recovery (resume from the last revision after a restart or a cut connection; RESYNC
+after compaction). Servers come from ``shardkeeper.testing``; tests that restart,
+pause or cut a server use their own. No sleeps as synchronisation: every wait is on a
+condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import etcd3
+import etcd3.etcdrpc as rpc
+import pytest
+
+from shardkeeper.errors import (
+    OperationTimeoutError,
+    StoreAuthError,
+    StoreError,
+    StoreLimitError,
+    StoreUnavailableError,
+)
+from shardkeeper.registry import (
+    Check,
+    ConnectionState,
+    CoordinationStore,
+    Create,
+    EventKind,
+    Put,
+    RegistrySettings,
+    WatchEvent,
+    open_store,
+)
+from shardkeeper.registry.etcd import EtcdStore
+from shardkeeper.testing.faults import wait_until
+from shardkeeper.testing.servers import EtcdCluster, free_ports
+
+
+@pytest.fixture
+def backend() -> str:
+    """Every store fixture of this module (store, store_factory, ...) is an etcd one."""
+    return "etcd"
+
+
+@pytest.fixture(scope="module")
+def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    """A single-member etcd for the tests that restart, pause or compact it."""
+    cluster = EtcdCluster(size=1, base_dir=tmp_path_factory.mktemp("etcd-own"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def faulty(own_server: EtcdCluster) -> Iterator[EtcdCluster]:
+    """``own_server``, serving again after the test whatever the test did to it."""
+    yield own_server
+    own_server.ensure_all_up()
+
+
+@contextlib.contextmanager
+def raw_client(server: EtcdCluster) -> Iterator[Any]:
+    """A plain etcd3 client on ``server``, to look at keys and leases behind the store."""
+    host, port = server.hosts[0]
+    client = etcd3.MultiEndpointEtcd3Client(
+        endpoints=[etcd3.Endpoint(host, port, secure=False, time_retry=0.5)],
+        timeout=5,
+        failover=True,
+    )
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def started(url: str) -> Iterator[EtcdStore]:
+    """A started EtcdStore on ``url``, closed on exit."""
+    store = open_store(url)
+    assert isinstance(store, EtcdStore)
+    store.start()
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+class Recorder:
+    """Collects what a listener receives."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, item: Any) -> None:
+        with self.lock:
+            self.items.append(item)
+
+    def snapshot(self) -> list[Any]:
+        with self.lock:
+            return list(self.items)
+
+
+class CuttableProxy:
+    """A TCP forwarder to one etcd member that a test can cut and restore.
+
+    ``cut()`` closes every forwarded connection and refuses new ones (the client sees
+    its connection drop while the server stays up and writable by others);
+    ``restore()`` forwards again. One selector thread, stopped by ``close()``.
+    """
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.setblocking(False)
+        self.port: int = self.listener.getsockname()[1]
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ)
+        self.peers: dict[socket.socket, socket.socket] = {}
+        self.is_cut = False
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, name="cuttable-proxy", daemon=True)
+        self.thread.start()
+
+    def cut(self) -> None:
+        self.is_cut = True
+        wait_until(lambda: not self.peers, timeout=5, message="proxy connections not closed")
+
+    def restore(self) -> None:
+        self.is_cut = False
+
+    def close(self) -> None:
+        self.stopping = True
+        self.thread.join(5)
+        self.listener.close()
+
+    def _drop(self, sock: socket.socket) -> None:
+        for s in (sock, self.peers.get(sock)):
+            if s is not None and s in self.peers:
+                self.peers.pop(s, None)
+                self.selector.unregister(s)
+                s.close()
+
+    def _run(self) -> None:
+        while not self.stopping:
+            if self.is_cut:
+                for s in list(self.peers):
+                    self._drop(s)
+            for key, _ in self.selector.select(0.02):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                if sock is self.listener:
+                    with contextlib.suppress(OSError):
+                        conn, _ = self.listener.accept()
+                        if self.is_cut:
+                            conn.close()
+                            continue
+                        upstream = socket.create_connection(self.target, timeout=2)
+                        for a, b in ((conn, upstream), (upstream, conn)):
+                            a.setblocking(True)
+                            self.peers[a] = b
+                            self.selector.register(a, selectors.EVENT_READ)
+                    continue
+                if sock not in self.peers:
+                    continue
+                try:
+                    data = sock.recv(65536)
+                    if data:
+                        self.peers[sock].sendall(data)
+                except OSError:
+                    data = b""
+                if not data:
+                    self._drop(sock)
+        for s in list(self.peers):
+            self._drop(s)
+
+
+@pytest.fixture
+def proxy(own_server: EtcdCluster) -> Iterator[CuttableProxy]:
+    """A cuttable TCP path to ``own_server``."""
+    p = CuttableProxy(own_server.hosts[0])
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def events_of(rec: Recorder) -> list[tuple[EventKind, str, bytes | None]]:
+    return [(e.kind, e.path, e.value) for e in rec.snapshot()]
+
+
+# ---- key layout and node numbers ---------------------------------------------------------
+
+
+def test_node_path_is_key_under_namespace_prefix(etcd_server: EtcdCluster, namespace: str) -> None:
+    """Node /a/b of namespace ns is the key /ns/a/b; a nested namespace escapes its '/'."""
+    with (
+        started(etcd_server.url(namespace)) as flat,
+        started(etcd_server.url(f"{namespace}/sub")) as nested,
+        raw_client(etcd_server) as raw,
+    ):
+        flat.put("/a/b", b"flat")
+        nested.put("/k", b"nested")
+        assert raw.get(f"/{namespace}/a/b")[0] == b"flat"
+        assert raw.get(f"/{namespace}%2Fsub/k")[0] == b"nested"
+        keys = sorted(m.key for _v, m in raw.get_prefix(f"/{namespace}"))
+        assert keys == [f"/{namespace}%2Fsub/k".encode(), f"/{namespace}/a/b".encode()]
+
+
+def test_node_numbers_are_etcd_revisions(
+    store: CoordinationStore, etcd_server: EtcdCluster
+) -> None:
+    """version and revision are the key's mod_revision, created_revision its
+    create_revision; a pure parent is a synthetic node with zeros."""
+    assert isinstance(store, EtcdStore)
+    store.put("/n/leaf", b"1")
+    node = store.put("/n/leaf", b"2")
+    with raw_client(etcd_server) as raw:
+        value, meta = raw.get(f"/{store.namespace}/n/leaf")
+    assert value == b"2"
+    assert node.version == node.revision == meta.mod_revision
+    assert node.created_revision == meta.create_revision < meta.mod_revision
+    assert store.get("/n/leaf") == node
+    parent = store.get("/n")
+    assert parent is not None
+    assert (parent.value, parent.version, parent.revision, parent.created_revision) == (
+        b"",
+        0,
+        0,
+        0,
+    )
+    tree = store.get_tree("/n")
+    assert tree == {"/n": parent, "/n/leaf": node}
+
+
+def test_checks_on_a_pure_parent_look_at_its_own_key(store: CoordinationStore) -> None:
+    """In etcd a pure parent has no key: exists=True fails, exists=False passes, version 0
+    never matches, and create() gives it a key of its own."""
+    store.put("/pp/child", b"1")
+    assert store.exists("/pp")
+    failed = store.commit([Check("/pp", exists=True), Put("/x", b"1")])
+    assert not failed and failed.failed_path == "/pp"
+    assert store.commit([Check("/pp", exists=False)])
+    assert not store.commit([Check("/pp", version=0)])
+    created = store.create("/pp", b"now-real")
+    assert created is not None and store.get("/pp") == created
+    assert store.children("/pp") == ["child"]
+
+
+def test_failed_path_names_the_first_false_check(store: CoordinationStore) -> None:
+    """failed_path comes from the same transaction: the first check that was false."""
+    a = store.put("/fp/a", b"a")
+    store.put("/fp/b", b"b")
+    result = store.commit(
+        [
+            Check("/fp/a", version=a.version),
+            Check("/fp/b", value=b"not-b"),
+            Check("/fp/missing", exists=True),
+            Put("/fp/c", b"c"),
+        ]
+    )
+    assert not result
+    assert result.failed_path == "/fp/b"
+    assert store.get("/fp/c") is None
+
+
+# ---- one lease per store -----------------------------------------------------------------
+
+
+def test_one_lease_carries_every_ephemeral(
+    store: CoordinationStore, etcd_server: EtcdCluster
+) -> None:
+    """50 ephemerals made by put, create and commit all hang off the store's one lease;
+    a put without ephemeral=True detaches a key from it."""
+    assert isinstance(store, EtcdStore)
+    lease = store.lease_id
+    assert store.session_id == f"{lease:x}"
+    for i in range(20):
+        store.put(f"/eph/p{i:02d}", b"", ephemeral=True)
+    for i in range(20):
+        assert store.create(f"/eph/c{i:02d}", b"", ephemeral=True) is not None
+    assert store.commit([Create(f"/eph/t{i:02d}", b"", ephemeral=True) for i in range(10)])
+    store.put("/eph/p00", b"now persistent")
+    prefix = f"/{store.namespace}/eph/"
+    with raw_client(etcd_server) as raw:
+        info = raw.get_lease_info(lease)
+        attached = sorted(k.decode() for k in info.keys)
+        leases = {m.key.decode(): m.lease_id for _v, m in raw.get_prefix(prefix)}
+    assert len(attached) == 49 and all(k.startswith(prefix) for k in attached)
+    assert leases[prefix + "p00"] == 0
+    assert {lid for k, lid in leases.items() if k != prefix + "p00"} == {lease}
+    assert store.lease_id == lease, "a lease per key would have changed nothing here"
+
+
+def test_close_revokes_the_lease(etcd_server: EtcdCluster, namespace: str) -> None:
+    """close() revokes the lease: its ephemerals are gone when close() returns."""
+    with raw_client(etcd_server) as raw:
+        with started(etcd_server.url(namespace, session_timeout=30)) as store:
+            store.put("/gone", b"", ephemeral=True)
+            lease = store.lease_id
+        assert raw.get(f"/{namespace}/gone") == (None, None)
+        assert raw.get_lease_info(lease).TTL == -1  # etcd: the lease does not exist
+
+
+def test_session_timeout_is_the_granted_ttl(etcd_server: EtcdCluster, namespace: str) -> None:
+    """A session timeout of 1.2 s asks for a 2 s lease (whole seconds, rounded up)."""
+    with started(etcd_server.url(namespace, session_timeout=1.2)) as store:
+        assert store.session_timeout == 2.0
+
+
+# ---- limits and costs ----------------------------------------------------------------------
+
+
+def test_commit_over_the_limit_is_refused_before_sending(store: CoordinationStore) -> None:
+    """129 ops raise StoreLimitError without a request; the store stays usable."""
+    before = store.round_trips
+    with pytest.raises(StoreLimitError, match="129 operations"):
+        store.commit([Put(f"/lim/k{i}", b"") for i in range(129)])
+    assert store.round_trips == before
+    assert store.commit([Create(f"/lim/d{i}/k", b"") for i in range(128)])
+
+
+def test_round_trips_count_one_per_request(store: CoordinationStore) -> None:
+    """get, exists, children, get_tree, put, create, delete and commit cost one request."""
+    store.put("/rt/a", b"")
+    calls = [
+        lambda: store.get("/rt/a"),
+        lambda: store.exists("/rt"),
+        lambda: store.children("/rt"),
+        lambda: store.get_tree("/rt"),
+        lambda: store.put("/rt/b", b""),
+        lambda: store.create("/rt/c", b""),
+        lambda: store.commit([Check("/rt/a", exists=True), Put("/rt/d", b""), Create("/rt/e")]),
+        lambda: store.delete("/rt", recursive=True),
+    ]
+    for call in calls:
+        before = store.round_trips
+        call()
+        assert store.round_trips == before + 1
+
+
+def test_thread_count_does_not_grow_with_watches(store: CoordinationStore) -> None:
+    """Watches share one stream: 40 watches run on as many threads as 1."""
+    first = Recorder()
+    store.watch("/tw/0", first)
+    baseline = threading.active_count()
+    recorders = [Recorder() for _ in range(40)]
+    for i, rec in enumerate(recorders):
+        store.watch(f"/tw/{i + 1}", rec)
+    assert threading.active_count() == baseline
+    for i in range(41):
+        store.put(f"/tw/{i}/k", b"x")
+    wait_until(
+        lambda: all(len(r.snapshot()) == 1 for r in [first, *recorders]),
+        timeout=15,
+        message="some watch missed its event",
+    )
+    assert threading.active_count() == baseline
+
+
+# ---- errors -----------------------------------------------------------------------------------
+
+
+def test_unreachable_error_names_hosts_and_timeout() -> None:
+    """start() against nobody: StoreUnavailableError naming the hosts and the timeout."""
+    ports = free_ports(2)
+    url = f"etcd://127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}/ns?connection_timeout=0.5"
+    store = open_store(url)
+    began = time.monotonic()
+    with pytest.raises(StoreUnavailableError) as info:
+        store.start()
+    assert time.monotonic() - began < 2.5
+    assert f"127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}" in str(info.value)
+    assert "0.5 s" in str(info.value)
+    store.close()
+
+
+def test_a_paused_server_gives_operation_timeout(faulty: EtcdCluster, namespace: str) -> None:
+    """A server that answers nothing: OperationTimeoutError after operation_timeout."""
+    url = faulty.url(namespace, session_timeout=10, operation_timeout=1)
+    with started(url) as store:
+        store.put("/t", b"1")
+        faulty.pause(0)
+        try:
+            began = time.monotonic()
+            with pytest.raises(OperationTimeoutError, match="outcome is unknown"):
+                store.put("/t", b"2")
+            assert time.monotonic() - began < 3
+        finally:
+            faulty.resume(0)
+
+        def readable() -> bool:
+            try:
+                return store.get("/t") is not None
+            except StoreError:
+                return False
+
+        wait_until(readable, timeout=10, message="store unusable after the pause")
+
+
+def test_auth_right_wrong_and_missing_credentials(tmp_path: Path) -> None:
+    """With etcd auth on: the right user works (also after a restart makes the server
+    forget its token); a wrong password or no credentials raise StoreAuthError naming
+    the problem."""
+    with EtcdCluster(size=1, base_dir=tmp_path, auth=True) as server:
+        assert isinstance(server, EtcdCluster)
+        with started(server.url("auth", session_timeout=10)) as store:
+            store.put("/k", b"v")
+            server.restart(0)
+
+            def works() -> bool:
+                try:
+                    return store.get("/k") is not None
+                except StoreError:
+                    return False
+
+            wait_until(works, timeout=20, message="no read after the restart")
+        hosts = server.hosts_string
+        with pytest.raises(StoreAuthError, match=r"user 'root'.*authentication failed"):
+            open_store(f"etcd://root:wrong@{hosts}/auth?connection_timeout=3").start()
+        with pytest.raises(StoreAuthError, match="no credentials"):
+            open_store(f"etcd://{hosts}/auth?connection_timeout=3").start()
+
+
+# ---- watch recovery ---------------------------------------------------------------------------
+
+
+def test_watch_resumes_from_last_revision_after_restart(faulty: EtcdCluster) -> None:
+    """Across a server restart, with writes right after it: every event exactly once, in
+    order, no RESYNC; the lease survives (RECONNECTED, same session)."""
+    url = faulty.url("resume", session_timeout=10)
+    with started(url) as watcher, started(url) as writer:
+        rec, states = Recorder(), Recorder()
+        watcher.add_state_listener(states)
+        watcher.watch("/r", rec)
+        expected: list[tuple[EventKind, str, bytes | None]] = []
+        for i in range(5):
+            writer.put(f"/r/k{i}", b"before")
+            expected.append((EventKind.CREATED, f"/r/k{i}", b"before"))
+        wait_until(
+            lambda: len(rec.snapshot()) == 5, timeout=10, message="events before the restart"
+        )
+        session = watcher.session_id
+        faulty.restart(0)
+
+        def write_after() -> bool:
+            try:
+                writer.put("/r/k0", b"after")
+                return True
+            except StoreError:
+                return False
+
+        wait_until(write_after, timeout=20, message="writer never got through")
+        expected.append((EventKind.CHANGED, "/r/k0", b"after"))
+        writer.delete("/r/k1")
+        expected.append((EventKind.DELETED, "/r/k1", None))
+        writer.put("/r/k9", b"new")
+        expected.append((EventKind.CREATED, "/r/k9", b"new"))
+        wait_until(
+            lambda: events_of(rec) == expected,
+            timeout=20,
+            message=lambda: f"events {events_of(rec)}",
+        )
+        revisions = [e.revision for e in rec.snapshot()]
+        assert revisions == sorted(set(revisions))
+        wait_until(lambda: ConnectionState.RECONNECTED in states.snapshot(), timeout=10)
+        assert ConnectionState.LOST not in states.snapshot()
+        assert watcher.session_id == session
+
+
+def test_watch_resumes_after_a_cut_connection(faulty: EtcdCluster, proxy: CuttableProxy) -> None:
+    """Changes made while the watcher is cut off arrive after it reconnects, exactly once."""
+    direct = faulty.url("cut", session_timeout=10)
+    via_proxy = f"etcd://127.0.0.1:{proxy.port}/cut?session_timeout=10"
+    with started(via_proxy) as watcher, started(direct) as writer:
+        rec, states = Recorder(), Recorder()
+        watcher.add_state_listener(states)
+        watcher.watch("/c", rec)
+        writer.put("/c/a", b"1")
+        wait_until(lambda: len(rec.snapshot()) == 1, timeout=10, message="first event")
+        proxy.cut()
+        wait_until(
+            lambda: ConnectionState.SUSPENDED in states.snapshot(),
+            timeout=10,
+            message="no SUSPENDED",
+        )
+        writer.put("/c/a", b"2")
+        writer.put("/c/b", b"3")
+        writer.delete("/c/a")
+        proxy.restore()
+        wait_until(
+            lambda: (
+                events_of(rec)
+                == [
+                    (EventKind.CREATED, "/c/a", b"1"),
+                    (EventKind.CHANGED, "/c/a", b"2"),
+                    (EventKind.CREATED, "/c/b", b"3"),
+                    (EventKind.DELETED, "/c/a", None),
+                ]
+            ),
+            timeout=15,
+            message=lambda: f"events {events_of(rec)}",
+        )
+        wait_until(lambda: ConnectionState.RECONNECTED in states.snapshot(), timeout=10)
+
+
+def test_resync_after_compaction(faulty: EtcdCluster, proxy: CuttableProxy) -> None:
+    """If the history since the last revision was compacted meanwhile: RESYNC (path =
+    prefix), CREATED for the current state, then live events again."""
+    direct = faulty.url("compact", session_timeout=10)
+    via_proxy = f"etcd://127.0.0.1:{proxy.port}/compact?session_timeout=10"
+    with started(via_proxy) as watcher, started(direct) as writer:
+        rec, states = Recorder(), Recorder()
+        watcher.add_state_listener(states)
+        writer.put("/w/gone", b"0")
+        watcher.watch("/w", rec)
+        writer.put("/w/a", b"1")
+        wait_until(lambda: len(rec.snapshot()) == 1, timeout=10, message="first event")
+        proxy.cut()
+        wait_until(
+            lambda: ConnectionState.SUSPENDED in states.snapshot(),
+            timeout=10,
+            message="no SUSPENDED",
+        )
+        writer.put("/w/a", b"2")
+        writer.delete("/w/gone")
+        last = writer.put("/w/b", b"3")
+        with raw_client(faulty) as raw:
+            raw.compact(last.revision, physical=True)
+        proxy.restore()
+        wait_until(
+            lambda: len(rec.snapshot()) >= 4, timeout=15, message=lambda: f"events {events_of(rec)}"
+        )
+        events: list[WatchEvent] = rec.snapshot()
+        assert events[0].kind is EventKind.CREATED
+        assert events[1] == WatchEvent(EventKind.RESYNC, "/w", None, events[1].revision)
+        assert sorted(events_of(rec)[2:]) == [
+            (EventKind.CREATED, "/w/a", b"2"),
+            (EventKind.CREATED, "/w/b", b"3"),
+        ]
+        writer.put("/w/c", b"4")
+        wait_until(
+            lambda: events_of(rec)[-1:] == [(EventKind.CREATED, "/w/c", b"4")],
+            timeout=10,
+            message=lambda: f"no live event after the resync: {events_of(rec)}",
+        )
+
+
+def test_cancelled_watch_is_not_resumed(faulty: EtcdCluster, proxy: CuttableProxy) -> None:
+    """A watch cancelled while the connection is cut gets nothing after it comes back."""
+    via_proxy = f"etcd://127.0.0.1:{proxy.port}/cancel?session_timeout=10"
+    with started(via_proxy) as watcher, started(faulty.url("cancel")) as writer:
+        cancelled, kept, states = Recorder(), Recorder(), Recorder()
+        watcher.add_state_listener(states)
+        sub = watcher.watch("/x", cancelled)
+        watcher.watch("/y", kept)
+        proxy.cut()
+        wait_until(
+            lambda: ConnectionState.SUSPENDED in states.snapshot(),
+            timeout=10,
+            message="no SUSPENDED",
+        )
+        sub.cancel()
+        writer.put("/x/1", b"")
+        writer.put("/y/1", b"")
+        proxy.restore()
+        wait_until(lambda: len(kept.snapshot()) == 1, timeout=15, message="kept watch got nothing")
+        writer.put("/y/2", b"")
+        wait_until(lambda: len(kept.snapshot()) == 2, timeout=15, message="kept watch stopped")
+        assert cancelled.snapshot() == []
+
+
+def test_settings_must_be_etcd() -> None:
+    """EtcdStore refuses ZooKeeper settings (ConfigError naming the backend)."""
+    with pytest.raises(ValueError, match="zookeeper"):
+        EtcdStore(RegistrySettings.from_url("zk://127.0.0.1:2181/ns"))
+
+
+def test_raw_protocol_limit_is_what_we_guard(etcd_server: EtcdCluster) -> None:
+    """The server itself refuses 129 writes in one txn: the 128 limit is etcd's."""
+    with raw_client(etcd_server) as raw:
+        ops = [rpc.RequestOp(request_put=rpc.PutRequest(key=b"/lim/%d" % i)) for i in range(129)]
+        with pytest.raises(Exception, match="too many operations"):
+            raw.kvstub.Txn(rpc.TxnRequest(success=ops), 5)
