@@ -5,11 +5,10 @@ records how each part maps onto ZooKeeper and the choices that mapping forced.
 
 Namespace
     The store confines itself to the znode ``/<namespace>`` with a client-side chroot
-    (as the Java client and kazoo do: ZooKeeper itself has no chroot). :meth:`start`
-    creates that node if it is absent. Ancestors of a multi-segment namespace
-    (``/team`` for ``team/app``) are created world-open, so that namespaces with
-    different credentials can live side by side; the namespace node and everything
-    below it carry the store's ACL.
+    (as the Java client and kazoo do: ZooKeeper itself has no chroot). A ``/`` inside
+    the namespace is escaped as ``%2F`` (as the etcd backend does), so namespace
+    ``team/app`` is the single znode ``/team%2Fapp`` and never nests inside the tree
+    of namespace ``team``. :meth:`start` creates the node if it is absent.
 
 Credentials
     With a user name, the session adds ``digest`` auth and every node it creates gets a
@@ -46,9 +45,10 @@ Commits
     the state *before* the commit (as etcd's ``If``/``Then`` does). When the multi
     fails on an operation derived from the pre-read, something changed concurrently:
     the commit re-reads and retries, at most ``_COMMIT_ATTEMPTS`` times; if the store
-    keeps changing it reports a failed commit naming the contended path. Parents of
-    ``Create``/``Put`` are created (persistent, empty) before the multi when it fails
-    for a missing parent; that is idempotent. The result's ``revision`` is the multi's
+    keeps changing it reports a failed commit naming the contended path. Missing parents
+    of ``Create``/``Put`` (found with one batch of exists after the multi failed for
+    them) are created, persistent and empty, inside the retried multi, so a failed
+    commit leaves no parents behind. The result's ``revision`` is the multi's
     own zxid, read from the reply header (``_Multi``), so it equals the
     ``created_revision`` of every node the commit created.
 
@@ -76,6 +76,14 @@ Watches
     subtree, diffs and emits what changed, so no change is silently lost. A read that
     fails inside the event thread marks the watcher dirty; it is re-synced as soon as
     the connection allows. Initial state is not emitted: a watch reports changes.
+
+    Implicit parents: ZooKeeper needs real parent nodes where etcd has none, so the
+    store creates missing parents in the same multi as the node that needs them. They
+    share its czxid, which is how a watcher recognises them: a new, empty, never
+    written node with a child of the same czxid is an implicit parent and produces no
+    events (as in etcd); a value later put on it is reported as CREATED. (An empty node
+    created on purpose in the same commit as its child is indistinguishable and is
+    treated as implicit too.)
 
 Connection states
     kazoo CONNECTED on the first session -> CONNECTED; SUSPENDED -> SUSPENDED;
@@ -197,8 +205,9 @@ class _TreeWatch:
     prefix: str
     listener: WatchListener
     events: queue.SimpleQueue[Any]
-    #: path -> (czxid, mzxid) of every node seen under the prefix
-    cache: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: path -> (czxid, mzxid, implicit) of every node seen under the prefix; implicit
+    #: parents (made only to hold a child) produce no events, as in etcd
+    cache: dict[str, tuple[int, int, bool]] = field(default_factory=dict)
     #: path -> cached child paths (so a vanished subtree is found without a scan)
     kids: dict[str, set[str]] = field(default_factory=dict)
     dirty: bool = False
@@ -226,7 +235,8 @@ class ZooKeeperStore(CoordinationStore):
     def __init__(self, settings: RegistrySettings) -> None:
         self._settings = settings
         self.namespace = settings.namespace
-        self._chroot = "/" + settings.namespace.strip("/")
+        # escaped so that namespace X never sees X/sub as its node /sub
+        self._chroot = "/" + settings.namespace.strip("/").replace("/", "%2F")
         self._client: KazooClient | None = None
         self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -389,7 +399,7 @@ class ZooKeeperStore(CoordinationStore):
                 except kz.NoNodeError:
                     created = self._create_node(dl, path, value, ephemeral)
                     if created is not None:
-                        return _node(path, value, created)
+                        return created
                     continue  # created by someone else meanwhile: overwrite it
                 if stat.ephemeralOwner == self._wanted_owner(ephemeral):
                     return _node(path, value, stat)
@@ -412,8 +422,7 @@ class ZooKeeperStore(CoordinationStore):
         if path == "/":
             return None
         with self._errors(path):
-            stat = self._create_node(self._deadline(), path, value, ephemeral)
-            return None if stat is None else _node(path, value, stat)
+            return self._create_node(self._deadline(), path, value, ephemeral)
 
     def delete(self, path: str, *, recursive: bool = True) -> None:
         """Delete ``path`` (and its subtree if recursive); ``/`` keeps the namespace node."""
@@ -596,47 +605,63 @@ class ZooKeeperStore(CoordinationStore):
 
     # -- plumbing: writes --------------------------------------------------------------
 
-    def _ensure(self, deadline: float, paths: list[str]) -> None:
-        """Create ``paths`` (top-down, persistent, empty) unless present, pipelined:
-        ZooKeeper applies one session's requests in order."""
-        sent = [self._send(self._zk.create_async, p, b"") for p in paths]
-        for ar in sent:
-            with suppress(kz.NodeExistsError):
-                self._wait(ar, deadline)
+    def _missing_ancestors(self, deadline: float, path: str, stop: set[str]) -> list[str]:
+        """Ancestors of ``path`` that do not exist, top-down, up to the first one in
+        ``stop`` (paths the caller creates itself). One pipelined batch of exists."""
+        todo: list[str] = []
+        for a in _ancestors(path):
+            if a in stop:
+                break
+            todo.append(a)
+        sent = [self._send(self._zk.exists_async, a) for a in todo]
+        stats = [self._wait(ar, deadline) for ar in sent]
+        for i, st in enumerate(stats):
+            if st is None:
+                return todo[i:]  # nothing exists below a missing node
+        return []
 
     def _create_node(
         self, deadline: float, path: str, value: bytes, ephemeral: bool
-    ) -> ZnodeStat | None:
-        """Create ``path`` with its parents; the new stat, or None if it existed."""
-        for attempt in range(3):
-            try:
-                _, stat = self._call(
-                    deadline,
-                    self._zk.create_async,
-                    path,
-                    value,
-                    ephemeral=ephemeral,
-                    include_data=True,
-                )
-                return stat
-            except kz.NodeExistsError:
+    ) -> Node | None:
+        """Create ``path``, with its missing parents in the same multi; None if it existed.
+
+        Parents are created in the transaction that creates their first child, so they
+        share its czxid: that is how watchers tell implicit parents from nodes written
+        on purpose (see ``_sync_levels``)."""
+        try:
+            _, stat = self._call(
+                deadline, self._zk.create_async, path, value, ephemeral=ephemeral, include_data=True
+            )
+            return _node(path, value, stat)
+        except kz.NodeExistsError:
+            return None
+        except kz.NoNodeError:
+            pass  # parents usually exist, so only pay for them when they are missing
+        for _ in range(_COMMIT_ATTEMPTS):
+            parents = self._missing_ancestors(deadline, path, set())
+            ops = [self._create_op(a, b"", False) for a in parents]
+            ops.append(self._create_op(path, value, ephemeral))
+            results, zxid = self._multi(deadline, ops)
+            failed = _first_error(results)
+            if failed is None:
+                return Node(path, value, 0, zxid, zxid, ephemeral)
+            index, exc = failed
+            if index == len(ops) - 1 and isinstance(exc, kz.NodeExistsError):
                 return None
-            except kz.NoNodeError:
-                # optimistic: parents usually exist, so only pay for them when missing
-                if attempt == 2:
-                    raise NoNodeError(_parent(path)) from None
-                self._ensure(deadline, _ancestors(path))
-        raise AssertionError("unreachable")
+            if isinstance(exc, kz.NoChildrenForEphemeralsError):
+                raise exc
+            # a parent appeared or vanished meanwhile: look again
+        raise StoreError(f"create {path}: its parents kept changing concurrently; try again")
 
     def _commit(self, deadline: float, ops: list[Op]) -> CommitResult:
         targets = {op.path for op in ops if isinstance(op, Create | Put)}
         # path -> guard to use instead of create+delete of the path itself:
         # ("pair", first missing ancestor) or ("exists", ephemeral ancestor)
         guards: dict[str, tuple[str, str]] = {}
-        ensured: set[str] = set()
+        parents: set[str] = set()  # missing parents of created nodes, made in the multi
         last_contended = ops[0].path if ops else None
         for _ in range(_COMMIT_ATTEMPTS):
-            plan = self._plan(deadline, ops, guards)
+            plan = self._plan(deadline, ops, guards, parents)
             if isinstance(plan, CommitResult):
                 return plan
             zk_ops, origins = plan
@@ -645,7 +670,7 @@ class ZooKeeperStore(CoordinationStore):
             if failed is None:
                 return CommitResult(True, revision=zxid)
             index, exc = failed
-            kind, op = origins[index]
+            kind, op, zk_path = origins[index]
             if kind == "guard" and isinstance(exc, kz.NoChildrenForEphemeralsError):
                 # nothing can live below an ephemeral node: its existence is the guard
                 _mode, g = guards.get(op.path, ("pair", op.path))
@@ -655,20 +680,18 @@ class ZooKeeperStore(CoordinationStore):
                 raise exc
             if isinstance(exc, kz.NotEmptyError):
                 raise StoreError(f"commit cannot delete {op.path}: it has children (delete leaves)")
-            if kind == "user":
-                if isinstance(exc, kz.NoNodeError) and isinstance(op, Create):
-                    if op.path in ensured:
-                        raise NoNodeError(_parent(op.path))
-                    ensured.add(op.path)
-                    self._ensure_for_commit(deadline, op.path, targets)
-                    continue
-                return CommitResult(False, failed_path=op.path)
-            if kind == "create" and isinstance(exc, kz.NoNodeError):
-                if op.path in ensured:
-                    raise NoNodeError(_parent(op.path))
-                ensured.add(op.path)
-                self._ensure_for_commit(deadline, op.path, targets)
+            if (
+                isinstance(exc, kz.NoNodeError)
+                and kind in ("user", "create", "parent")
+                and (isinstance(op, Create | Put))
+            ):
+                parents.update(self._missing_ancestors(deadline, zk_path, targets))
                 continue
+            if kind == "parent" and isinstance(exc, kz.NodeExistsError):
+                parents.discard(zk_path)  # someone else made it meanwhile
+                continue
+            if kind == "user":
+                return CommitResult(False, failed_path=op.path)
             if kind == "guard" and isinstance(exc, kz.NoNodeError):
                 guards[op.path] = ("pair", self._absent_guard(deadline, op.path))
                 continue
@@ -676,32 +699,22 @@ class ZooKeeperStore(CoordinationStore):
             last_contended = op.path
         return CommitResult(False, failed_path=last_contended)
 
-    def _ensure_for_commit(self, deadline: float, path: str, targets: set[str]) -> None:
-        # ancestors the commit creates itself must not be created here: that would
-        # turn the commit's own Create of them into a NodeExists failure
-        todo: list[str] = []
-        for a in _ancestors(path):
-            if a in targets:
-                break
-            todo.append(a)
-        self._ensure(deadline, todo)
-
     def _absent_guard(self, deadline: float, path: str) -> str:
         """The path whose create+delete proves ``path`` absent when its parent is missing:
         the first missing ancestor segment (nothing can be below a missing node)."""
-        anc = _ancestors(path)
-        sent = [self._send(self._zk.exists_async, a) for a in anc]
-        stats = [self._wait(ar, deadline) for ar in sent]
-        for a, st in zip(anc, stats, strict=True):
-            if st is None:
-                return a
-        return path
+        missing = self._missing_ancestors(deadline, path, set())
+        return missing[0] if missing else path
 
     def _plan(
-        self, deadline: float, ops: list[Op], guards: dict[str, tuple[str, str]]
-    ) -> CommitResult | tuple[list[Any], list[tuple[str, Op]]]:
+        self,
+        deadline: float,
+        ops: list[Op],
+        guards: dict[str, tuple[str, str]],
+        parents: set[str],
+    ) -> CommitResult | tuple[list[Any], list[tuple[str, Op, str]]]:
         """Pre-read what the conditions need and build the multi, checks first; or a
-        failed result when a condition is already false."""
+        failed result when a condition is already false. Origins say, per multi
+        operation, why it is there: (kind, user op, path)."""
         zk = self._zk
         need = {
             op.path
@@ -715,23 +728,31 @@ class ZooKeeperStore(CoordinationStore):
                 seen[p] = self._wait(ar, deadline)
             except kz.NoNodeError:
                 seen[p] = None
-        checks: list[tuple[Any, tuple[str, Op]]] = []
-        writes: list[tuple[Any, tuple[str, Op]]] = []
+        checks: list[tuple[Any, tuple[str, Op, str]]] = []
+        writes: list[tuple[Any, tuple[str, Op, str]]] = []
+        made: set[str] = set()
 
         def guard(op: Op) -> None:
             mode, g = guards.get(op.path, ("pair", op.path))
             if mode == "exists":
-                checks.append((zkproto.CheckVersion(self._full(g), -1), ("guard", op)))
+                checks.append((zkproto.CheckVersion(self._full(g), -1), ("guard", op, g)))
                 return
             acl = self._acl or OPEN_ACL_UNSAFE
-            checks.append((zkproto.Create(self._full(g), b"", acl, 0), ("guard", op)))
-            checks.append((zkproto.Delete(self._full(g), -1), ("guard", op)))
+            checks.append((zkproto.Create(self._full(g), b"", acl, 0), ("guard", op, g)))
+            checks.append((zkproto.Delete(self._full(g), -1), ("guard", op, g)))
+
+        def create(op: Create | Put, kind: str) -> None:
+            for a in _ancestors(op.path):
+                if a in parents and a not in made:
+                    made.add(a)
+                    writes.append((self._create_op(a, b"", False), ("parent", op, a)))
+            writes.append((self._create_op(op.path, op.value, op.ephemeral), (kind, op, op.path)))
 
         for op in ops:
             full = self._full(op.path)
             if isinstance(op, Check):
                 if op.version is not None:
-                    checks.append((zkproto.CheckVersion(full, op.version), ("user", op)))
+                    checks.append((zkproto.CheckVersion(full, op.version), ("user", op, op.path)))
                     continue
                 got = seen[op.path]
                 if op.exists is False:
@@ -746,29 +767,31 @@ class ZooKeeperStore(CoordinationStore):
                     op.created_revision is not None and stat.czxid != op.created_revision
                 ):
                     return CommitResult(False, failed_path=op.path)
-                checks.append((zkproto.CheckVersion(full, stat.version), ("derived", op)))
+                checks.append((zkproto.CheckVersion(full, stat.version), ("derived", op, op.path)))
             elif isinstance(op, Create):
-                writes.append((self._create_op(op.path, op.value, op.ephemeral), ("user", op)))
+                create(op, "user")
             elif isinstance(op, Put):
                 got = seen[op.path]
                 if got is None:
-                    writes.append(
-                        (self._create_op(op.path, op.value, op.ephemeral), ("create", op))
-                    )
+                    create(op, "create")
                     continue
                 stat = got[1]
                 if stat.ephemeralOwner == self._wanted_owner(op.ephemeral):
-                    writes.append((zkproto.SetData(full, op.value, stat.version), ("derived", op)))
-                else:
-                    writes.append((zkproto.Delete(full, stat.version), ("derived", op)))
                     writes.append(
-                        (self._create_op(op.path, op.value, op.ephemeral), ("derived", op))
+                        (zkproto.SetData(full, op.value, stat.version), ("derived", op, op.path))
                     )
-            else:
-                if seen[op.path] is None:
-                    guard(op)
                 else:
-                    writes.append((zkproto.Delete(full, -1), ("derived", op)))
+                    writes.append((zkproto.Delete(full, stat.version), ("derived", op, op.path)))
+                    writes.append(
+                        (
+                            self._create_op(op.path, op.value, op.ephemeral),
+                            ("derived", op, op.path),
+                        )
+                    )
+            elif seen[op.path] is None:
+                guard(op)
+            else:
+                writes.append((zkproto.Delete(full, -1), ("derived", op, op.path)))
         both = checks + writes
         return [z for z, _ in both], [o for _, o in both]
 
@@ -805,14 +828,8 @@ class ZooKeeperStore(CoordinationStore):
                 # reading the children needs READ: wrong credentials fail here, at start
                 self._call(deadline, client.get_children_async, self._chroot)
             except kz.NoNodeError:
-                sent = [
-                    self._send(client.create_async, a, b"", acl=OPEN_ACL_UNSAFE)
-                    for a in _ancestors(self._chroot)
-                ]
-                sent.append(self._send(client.create_async, self._chroot, b""))
-                for ar in sent:
-                    with suppress(kz.NodeExistsError):
-                        self._wait(ar, deadline)
+                with suppress(kz.NodeExistsError):
+                    self._call(deadline, client.create_async, self._chroot, b"")
                 self._call(deadline, client.get_children_async, self._chroot)
         # set_hosts() refuses to change the chroot and start() only warns when it is
         # missing, so the client starts unrooted and is rooted once the node exists
@@ -968,6 +985,9 @@ class ZooKeeperStore(CoordinationStore):
     ) -> None:
         zk = self._zk
         level, first = paths, True
+        # new empty nodes that had children when read: implicit parents if a child shares
+        # their czxid (made in one multi); decided once the next level is read
+        undecided: dict[str, tuple[bytes, ZnodeStat]] = {}
         while level and not w.cancelled:
             deadline = self._deadline()
             sent = [
@@ -975,63 +995,102 @@ class ZooKeeperStore(CoordinationStore):
                     p,
                     self._send(zk.get_async, p, watch=w.on_zk),
                     None
-                    if data_only and first
+                    if data_only and first and p in w.cache
                     else self._send(zk.get_children_async, p, watch=w.on_zk, include_data=True),
                 )
                 for p in level
             ]
-            level, first = [], False
+            read: list[tuple[str, tuple[bytes, ZnodeStat] | None, Any]] = []
             for p, data_ar, kids_ar in sent:
                 try:
-                    value, stat = self._wait(data_ar, deadline)
+                    got = self._wait(data_ar, deadline)
                     listing = self._wait(kids_ar, deadline) if kids_ar is not None else None
                 except kz.NoNodeError:
+                    got = listing = None
+                read.append((p, got, listing))
+            if undecided:
+                self._decide(w, undecided, read, emit)
+                undecided = {}
+            level, first = [], False
+            for p, got, listing in read:
+                if got is None:
                     self._drop(w, p, 0, emit)
                     if p == w.prefix:
                         self._watch_absent_prefix(w)
                     continue
-                recreated = self._observe(w, p, value, stat, emit)
+                value, stat = got
+                old = w.cache.get(p)
+                if old is not None and old[0] != stat.czxid:
+                    # deleted and re-created since we last looked: a new node
+                    self._drop(w, p, stat.czxid, emit)
+                    old = None
+                if old is None and listing is None:
+                    level.append(p)  # a new node: read it with its children
+                    continue
+                if p != w.prefix:
+                    w.kids.setdefault(_parent(p), set()).add(p)
+                if old is None:
+                    if value == b"" and stat.version == 0 and listing and listing[0]:
+                        undecided[p] = got
+                    else:
+                        w.cache[p] = (stat.czxid, stat.mzxid, False)
+                        self._emit_if(emit, w, EventKind.CREATED, p, value, stat.mzxid)
+                elif old[1] != stat.mzxid:
+                    w.cache[p] = (stat.czxid, stat.mzxid, False)
+                    # a value written onto an implicit parent is, logically, a new node
+                    kind = EventKind.CREATED if old[2] else EventKind.CHANGED
+                    self._emit_if(emit, w, kind, p, value, stat.mzxid)
                 if listing is None:
-                    if recreated:
-                        level.append(p)  # its old subtree was dropped: read it afresh
                     continue
                 names, parent_stat = listing
                 current = {_child(p, n) for n in names}
                 for gone in sorted(w.kids.get(p, set()) - current):
                     self._drop(w, gone, parent_stat.pzxid, emit)
                 level.extend(c for c in sorted(current) if full or c not in w.cache)
+        if undecided:
+            self._decide(w, undecided, [], emit)
+
+    def _decide(
+        self,
+        w: _TreeWatch,
+        undecided: dict[str, tuple[bytes, ZnodeStat]],
+        children: list[tuple[str, tuple[bytes, ZnodeStat] | None, Any]],
+        emit: bool,
+    ) -> None:
+        """Settle whether each undecided node is an implicit parent, before any event of
+        its children: a child created in the same transaction (same czxid) says so."""
+        born_with_child = {
+            _parent(p)
+            for p, got, _ in children
+            if got is not None
+            and _parent(p) in undecided
+            and got[1].czxid == undecided[_parent(p)][1].czxid
+        }
+        for p, (value, stat) in undecided.items():
+            implicit = p in born_with_child
+            w.cache[p] = (stat.czxid, stat.mzxid, implicit)
+            if not implicit:
+                self._emit_if(emit, w, EventKind.CREATED, p, value, stat.mzxid)
+
+    def _emit_if(
+        self, emit: bool, w: _TreeWatch, kind: EventKind, path: str, value: bytes, rev: int
+    ) -> None:
+        if emit:
+            self._emit(w, WatchEvent(kind, path, value, rev))
 
     def _watch_absent_prefix(self, w: _TreeWatch) -> None:
         stat = self._call(self._deadline(), self._zk.exists_async, w.prefix, watch=w.on_zk)
         if stat is not None:  # created between our read and the exists watch
             self._sync_levels(w, [w.prefix], full=True, emit=True, data_only=False)
 
-    def _observe(self, w: _TreeWatch, path: str, value: bytes, stat: ZnodeStat, emit: bool) -> bool:
-        """Record a read node; emit CREATED/CHANGED. True if it is a new incarnation of a
-        cached path (deleted and re-created since we last looked)."""
-        old = w.cache.get(path)
-        recreated = old is not None and old[0] != stat.czxid
-        if recreated:
-            self._drop(w, path, stat.czxid, emit)
-            old = None
-        w.cache[path] = (stat.czxid, stat.mzxid)
-        if path != w.prefix:
-            w.kids.setdefault(_parent(path), set()).add(path)
-        if emit and old is None:
-            self._emit(w, WatchEvent(EventKind.CREATED, path, value, stat.mzxid))
-        elif emit and old is not None and old[1] != stat.mzxid:
-            self._emit(w, WatchEvent(EventKind.CHANGED, path, value, stat.mzxid))
-        return recreated
-
     def _drop(self, w: _TreeWatch, path: str, revision: int, emit: bool) -> None:
-        """Forget ``path`` and its cached subtree, emitting DELETED children first."""
-        if path not in w.cache:
-            return
+        """Forget ``path`` and its cached subtree, emitting DELETED children first
+        (implicit parents vanish silently, as they were never reported)."""
         for kid in sorted(w.kids.pop(path, set())):
             self._drop(w, kid, revision, emit)
-        del w.cache[path]
         w.kids.get(_parent(path), set()).discard(path)
-        if emit:
+        seen = w.cache.pop(path, None)
+        if emit and seen is not None and not seen[2]:
             self._emit(w, WatchEvent(EventKind.DELETED, path, None, revision))
 
 
