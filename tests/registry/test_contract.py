@@ -74,7 +74,8 @@ class Recorder:
 
 
 def view_from_events(events: list[WatchEvent], prefix: str) -> dict[str, bytes]:
-    """Replay watch events into path -> value (RESYNC forgets everything under prefix)."""
+    """Replay watch events into path -> value below ``prefix`` (RESYNC forgets everything
+    under it; the prefix node itself is left out)."""
     view: dict[str, bytes] = {}
     for e in events:
         if e.kind is EventKind.RESYNC:
@@ -84,6 +85,7 @@ def view_from_events(events: list[WatchEvent], prefix: str) -> dict[str, bytes]:
         else:
             assert e.value is not None, f"{e.kind} event without a value: {e}"
             view[e.path] = e.value
+    view.pop(prefix, None)
     return view
 
 
@@ -747,6 +749,7 @@ def test_watch_covers_the_prefix_node_and_only_its_subtree(
 def test_cancel_stops_deliveries(store: CoordinationStore, store_factory: StoreFactory) -> None:
     """After cancel() a listener gets nothing more, while other watches keep working."""
     writer = store_factory()
+    writer.put("/cx", b"")  # so that no backend reports an implicit parent being created
     cancelled, control = Recorder(), Recorder()
     sub = store.watch("/cx", cancelled)
     store.watch("/cx", control)
@@ -766,6 +769,8 @@ def test_events_arrive_on_one_event_thread(
 ) -> None:
     """Watch events of all watches and state events come on one thread, not the caller's."""
     writer = store_factory()
+    writer.put("/ta", b"")
+    writer.put("/tb", b"")
     rec_a, rec_b, states = Recorder(), Recorder(), Recorder()
     store.watch("/ta", rec_a)
     store.watch("/tb", rec_b)
@@ -795,9 +800,10 @@ def test_listener_may_call_the_store(store: CoordinationStore, store_factory: St
         node = store.get(e.path)
         reads.append(node.value if node else None)
 
+    writer.put("/lc", b"")
     store.watch("/lc", listener)
     writer.put("/lc/a", b"1")
-    wait_until(lambda: reads == [b"1"], timeout=15, message=f"listener reads: {reads}")
+    wait_until(lambda: reads == [b"1"], timeout=15, message=lambda: f"listener reads: {reads}")
 
 
 # ---- faults: restart, expiry, pause, member loss ---------------------------------------
@@ -808,6 +814,7 @@ def test_watch_sees_every_change_across_a_server_restart(backend: str, tmp_path:
     with dedicated_server(backend, tmp_path) as server:
         url = server.url("restart", session_timeout=2)
         with started(url) as watcher, started(url) as writer:
+            writer.put("/r", b"")
             rec = Recorder()
             watcher.watch("/r", rec)
             for i in range(10):
@@ -854,7 +861,7 @@ def test_session_expiry_gives_lost_then_connected_with_new_session(
     wait_until(
         lambda: ConnectionState.CONNECTED in states.snapshot(),
         timeout=20,
-        message=f"no CONNECTED after expiry; states: {states.snapshot()}",
+        message=lambda: f"no CONNECTED after expiry; states: {states.snapshot()}",
     )
     seen = states.snapshot()
     assert ConnectionState.LOST in seen
@@ -869,7 +876,7 @@ def test_session_expiry_gives_lost_then_connected_with_new_session(
     wait_until(
         lambda: "/exp/from-observer" in rec.paths(),
         timeout=15,
-        message=f"watch dead after session expiry; events: {rec.paths()}",
+        message=lambda: f"watch dead after session expiry; events: {rec.paths()}",
     )
 
 
@@ -898,7 +905,7 @@ def test_brief_pause_gives_suspended_then_reconnected(backend: str, tmp_path: Pa
             wait_until(
                 lambda: ConnectionState.RECONNECTED in states.snapshot(),
                 timeout=timeout + 5,
-                message=f"no RECONNECTED after resume; states: {states.snapshot()}",
+                message=lambda: f"no RECONNECTED after resume; states: {states.snapshot()}",
             )
             print(f"\n[{backend}] SUSPENDED {suspended_after:.2f} s after SIGSTOP")
             seen = states.snapshot()
