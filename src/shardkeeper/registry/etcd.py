@@ -8,12 +8,12 @@ header (the store revision) is available.
 
 Mapping onto etcd's flat keyspace
 ---------------------------------
-* Node ``/a/b`` of namespace ``ns`` is the key ``/ns/a/b`` (``ns`` may contain
-  ``/``); the root ``/`` is the key ``/ns``. The subtree of a key ``K`` is the range
-  ``[K + '/', K + '0')`` (``'0'`` follows ``'/'`` in ASCII), so namespace ``a``
-  never sees ``ab`` and ``/x`` never matches ``/xy``. Nested namespaces are nested
-  trees: namespace ``a`` sees namespace ``a/b`` as its node ``/b`` (as a ZooKeeper
-  chroot would).
+* Node ``/a/b`` of namespace ``ns`` is the key ``/ns/a/b``; the root ``/`` is the
+  key ``/ns``. A ``/`` inside the namespace is escaped as ``%2F`` (namespace
+  ``prod/orders`` -> ``/prod%2Forders/a/b``) so that namespace ``prod`` never sees
+  ``prod/orders``. The subtree of a key ``K`` is the range ``[K + '/', K + '0')``
+  (``'0'`` follows ``'/'`` in ASCII), so namespace ``a`` never sees ``ab`` and ``/x``
+  never matches ``/xy``.
 * Parents are implicit. A *pure parent* is a path with no key of its own but keys
   below it: ``exists`` is true, ``children`` lists it, ``get`` and ``get_tree``
   return it as a synthetic node ``Node(path, b"", version=0, revision=0,
@@ -26,9 +26,13 @@ Mapping onto etcd's flat keyspace
   ``create`` succeeds (the parent gets a key and a value). ``Check(version=v)`` and
   ``Check(created_revision=r)`` with ``v``/``r`` <= 0 never pass (synthetic numbers
   do not identify a real node version).
-* An etcd transaction may not write one key twice: a commit that writes the same
-  path twice is refused with ConfigError before anything is sent.
-* The "ephemeral nodes have no children" rule of ZooKeeper is not enforced.
+* Checks see the state before the commit. etcd refuses a transaction that writes
+  one key twice, so repeated writes of a path are folded into their net effect.
+* "An ephemeral node cannot have children": every write also compares ``lease == 0``
+  on each strict ancestor (one compare per distinct ancestor, in the same
+  transaction) and raises StoreError when one is ephemeral. etcd allows 128
+  compares per transaction; in a commit whose checks, creates and distinct
+  ancestors exceed that, the farthest ancestors are not guarded.
 
 Sessions
 --------
@@ -47,6 +51,15 @@ while any watch exists, the ``etcd3`` watch-stream thread, whose callbacks only
 enqueue. Each watch remembers the last revision it received; after the stream
 breaks (or after a reconnect) it is re-created from ``last revision + 1``. If that
 revision was compacted, the listener gets RESYNC and CREATED for the current state.
+
+Authentication
+--------------
+With a user name, :meth:`EtcdStore.start` authenticates and sends the token as gRPC
+metadata (the ``etcd3`` client would attach it as call credentials, which gRPC
+refuses on a plaintext channel). A token the server forgot (restart, token TTL) is
+renewed once and the refused request re-sent. ``start`` also reads the namespace
+root key once, because etcd 3.4 grants leases without checking credentials: missing
+or wrong credentials fail in ``start``, not at the first read.
 
 Errors and costs
 ----------------
