@@ -24,6 +24,7 @@ import pytest
 from shardkeeper.errors import (
     ConfigError,
     InvalidRegistryURLError,
+    OperationTimeoutError,
     StoreAuthError,
     StoreError,
     StoreLimitError,
@@ -613,6 +614,23 @@ def test_version_check_detects_a_concurrent_write(store: CoordinationStore) -> N
     assert store.get("/opt").value == b"2"  # type: ignore[union-attr]
 
 
+def test_checks_on_an_implicit_parent(store: CoordinationStore) -> None:
+    """Check(exists=...) on a pure parent agrees with exists(): something lives below it."""
+    store.put("/pp/x/y", b"1")
+    assert store.exists("/pp/x")
+    assert store.commit([Check("/pp/x", exists=True), Put("/pp/m1", b"1")])
+    assert not store.commit([Check("/pp/x", exists=False), Put("/pp/m2", b"1")])
+    assert store.get("/pp/m2") is None
+
+
+def test_create_on_an_implicit_parent_finds_it_existing(store: CoordinationStore) -> None:
+    """create() of a pure parent returns None: exists() already says it is there."""
+    store.put("/ip/x/y", b"1")
+    assert store.exists("/ip/x")
+    assert store.create("/ip/x", b"new") is None
+    assert store.get("/ip/x").value == b""  # type: ignore[union-attr]
+
+
 def test_commit_create_of_existing_node_fails(store: CoordinationStore) -> None:
     """Create of a node that exists fails the whole commit; nothing is applied."""
     store.put("/x/exists", b"orig")
@@ -689,6 +707,9 @@ def test_watch_sees_every_one_of_1000_rapid_writes_in_order(
     print(f"\n[{backend}] 1000 writes + delivery in {time.monotonic() - began:.2f} s")
     events = rec.snapshot()
     events = events[: [e.path for e in events].index("/w/zz-end")]
+    # the weaker guarantee first: replaying the events gives the store's final state
+    final = {p: n.value for p, n in writer.get_tree("/w").items() if p not in ("/w", "/w/zz-end")}
+    assert view_from_events(events, "/w") == final
     got = [(e.kind, e.path) for e in events]
     want = [(kind, path) for _op, path, _v, kind in plan]
     first_diff = next((i for i, (g, w) in enumerate(zip(got, want, strict=False)) if g != w), None)
@@ -744,6 +765,29 @@ def test_watch_covers_the_prefix_node_and_only_its_subtree(
     assert rec.paths() == ["/p", "/p/child"]
     assert [e.kind for e in rec.snapshot()] == [EventKind.CREATED, EventKind.CREATED]
     assert rec.snapshot()[0].value == b"self"
+
+
+def test_watch_on_the_namespace_root_sees_everything(
+    store: CoordinationStore, store_factory: StoreFactory
+) -> None:
+    """watch('/') reports changes anywhere in the namespace."""
+    writer = store_factory()
+    writer.put("/top", b"")
+    rec = Recorder()
+    store.watch("/", rec)
+    writer.put("/top/a", b"1")
+    writer.put("/top", b"2")
+    writer.delete("/top/a")
+    wait_until(
+        lambda: "/top/a" in rec.paths(EventKind.DELETED),
+        timeout=15,
+        message=lambda: f"events: {rec.snapshot()}",
+    )
+    assert [(e.kind, e.path, e.value) for e in rec.snapshot()] == [
+        (EventKind.CREATED, "/top/a", b"1"),
+        (EventKind.CHANGED, "/top", b"2"),
+        (EventKind.DELETED, "/top/a", None),
+    ]
 
 
 def test_cancel_stops_deliveries(store: CoordinationStore, store_factory: StoreFactory) -> None:
@@ -804,6 +848,33 @@ def test_listener_may_call_the_store(store: CoordinationStore, store_factory: St
     store.watch("/lc", listener)
     writer.put("/lc/a", b"1")
     wait_until(lambda: reads == [b"1"], timeout=15, message=lambda: f"listener reads: {reads}")
+
+
+# ---- lifecycle --------------------------------------------------------------------------
+
+
+def test_lifecycle_context_manager_and_threads(registry_url: str) -> None:
+    """open_store() does no I/O; `with` starts (CONNECTED) and closes; every thread the
+    store started has ended shortly after close()."""
+    before = set(threading.enumerate())
+    store = open_store(registry_url)
+    assert set(threading.enumerate()) == before, "open_store() started threads"
+    with store as s:
+        assert s is store
+        assert s.state is ConnectionState.CONNECTED
+        assert s.session_id
+        assert 0 < s.session_timeout <= 2.5
+        trips = s.round_trips
+        s.put("/life", b"1")
+        assert s.get("/life").value == b"1"  # type: ignore[union-attr]
+        assert s.round_trips > trips
+        assert set(threading.enumerate()) - before, "a started store runs no thread"
+    store.close()  # idempotent
+    wait_until(
+        lambda: not [t for t in set(threading.enumerate()) - before if t.is_alive()],
+        timeout=10,
+        message=lambda: f"threads left after close(): {set(threading.enumerate()) - before}",
+    )
 
 
 # ---- faults: restart, expiry, pause, member loss ---------------------------------------
@@ -884,7 +955,7 @@ def test_brief_pause_gives_suspended_then_reconnected(backend: str, tmp_path: Pa
     """SIGSTOP of the server shorter than the session timeout: SUSPENDED, RECONNECTED, same
     session, ephemerals kept."""
     with dedicated_server(backend, tmp_path) as server:
-        url = server.url("pause", session_timeout=6)
+        url = server.url("pause", session_timeout=6, operation_timeout=1)
         with started(url) as store:
             states = Recorder()
             store.add_state_listener(states)
@@ -894,6 +965,10 @@ def test_brief_pause_gives_suspended_then_reconnected(backend: str, tmp_path: Pa
             paused_at = time.monotonic()
             server.pause(0)
             try:
+                with pytest.raises((OperationTimeoutError, StoreUnavailableError)):
+                    store.get("/pz/eph")
+                blocked = time.monotonic() - paused_at
+                assert blocked <= 1 + 1.0, f"get() blocked {blocked:.2f} s (operation_timeout 1)"
                 wait_until(
                     lambda: ConnectionState.SUSPENDED in states.snapshot(),
                     timeout=timeout * 0.9,
