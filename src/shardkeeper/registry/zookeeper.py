@@ -1011,6 +1011,8 @@ class ZooKeeperStore(CoordinationStore):
             if undecided:
                 self._decide(w, undecided, read, emit)
                 undecided = {}
+            # one level may reveal several changes: report them in store order
+            read.sort(key=lambda r: r[1][1].mzxid if r[1] is not None else 0)
             level, first = [], False
             for p, got, listing in read:
                 if got is None:

@@ -1,0 +1,207 @@
+"""ZooKeeper-specific behaviour of ZooKeeperStore, beyond the cross-backend contract.
+
+Real servers only (the shared ``zk_server``, or a dedicated one where a test restarts
+it); every wait is a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+
+from shardkeeper.errors import StoreAuthError, StoreError
+from shardkeeper.registry import (
+    Check,
+    ConnectionState,
+    CoordinationStore,
+    Create,
+    EventKind,
+    Put,
+    RegistrySettings,
+)
+from shardkeeper.registry.zookeeper import ZooKeeperStore
+from shardkeeper.testing.faults import wait_until
+from shardkeeper.testing.servers import ZooKeeperCluster
+
+StoreFactory = Callable[..., CoordinationStore]
+FAST: dict[str, float] = {"session_timeout": 2.0, "connection_timeout": 5.0}
+
+
+@pytest.fixture
+def backend() -> str:
+    """Every test here is about ZooKeeper: pin the conftest's backend parameter."""
+    return "zookeeper"
+
+
+@pytest.fixture
+def raw(zk_server: ZooKeeperCluster) -> Iterator[KazooClient]:
+    """A plain kazoo client without chroot or credentials, to look behind the store."""
+    client = KazooClient(hosts=zk_server.hosts_string, timeout=5)
+    client.start(timeout=10)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+class Events:
+    """A thread-safe recording watch/state listener."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.items: list[Any] = []
+
+    def __call__(self, item: Any) -> None:
+        with self._lock:
+            self.items.append(item)
+
+    def snapshot(self) -> list[Any]:
+        with self._lock:
+            return list(self.items)
+
+
+def test_namespace_is_a_chroot_node_created_on_start(
+    store_factory: StoreFactory, zk_server: ZooKeeperCluster, namespace: str, raw: KazooClient
+) -> None:
+    """start() creates /<namespace>; a '/' inside a namespace is escaped, never nested."""
+    outer = store_factory(zk_server.url(namespace, **FAST))
+    inner = store_factory(zk_server.url(f"{namespace}/sub", **FAST))
+    assert raw.exists(f"/{namespace}") is not None
+    assert raw.exists(f"/{namespace}%2Fsub") is not None
+    inner.put("/jobs/a", b"1")
+    outer.put("/jobs/a", b"2")
+    assert raw.get(f"/{namespace}%2Fsub/jobs/a")[0] == b"1"
+    assert raw.get(f"/{namespace}/jobs/a")[0] == b"2"
+    assert outer.children("/") == ["jobs"]
+
+
+def test_digest_acl_guards_every_node(
+    store_factory: StoreFactory, zk_server: ZooKeeperCluster, namespace: str, raw: KazooClient
+) -> None:
+    """With credentials every node gets a digest ACL: others get StoreAuthError."""
+    alice = store_factory(zk_server.url(namespace, **FAST, username="alice", password="a-pw"))
+    alice.put("/secret/k", b"v")
+    assert isinstance(alice, ZooKeeperStore)
+    acls, _ = alice.kazoo_client.get_acls("/secret/k")  # (reading ACLs needs rights too)
+    assert [(a.id.scheme, a.id.id.split(":")[0]) for a in acls] == [("digest", "alice")]
+    with pytest.raises(NoAuthError):
+        raw.get(f"/{namespace}/secret/k")
+    # wrong credentials fail at start (the namespace node is probed), not later
+    mallory = ZooKeeperStore(
+        RegistrySettings.from_url(
+            zk_server.url(namespace, **FAST, username="alice", password="wrong")
+        )
+    )
+    with pytest.raises(StoreAuthError):
+        mallory.start()
+    mallory.close()
+    # the same credentials in another store read fine
+    again = store_factory(zk_server.url(namespace, **FAST, username="alice", password="a-pw"))
+    assert again.get("/secret/k").value == b"v"  # type: ignore[union-attr]
+
+
+def test_commit_revision_is_the_czxid_and_failed_commits_leave_no_parents(
+    store: CoordinationStore, raw: KazooClient
+) -> None:
+    """A commit's revision is its zxid; missing parents are made inside the multi."""
+    result = store.commit([Create("/a/b/c", b"1"), Put("/x/y", b"2")])
+    assert result
+    assert store.get("/a/b/c").created_revision == result.revision  # type: ignore[union-attr]
+    assert store.get("/a").created_revision == result.revision  # type: ignore[union-attr]
+    failed = store.commit([Check("/nope", exists=True), Create("/p/q/r", b"1")])
+    assert not failed and failed.failed_path == "/nope"
+    store.put("/taken", b"")
+    failed = store.commit([Create("/m/n", b"1"), Create("/taken", b"")])
+    assert not failed and failed.failed_path == "/taken"
+    assert not store.exists("/m")
+    assert not store.exists("/p")
+
+
+def test_threads_do_not_grow_with_watches(store: CoordinationStore) -> None:
+    """Watches share the store's one event thread: the thread count stays fixed."""
+    before = threading.active_count()
+    subs = [store.watch(f"/t{i}", Events()) for i in range(20)]
+    assert threading.active_count() == before
+    for s in subs:
+        s.cancel()
+
+
+def test_tree_watch_resyncs_changes_made_while_its_watches_were_gone(tmp_path: Path) -> None:
+    """After a server restart the watcher re-reads its subtree and emits what changed
+    while it was blind (kazoo forgets every watch when the connection drops)."""
+    server = ZooKeeperCluster(size=1, base_dir=tmp_path / "zk")
+    server.start()
+    stores: list[ZooKeeperStore] = []
+    gate = threading.Event()
+    try:
+        url = server.url("resync", session_timeout=10, operation_timeout=5)
+        watcher = ZooKeeperStore(RegistrySettings.from_url(url))
+        writer = ZooKeeperStore(RegistrySettings.from_url(url))
+        stores += [watcher, writer]
+        watcher.start()
+        writer.start()
+        for path, value in [("/r/a", b"1"), ("/r/b", b"2"), ("/r/c/d", b"3")]:
+            writer.put(path, value)
+        events, states = Events(), Events()
+        watcher.watch("/r", events)
+
+        def hold_on_suspend(state: ConnectionState) -> None:
+            states(state)
+            if state is ConnectionState.SUSPENDED:
+                # keep the event thread busy so nothing re-arms the watches
+                gate.wait(20)
+
+        watcher.add_state_listener(hold_on_suspend)
+        server.restart(0)
+        wait_until(lambda: ConnectionState.SUSPENDED in states.snapshot(), timeout=15)
+
+        def write_while_blind() -> bool:
+            try:
+                writer.put("/r/a", b"1-after")
+                writer.delete("/r/b")
+                writer.put("/r/c/e", b"new")
+                return True
+            except StoreError:
+                return False
+
+        wait_until(write_while_blind, timeout=30, message="writer never got through")
+        assert events.snapshot() == []
+        gate.set()
+        expected = {"/r/a": b"1-after", "/r/c/d": b"3", "/r/c/e": b"new"}
+        wait_until(
+            lambda: _applied(events, expected),
+            timeout=20,
+            message=lambda: f"events after resync: {events.snapshot()}",
+        )
+        kinds = {(e.kind, e.path) for e in events.snapshot()}
+        assert kinds == {
+            (EventKind.CHANGED, "/r/a"),
+            (EventKind.DELETED, "/r/b"),
+            (EventKind.CREATED, "/r/c/e"),
+        }
+        # the session usually survives (RECONNECTED); a restarted standalone server may
+        # also refuse it (LOST, then CONNECTED): both must end in the same re-sync
+        assert {ConnectionState.RECONNECTED, ConnectionState.CONNECTED} & set(states.snapshot())
+    finally:
+        gate.set()
+        for s in stores:
+            s.close()
+        server.stop()
+
+
+def _applied(events: Events, expected: dict[str, bytes]) -> bool:
+    """Whether replaying ``events`` over the state before the restart gives ``expected``."""
+    state = {"/r/a": b"1", "/r/b": b"2", "/r/c/d": b"3"}
+    for e in events.snapshot():
+        if e.kind is EventKind.DELETED:
+            state.pop(e.path, None)
+        elif e.value is not None:
+            state[e.path] = e.value
+    return state == expected
