@@ -1021,27 +1021,47 @@ def test_client_survives_loss_of_one_member(
         store.put("/m/eph", b"1", ephemeral=True)
         session = store.session_id
         member = _connected_member(store, cluster)
+        was_leader: bool | None = None
         victim = member if member is not None else 0
+        with contextlib.suppress(Exception):
+            was_leader = cluster.leader() == victim
         killed_at = time.monotonic()
         cluster.kill(victim)
 
+        write_failures: list[str] = []
+
         def write_works() -> bool:
+            began = time.monotonic()
             try:
                 store.put("/m/after", b"ok")
                 return True
-            except StoreError:
+            except StoreError as exc:
+                write_failures.append(f"{type(exc).__name__} after {time.monotonic() - began:.2f}s")
                 return False
 
         wait_until(write_works, timeout=15, message="no write succeeded after member loss")
         resumed = time.monotonic() - killed_at
+        observer_failures: list[str] = []
+
+        def observer_reads() -> tuple[Any, Any] | None:
+            # the observer may have used the dead member too: it must get through in time
+            try:
+                return observer.get("/m/eph"), observer.get("/m/after")
+            except StoreError as exc:
+                observer_failures.append(type(exc).__name__)
+                return None
+
+        eph, after = wait_until(observer_reads, timeout=15, message="observer never got through")
         print(
-            f"\n[{backend}] killed member {victim} (client's: {member}); "
-            f"writes resumed after {resumed:.2f} s"
+            f"\n[{backend}] killed member {victim} (client's: {member}, leader: {was_leader}); "
+            f"writes resumed "
+            f"after {resumed:.2f} s (failed writes first: {write_failures}); "
+            f"observer's failed reads first: {observer_failures}"
         )
         assert store.session_id == session
         assert ConnectionState.LOST not in states.snapshot()
-        assert observer.get("/m/eph").ephemeral is True  # type: ignore[union-attr]
-        assert observer.get("/m/after").value == b"ok"  # type: ignore[union-attr]
+        assert eph is not None and eph.ephemeral is True
+        assert after is not None and after.value == b"ok"
 
 
 # ---- errors -----------------------------------------------------------------------------
