@@ -345,6 +345,7 @@ def test_shutdown(ops: Operations, start: Start) -> None:
     assert ops.shutdown(rt.instance_id, wait=15.0)
     assert rt.wait_stopped(15)
     assert ops.instances() == []
+    assert ops.dump("/control") == {} or all(not e.value for e in ops.dump("/control").values())
     assert ops.jobs()[0].instances == []
     assert ops.status().jobs[0].health == "no-instances"
     with pytest.raises(InstanceLookupError):

@@ -371,11 +371,14 @@ class Operations:
         if wait is None:
             return False
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if not self.store.exists(instance_path(instance)):
-                return True
+        while self.store.exists(instance_path(instance)):
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(0.1)  # polling an operator's wait, not synchronising code
-        return not self.store.exists(instance_path(instance))
+        # An instance that stops quickly may exit before it consumed the request:
+        # remove it so that no stale request stays behind (ids are never reused).
+        self.store.delete(shutdown_path(instance), recursive=False)
+        return True
 
     # -- switches -------------------------------------------------------------------
 

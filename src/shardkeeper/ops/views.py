@@ -42,9 +42,9 @@ class JobSummary:
     """One line of the job list.
 
     ``enabled`` is false when an operator disabled the job (``disabled/job`` node) or
-    its config says ``disabled``. ``next_fire`` is computed from the stored trigger;
-    for an interval trigger it is an estimate (each instance's interval starts when
-    it started), and it is None for a disabled job or an unreadable config.
+    its config says ``disabled``. ``next_fire`` is computed from the stored trigger
+    (interval triggers are anchored at the Unix epoch, so it is exact for them too);
+    it is None for a disabled job or an unreadable config.
     ``config_error`` explains a stored config that could not be read.
     """
 
