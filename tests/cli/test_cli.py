@@ -26,6 +26,7 @@ from shardkeeper.ops import Operations
 from shardkeeper.registry import CoordinationStore
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import wait_until
+from shardkeeper.testing.servers import EtcdCluster
 
 JOB = "tiny"
 NEVER = "0 0 1 1 *"  # 1 January 00:00 UTC: no spontaneous fire during a test
@@ -487,3 +488,14 @@ def test_registry_up_status_down(tmp_path: Path) -> None:
     assert json.loads(result.stdout) == {"running": False, "dir": str(directory), "healthy": False}
     assert ok(cli("registry", "down", "--dir", str(directory))).strip() == "nothing was running"
     one_error_line(cli("registry", "up", "--nodes", "2", "--dir", str(directory)), 2)
+
+
+def test_wrong_credentials(tmp_path: Path) -> None:
+    with EtcdCluster(size=1, base_dir=tmp_path, auth=True) as server:
+        good = server.url("creds", connection_timeout=3)
+        assert as_json(cli("jobs", "--json", registry=good)) == {"jobs": []}
+        bad = good.replace(f":{server.password}@", ":wrong-password@")
+        assert bad != good
+        line = one_error_line(cli("jobs", registry=bad), 1)
+        assert "wrong-password" not in line  # the password is never printed
+        assert "auth" in line.lower() or "credential" in line.lower() or "password" in line
