@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BACKEND ?= zookeeper
 STAMP := $(VENV)/.installed
-APT_PACKAGES := zookeeper etcd-server etcd-client default-jre-headless
+APT_PACKAGES := zookeeper etcd-server etcd-client default-jre-headless docker-compose
 PYTEST_ARGS ?=
 
 .PHONY: demo test lint typecheck pytest system-deps venv chaos bench clean registry-up registry-down
@@ -34,20 +34,25 @@ bench: system-deps venv
 	$(PY) -m shardkeeper.bench $(if $(QUICK),--quick,)
 
 # ZooKeeper, etcd and a JRE come from Debian packages; install only what is missing.
+# docker-compose (v1) only validates docker-compose.yml offline (tests/test_compose.py):
+# no Docker engine is needed, so its recommended docker.io is not installed.
 system-deps:
-	@missing=""; \
+	@missing=""; bare=""; \
 	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
 	command -v etcd >/dev/null || missing="$$missing etcd-server"; \
 	command -v etcdctl >/dev/null || missing="$$missing etcd-client"; \
 	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing system packages:$$missing"; \
+	command -v docker-compose >/dev/null || bare="$$bare docker-compose"; \
+	if [ -n "$$missing$$bare" ]; then \
+	  echo "installing system packages:$$missing$$bare"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; \
 	  elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
 	  else echo "cannot install system packages: run as root:"; \
-	       echo "  apt-get update && apt-get install -y$$missing"; exit 1; fi; \
+	       echo "  apt-get update && apt-get install -y$$missing$$bare"; exit 1; fi; \
 	  export DEBIAN_FRONTEND=noninteractive; \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq$$missing >/dev/null; \
+	  $$SUDO apt-get update -qq \
+	  && { [ -z "$$missing" ] || $$SUDO apt-get install -y -qq$$missing >/dev/null; } \
+	  && { [ -z "$$bare" ] || $$SUDO apt-get install -y -qq --no-install-recommends$$bare >/dev/null; }; \
 	fi
 
 venv: $(STAMP)
