@@ -61,7 +61,10 @@ class Cluster:
                 args += [flag, str(value)]
         err = open(errlog, "w")  # noqa: SIM115 - the child owns it for its lifetime
         proc = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=err, start_new_session=True,
+            args,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            start_new_session=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         inst = Instance(proc, log, errlog)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,13 +57,15 @@ def wait_for_exact_cover(
                 return True
         return False
 
-    wait_until(check, timeout, message=f"no trigger covered 0..{count - 1} by {instances}\n"
-               + c.logs())
+    wait_until(
+        check, timeout, message=f"no trigger covered 0..{count - 1} by {instances}\n" + c.logs()
+    )
     return found[0]
 
 
-def assert_exactly_once_since(c: Cluster, since: float, count: int,
-                              allowed: set[str] | None = None) -> int:
+def assert_exactly_once_since(
+    c: Cluster, since: float, count: int, allowed: set[str] | None = None
+) -> int:
     """Every settled fire time from ``since`` on ran each item exactly once."""
     n = 0
     for ft, recs in sorted(settled(c, since - 0.001).items()):
@@ -161,7 +164,7 @@ def test_misfire_reruns_items_once(cluster: Cluster) -> None:
         by_item.setdefault(r["item"], []).append((r["start"], r["end"]))
     for spans in by_item.values():
         spans.sort()
-        for (_, e1), (s2, _) in zip(spans, spans[1:], strict=False):
+        for (_, e1), (s2, _) in itertools.pairwise(spans):
             assert s2 >= e1 - 1e-3
 
 

@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--class-name", default=None, help="pretend to be another job class")
     args = p.parse_args(argv)
     logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr,
+        level=logging.INFO,
+        stream=sys.stderr,
         format="%(asctime)s %(process)d %(threadName)s %(name)s: %(message)s",
     )
     logging.getLogger("apscheduler").setLevel(logging.WARNING)

@@ -84,6 +84,7 @@ class JobRunner:
         workers: Executor,
         submit: Submit,
         listeners: list[JobListener] | None = None,
+        liveness: Callable[[], bool] | None = None,
     ) -> None:
         self.job = job
         self.config = config
@@ -102,6 +103,7 @@ class JobRunner:
         self._strategy: ShardingStrategy = resolve_strategy(config.sharding_strategy)
         self._on_error: ErrorHandler = resolve_error_handler(config.error_handler)
         self._listeners = listeners or []
+        self._liveness = liveness or (lambda: True)
         self._lock = threading.RLock()
         self._batches: list[Batch] = []
         self._misfire_at: float | None = None
@@ -201,11 +203,7 @@ class JobRunner:
         elif state is ConnectionState.LOST:
             # Our ephemeral nodes are gone; others may take our items: fence them off.
             self._registered = False
-            with self._lock:
-                for batch in self._batches:
-                    if not batch.fenced:
-                        batch.fenced = True
-                        self.stats["fenced"] += len(batch.items)
+            self.fence_all()
             log.warning("%s: session lost; running executions are fenced off", self.config.name)
         self.signal.notify()
 
@@ -460,9 +458,30 @@ class JobRunner:
             is_failover=failover,
             is_misfire=misfire,
             props=dict(cfg.props),
-            _valid=lambda: not batch.fenced and not self._hard_stop,
+            _valid=lambda: self._still_valid(batch),
             _stop=lambda: self._stopping or self._store_reshard_hint(),
         )
+
+    def _still_valid(self, batch: Batch) -> bool:
+        # Sticky: once the session may have expired (no contact with the store for a
+        # session timeout, e.g. the process was frozen), others may run the items.
+        if not batch.fenced and not self._liveness():
+            self.fence_all()
+        return not batch.fenced and not self._hard_stop
+
+    def fence_all(self) -> None:
+        """Mark every execution in progress as fenced off (ctx.is_valid() -> False)."""
+        with self._lock:
+            fenced = [b for b in self._batches if not b.fenced]
+            for batch in fenced:
+                batch.fenced = True
+                self.stats["fenced"] += len(batch.items)
+        if fenced:
+            log.warning(
+                "%s: executions of items %s fenced off (session may be lost)",
+                self.config.name,
+                sorted(i for b in fenced for i in b.items),
+            )
 
     def _store_reshard_hint(self) -> bool:
         try:

@@ -98,6 +98,7 @@ class Runtime:
         self._scheduler: TriggerScheduler | None = None
         self._housekeeper: threading.Thread | None = None
         self._signals = 0
+        self._last_contact = time.monotonic()
 
     # -- jobs ---------------------------------------------------------------------
 
@@ -161,6 +162,7 @@ class Runtime:
                     workers=self._workers,
                     submit=self._submit,
                     listeners=listeners,
+                    liveness=self._session_fresh,
                 )
                 self._runners[name].on_config_change = self._config_changed
             # One watch for the whole namespace, established before we register so
@@ -350,10 +352,37 @@ class Runtime:
             self._scheduler.remove_job(new.name)
             self._scheduler.add_job(new.name, new)
 
+    def _session_fresh(self) -> bool:
+        """False when the store has not answered for a whole session timeout: the
+        session may have expired without us knowing yet (a frozen process, a long GC
+        pause), so executions must assume they are fenced off."""
+        return time.monotonic() - self._last_contact < self.store.session_timeout
+
+    def _probe(self) -> None:
+        before = time.monotonic()
+        if self.store.state not in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
+            return
+        session = self.store.session_id
+        try:
+            self.store.exists(instance_path(self.instance_id))
+        except StoreError:
+            return
+        if self.store.session_id == session:
+            self._last_contact = before
+
     def _housekeeping(self) -> None:
         tick = 0
+        prev = time.monotonic()
         while not self._stopped.wait(1.0):
             tick += 1
+            now = time.monotonic()
+            if now - prev >= self.store.session_timeout:
+                # We were frozen for a session timeout: assume the worst first.
+                for runner in self.runners.values():
+                    runner.fence_all()
+                self._last_contact = min(self._last_contact, prev)
+            prev = now
+            self._probe()
             for runner in self.runners.values():
                 if runner.reconcile_due():
                     self._submit(runner.reconcile)
