@@ -29,7 +29,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the demo; returns the process exit code."""
+    """Run the demo; returns the process exit code (see module docstring)."""
     parser = argparse.ArgumentParser(
         prog="python -m shardkeeper.demo",
         description="Sharding, resharding and failover of a job on a local registry.",
@@ -69,6 +69,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         out.fail("interrupted")
         code = 130
+    except Exception as exc:
+        # a bug or an unexpected store error: say so plainly, keep the logs, clean up
+        out.fail(f"unexpected error: {exc!r}")
+        out.console.print_exception()
+        _show_logs(story, out)
+        code = 1
     finally:
         story.close()
     keep = args.keep_dir or code != 0
