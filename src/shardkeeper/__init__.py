@@ -1,5 +1,61 @@
-"""shardkeeper: elastic sharded job coordination for Python services on ZooKeeper or etcd."""
+"""shardkeeper: elastic sharded job coordination for Python services on ZooKeeper or etcd.
+
+The public API::
+
+    from shardkeeper import JobConfig, Runtime, ShardedJob, ShardingContext
+
+    class MyJob(ShardedJob):
+        config = JobConfig(name="my-job", interval=10, sharding_total_count=4)
+
+        def execute(self, ctx: ShardingContext) -> None:
+            ...
+
+    with Runtime("zk://127.0.0.1:2181/my-app") as runtime:
+        runtime.add_job(MyJob())  # before start() when not using the with-block
+"""
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from shardkeeper._version import __version__
+from shardkeeper.config import JobConfig, load_job_configs
+from shardkeeper.errors import (
+    ConfigError,
+    JobConfigError,
+    JobConflictError,
+    ShardkeeperError,
+    StoreError,
+    StoreUnavailableError,
+)
+from shardkeeper.job import (
+    ClusterOnceListener,
+    DataflowJob,
+    JobListener,
+    ScriptFailedError,
+    ScriptJob,
+    ShardedJob,
+    ShardingContext,
+)
+from shardkeeper.registry import RegistrySettings, open_store
+from shardkeeper.runtime import Runtime
+
+__all__ = [
+    "ClusterOnceListener",
+    "ConfigError",
+    "DataflowJob",
+    "JobConfig",
+    "JobConfigError",
+    "JobConflictError",
+    "JobListener",
+    "RegistrySettings",
+    "Runtime",
+    "ScriptFailedError",
+    "ScriptJob",
+    "ShardedJob",
+    "ShardingContext",
+    "ShardkeeperError",
+    "StoreError",
+    "StoreUnavailableError",
+    "__version__",
+    "load_job_configs",
+    "open_store",
+]

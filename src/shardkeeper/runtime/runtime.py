@@ -28,7 +28,7 @@ from datetime import datetime
 from types import FrameType
 from typing import Any
 
-from shardkeeper import __version__
+from shardkeeper._version import __version__
 from shardkeeper._imports import import_object
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.model import InstanceInfo, encode, new_instance_id
