@@ -315,6 +315,12 @@ class JobRunner:
         self.stats["triggers"] += 1
         if not self._can_start():
             self.stats["skipped"] += 1
+            if self._suspended or (not self._registered and not self._stopping):
+                log.warning(
+                    "%s: trigger at %s skipped: not connected to the store",
+                    self.config.name,
+                    _fmt(fire_time.timestamp()),
+                )
             return
         ft = fire_time.timestamp()
         with self._lock:
