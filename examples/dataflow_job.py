@@ -23,9 +23,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from shardkeeper.config import JobConfig
-from shardkeeper.job import DataflowJob, ShardingContext
-from shardkeeper.runtime import Runtime
+from shardkeeper import DataflowJob, JobConfig, Runtime, ShardingContext
 
 __all__ = ["Backlog", "OrderStream", "main"]
 

@@ -32,9 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
 
-from shardkeeper.config import JobConfig
-from shardkeeper.job import ShardedJob, ShardingContext
-from shardkeeper.runtime import Runtime
+from shardkeeper import JobConfig, Runtime, ShardedJob, ShardingContext
 
 __all__ = ["CacheWarmer", "build_server", "main", "serving", "status_of"]
 

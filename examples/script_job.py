@@ -16,9 +16,7 @@ import logging
 import os
 import sys
 
-from shardkeeper.config import JobConfig
-from shardkeeper.job import ScriptJob
-from shardkeeper.runtime import Runtime
+from shardkeeper import JobConfig, Runtime, ScriptJob
 
 __all__ = ["COMMAND", "Thumbnailer", "main"]
 

@@ -17,9 +17,7 @@ import logging
 import os
 import sys
 
-from shardkeeper.config import JobConfig
-from shardkeeper.job import ShardedJob, ShardingContext
-from shardkeeper.runtime import Runtime
+from shardkeeper import JobConfig, Runtime, ShardedJob, ShardingContext
 
 __all__ = ["CityReport", "main", "registry_url"]
 
