@@ -171,7 +171,7 @@ def test_misfire_reruns_items_once(cluster: Cluster) -> None:
 def test_config_conflict_is_refused(cluster: Cluster, store: CoordinationStore) -> None:
     """A job name registered by one job class is refused to another class."""
     cluster.start(count=2)
-    with pytest.raises(RuntimeError, match="JobConflictError.*already registered"):
+    with pytest.raises(RuntimeError, match=r"JobConflictError.*already registered"):
         cluster.start(count=2, class_name="other.module:OtherJob")
 
 

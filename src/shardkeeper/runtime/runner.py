@@ -354,6 +354,12 @@ class JobRunner:
                 continue
             items = [i for i in assignment.items_of(self._me) if i not in self._disabled_items]
             if not items:
+                # An instance without items in the old assignment must still wait for a
+                # pending reshard: the new assignment may give it items for this trigger.
+                if not self.election.is_leader and self.sharding.is_necessary():
+                    if not self._wait_resharded(deadline):
+                        return
+                    continue
                 return
             ids = {i: execution_id(cfg.name, ft, i) for i in items}
             result = self.execution.start(
