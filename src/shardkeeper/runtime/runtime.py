@@ -28,8 +28,8 @@ from datetime import datetime
 from types import FrameType
 from typing import Any
 
-from shardkeeper._version import __version__
 from shardkeeper._imports import import_object
+from shardkeeper._version import __version__
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.model import InstanceInfo, encode, new_instance_id
 from shardkeeper.coordination.paths import (
