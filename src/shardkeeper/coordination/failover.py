@@ -12,7 +12,7 @@ fails while the item runs elsewhere, so a claim never overlaps a normal run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from shardkeeper.coordination.model import DocumentError, FailoverEntry, RunningMark
@@ -44,7 +44,22 @@ class FailoverService:
     def requeue_orphans(self, live: Collection[str]) -> list[int]:
         """Queue every item whose running mark names an instance not in ``live``.
         Returns the items queued by this call."""
-        queued: list[int] = []
+        queued = self._move_marks(lambda mark, item: mark.instance_id not in live, keep=True)
+        if queued:
+            log.info("%s: queued orphaned items %s for failover", self._paths.job, queued)
+        return queued
+
+    def requeue_own(self, active: Collection[int], *, keep: bool) -> list[int]:
+        """Marks naming this instance for items it does not run now (left by a lost
+        session): queue them for failover when ``keep``, else just delete them."""
+        return self._move_marks(
+            lambda mark, item: mark.instance_id == self._me and item not in active, keep=keep
+        )
+
+    def _move_marks(self, select: Callable[[RunningMark, int], bool], *, keep: bool) -> list[int]:
+        # One conditional commit per mark: it moves only the mark we read (same
+        # created_revision), so racing leaders and the mark's owner never clash.
+        moved: list[int] = []
         for name in self._store.children(self._paths.running_root):
             item = int(name)
             node = self._store.get(self._paths.running(item))
@@ -54,49 +69,18 @@ class FailoverService:
                 mark = RunningMark.from_bytes(node.value, node.path)
             except DocumentError:
                 mark = RunningMark("?", 0.0, f"{self._paths.job}@unknown#{item}")
-            if mark.instance_id in live:
-                continue
-            entry = FailoverEntry(mark.fire_time, mark.execution_id, mark.instance_id)
-            ok = self._store.commit(
-                [
-                    Check(node.path, created_revision=node.created_revision),
-                    Delete(node.path),
-                    Put(self._paths.failover_item(item), entry.to_bytes()),
-                ]
-            )
-            if ok:
-                queued.append(item)
-        if queued:
-            log.info("%s: queued orphaned items %s for failover", self._paths.job, queued)
-        return queued
-
-    def requeue_own(self, active: Collection[int], *, keep: bool) -> list[int]:
-        """Marks naming this instance for items it does not run now (left by a lost
-        session): queue them for failover when ``keep``, else just delete them."""
-        handled: list[int] = []
-        for name in self._store.children(self._paths.running_root):
-            item = int(name)
-            if item in active:
-                continue
-            node = self._store.get(self._paths.running(item))
-            if node is None:
-                continue
-            try:
-                mark = RunningMark.from_bytes(node.value, node.path)
-            except DocumentError:
-                continue
-            if mark.instance_id != self._me:
+            if not select(mark, item):
                 continue
             ops: list[Op] = [
                 Check(node.path, created_revision=node.created_revision),
                 Delete(node.path),
             ]
             if keep:
-                entry = FailoverEntry(mark.fire_time, mark.execution_id, self._me)
+                entry = FailoverEntry(mark.fire_time, mark.execution_id, mark.instance_id)
                 ops.append(Put(self._paths.failover_item(item), entry.to_bytes()))
             if self._store.commit(ops):
-                handled.append(item)
-        return handled
+                moved.append(item)
+        return moved
 
     def queued(self) -> list[int]:
         """Items waiting in the failover queue."""
