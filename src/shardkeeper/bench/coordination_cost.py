@@ -1,0 +1,167 @@
+"""Coordination cost per trigger: registry round trips per instance per trigger.
+
+One runtime runs a no-op job whose N items are all local (one instance), with a
+schedule that never fires on its own; the harness drives triggers itself through
+``JobRunner.on_trigger`` (the very method the scheduler's fire ends in) and waits
+until the batch is complete and the store is quiet. The figure is the growth of
+the runtime store's ``round_trips`` counter per trigger.
+
+The store also re-reads what its namespace watch reports (ZooKeeper's tree watch
+re-reads every node that changed; etcd streams the changes and sends nothing). To
+tell that part from the trigger flow, a passive observer store holds the same watch
+on ``/`` and does nothing else: its own ``round_trips`` growth is the watch part.
+
+ElasticJob's reference (from its source: per item it writes/deletes running,
+misfire and failover nodes and re-reads sharding state) is about 7 calls per item
+plus a constant; it is shown as that model, not measured.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from shardkeeper.bench.common import BenchContext, summary, wait_until
+from shardkeeper.config import JobConfig
+from shardkeeper.job import ShardedJob, ShardingContext
+from shardkeeper.registry import open_store
+from shardkeeper.runtime import Runtime
+
+#: a schedule that does not fire during a run (the harness fires by hand)
+NEVER = "0 0 1 1 *"
+SIZES = (1, 10, 100, 1000)
+COMMIT_LIMIT = 128
+
+
+class NoOpJob(ShardedJob):
+    """Does nothing; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def execute(self, ctx: ShardingContext) -> None:
+        """Count the call."""
+        with self._lock:
+            self.calls += 1
+
+
+def _quiet(counters: Sequence[Any], quiet_for: float = 0.2, timeout: float = 15.0) -> None:
+    """Wait until none of the ``round_trips`` counters moved for ``quiet_for`` s."""
+    deadline = time.monotonic() + timeout
+    last = [c.round_trips for c in counters]
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.03)
+        now = [c.round_trips for c in counters]
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_for:
+            return
+    # a store that never goes quiet is reported by the numbers it produces
+
+
+def measure(
+    ctx: BenchContext, backend: str, items: int, *, monitor: bool, triggers: int
+) -> dict[str, Any]:
+    """Round trips per trigger for one job of ``items`` local items."""
+    url = ctx.url(backend, "cost")
+    job = NoOpJob()
+    cfg = JobConfig.parse(
+        name="cost", cron=NEVER, sharding_total_count=items, monitor_execution=monitor
+    )
+    observer = open_store(url)
+    observer.start()
+    rt = Runtime(url, worker_threads=8)
+    try:
+        observer.watch("/", lambda _event: None)
+        rt.add_job(job, cfg)
+        rt.start()
+        runner = rt.runners["cost"]
+
+        executed: list[int] = []
+        left_marked: list[int] = []
+
+        def fire(n: int) -> float:
+            began = time.monotonic()
+            before = job.calls
+            runner.on_trigger(datetime.now(UTC))
+            # on_trigger returns once the marks are committed and the batch is
+            # handed to the workers; the batch is over when the runner is idle
+            wait_until(
+                f"trigger {n} of {items} items to complete", lambda: runner.idle, 60.0, 0.002
+            )
+            elapsed = time.monotonic() - began
+            # Not "calls == items": a trigger that runs fewer items than it owns is
+            # a finding to report, not a reason for the harness to stop.
+            executed.append(job.calls - before)
+            return elapsed
+
+        # the first trigger computes the assignment and creates parent nodes: warm-up
+        fire(0)
+        _quiet([rt.store, observer])
+        executed.clear()
+        left_marked.clear()
+        totals: list[int] = []
+        watch: list[int] = []
+        seconds: list[float] = []
+        for n in range(1, triggers + 1):
+            rt0, ob0 = rt.store.round_trips, observer.round_trips
+            seconds.append(fire(n))
+            _quiet([rt.store, observer])
+            totals.append(rt.store.round_trips - rt0)
+            watch.append(observer.round_trips - ob0)
+            # read after the counters: this read is the harness's, not the runtime's
+            left_marked.append(len(observer.children(runner.paths.running_root)))
+        flow = [t - w for t, w in zip(totals, watch, strict=True)]
+        return {
+            "items": items,
+            "monitor": monitor,
+            "triggers": triggers,
+            "total_per_trigger": summary([float(x) for x in totals]),
+            "watch_per_trigger": summary([float(x) for x in watch]),
+            "flow_per_trigger": summary([float(x) for x in flow]),
+            "trigger_seconds": summary(seconds),
+            "raw_total": totals,
+            # items run per trigger (should be ``items``) and running marks left in
+            # the registry once the batch was over (should be 0)
+            "executed_per_trigger": executed,
+            "marks_left_after_trigger": left_marked,
+            "raw_watch": watch,
+            # what the chunking rules predict: marks in chunks of 126 (+2 checks),
+            # clears in chunks of 64 (check + delete per item)
+            "start_commits": math.ceil(items / (COMMIT_LIMIT - 2)) if monitor else 1,
+            "finish_commits": math.ceil(items / (COMMIT_LIMIT // 2)) if monitor else 0,
+            "elasticjob_model": 7 * items + 10,
+        }
+    finally:
+        rt.stop(grace=1.0)
+        observer.close()
+
+
+def run(
+    ctx: BenchContext,
+    backend: str,
+    sizes: Sequence[int] | None = None,
+    triggers: int | None = None,
+) -> dict[str, Any]:
+    """Round trips per trigger for each size, monitor_execution on and off."""
+    sizes = tuple(sizes or SIZES)
+    triggers = triggers or (3 if ctx.quick else 8)
+    cases: list[dict[str, Any]] = []
+    for monitor in (True, False):
+        for items in sizes:
+            case = measure(ctx, backend, items, monitor=monitor, triggers=triggers)
+            ctx.log(
+                f"  cost {backend} items={items} monitor={monitor}: "
+                f"{case['total_per_trigger']['median']:.0f} round trips/trigger "
+                f"(watch {case['watch_per_trigger']['median']:.0f}); "
+                f"ran {case['executed_per_trigger']} of {items}, "
+                f"marks left {case['marks_left_after_trigger']}"
+            )
+            cases.append(case)
+    return {"cases": cases, "commit_limit": COMMIT_LIMIT}

@@ -1,0 +1,204 @@
+"""Resharding: latency after a join/leave, and the leader's compute + commit cost.
+
+Latency: three bench workers run a no-op job of 6 items on a 1 s interval. A fourth
+joins (its runtime has registered when it prints READY) and later leaves gracefully
+(SIGTERM: it unregisters and sets the reshard flag). Resharding is lazy: the leader
+recomputes at the next trigger, so the figure splits into
+
+* ``trigger_wait``: from the join/leave to the fire time of the first trigger that
+  runs the new assignment (up to one interval: waiting for the schedule), and
+* ``overhead``: from that fire time to the first start under the new assignment
+  (the reshard itself plus the followers' wait for it),
+
+next to ``steady``: fire time to first start for triggers without a change.
+
+Leader cost: 10,000 items over 100 instances, called directly on a store: the
+strategy alone, ``ShardingService.reshard`` (membership reads + strategy + commit),
+and the commit alone, with the round trips each sends.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from shardkeeper.bench.common import (
+    BenchContext,
+    Worker,
+    read_records,
+    summary,
+    wait_until,
+    workers_cleanup,
+)
+from shardkeeper.coordination.election import LeaderElection
+from shardkeeper.coordination.model import Assignment
+from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.coordination.sharding import ShardingService
+from shardkeeper.coordination.strategies import BUILTIN_STRATEGIES, average
+from shardkeeper.registry.base import Delete, Op, Put
+
+ITEMS = 6
+INTERVAL = 1.0
+BIG_ITEMS = 10_000
+BIG_INSTANCES = 100
+
+
+def leader_cost(ctx: BenchContext, backend: str, repeats: int) -> dict[str, Any]:
+    """Compute + commit of 10,000 items over 100 instances, ``repeats`` times."""
+    url = ctx.url(backend, "reshard-big")
+    paths = JobPaths("big")
+    instances = [f"host-{i:03d}@{1000 + i}@bench" for i in range(BIG_INSTANCES)]
+    with ctx.store(url) as store:
+        store.commit([Put(paths.instance(i), b"{}") for i in instances])
+        election = LeaderElection(store, paths, instances[0])
+        election.try_acquire()
+        sharding = ShardingService(store, paths, instances[0])
+        strategy_s: dict[str, list[float]] = {name: [] for name in BUILTIN_STRATEGIES}
+        reshard_s: list[float] = []
+        reshard_rt: list[int] = []
+        commit_s: list[float] = []
+        commit_rt: list[int] = []
+        size = 0
+        for gen in range(1, repeats + 1):
+            for name, fn in BUILTIN_STRATEGIES.items():
+                t0 = time.perf_counter()
+                fn(instances, "big", BIG_ITEMS)
+                strategy_s[name].append(time.perf_counter() - t0)
+            sharding.set_necessary("bench")
+            rt0 = store.round_trips
+            t0 = time.perf_counter()
+            done = sharding.reshard(average, BIG_ITEMS, election.leader_check(), gen)
+            reshard_s.append(time.perf_counter() - t0)
+            reshard_rt.append(store.round_trips - rt0)
+            if done is None:
+                raise RuntimeError("the bench leader's reshard was not committed")
+            # the commit alone, with the same three operations reshard() sends
+            sharding.set_necessary("bench")
+            owners = {
+                i: o for o, items in average(instances, "big", BIG_ITEMS).items() for i in items
+            }
+            doc = Assignment(BIG_ITEMS, owners, gen, instances[0], time.time()).to_bytes()
+            size = len(doc)
+            ops: list[Op] = [
+                election.leader_check(),
+                Put(paths.sharding, doc),
+                Delete(paths.necessary),
+            ]
+            rt0 = store.round_trips
+            t0 = time.perf_counter()
+            if not store.commit(ops):
+                raise RuntimeError("the bench commit failed")
+            commit_s.append(time.perf_counter() - t0)
+            commit_rt.append(store.round_trips - rt0)
+    return {
+        "items": BIG_ITEMS,
+        "instances": BIG_INSTANCES,
+        "assignment_bytes": size,
+        "strategy_seconds": {k: summary(v) for k, v in strategy_s.items()},
+        "reshard_seconds": summary(reshard_s),
+        "reshard_round_trips": summary([float(x) for x in reshard_rt]),
+        "commit_seconds": summary(commit_s),
+        "commit_round_trips": summary([float(x) for x in commit_rt]),
+    }
+
+
+def _start(rec: dict[str, Any]) -> float:
+    return float(rec["start"])
+
+
+def _first_start_per_fire(recs: list[dict[str, Any]]) -> dict[float, float]:
+    out: dict[float, float] = {}
+    for r in recs:
+        key = round(r["fire"], 3)
+        out[key] = min(out.get(key, r["start"]), r["start"])
+    return out
+
+
+def latency(ctx: BenchContext, backend: str, cycles: int) -> dict[str, Any]:
+    """``cycles`` joins and leaves of a fourth instance next to three steady ones."""
+    url = ctx.url(backend, "reshard")
+    scratch = ctx.scratch(f"reshard-{backend}")
+    options: dict[str, Any] = {"count": ITEMS, "interval": INTERVAL, "grace": 2.0}
+    workers: list[Worker] = []
+    join: list[dict[str, float]] = []
+    leave: list[dict[str, float]] = []
+    with workers_cleanup(workers):
+        for n in range(3):
+            workers.append(Worker.start(url, scratch / f"base-{n}.jsonl", **options))
+        base_files = [w.records for w in workers]
+        for c in range(cycles):
+            # let the cluster settle on three instances (a trigger with all items)
+            time.sleep(2 * INTERVAL)
+            newcomer = Worker.start(url, scratch / f"new-{c}.jsonl", **options)
+            workers.append(newcomer)
+            joined = newcomer.ready_at
+
+            def first_new(nc: Worker = newcomer) -> dict[str, Any] | None:
+                recs = read_records([nc.records])
+                return min(recs, key=_start) if recs else None
+
+            rec = wait_until(f"cycle {c}: the newcomer's first run", first_new, 20.0)
+            join.append(
+                {
+                    "total": rec["start"] - joined,
+                    "trigger_wait": rec["fire"] - joined,
+                    "overhead": rec["start"] - rec["fire"],
+                }
+            )
+            time.sleep(2 * INTERVAL)
+            mine = read_records([newcomer.records])
+            last_fire = max(r["fire"] for r in mine)
+            owned = {r["item"] for r in mine if r["fire"] == last_fire}
+            left_at = time.time()
+            newcomer.term(timeout=15.0)
+
+            def taken(
+                owned: set[int] = owned, last_fire: float = last_fire, left_at: float = left_at
+            ) -> Any:
+                recs = [
+                    r
+                    for r in read_records(base_files)
+                    if r["fire"] > last_fire and r["item"] in owned and r["start"] > left_at
+                ]
+                return min(recs, key=_start) if recs else None
+
+            rec = wait_until(f"cycle {c}: the leaver's items to run elsewhere", taken, 20.0)
+            leave.append(
+                {
+                    "total": rec["start"] - left_at,
+                    "trigger_wait": rec["fire"] - left_at,
+                    "overhead": rec["start"] - rec["fire"],
+                }
+            )
+            ctx.log(
+                f"  reshard {backend} cycle {c + 1}/{cycles}: join overhead "
+                f"{join[-1]['overhead'] * 1000:.0f} ms, leave overhead "
+                f"{leave[-1]['overhead'] * 1000:.0f} ms"
+            )
+        # steady state: fires of the base instances well away from any change
+        changes = [j for j in (w.ready_at for w in workers[3:])]
+        steady = [
+            start - fire
+            for fire, start in _first_start_per_fire(read_records(base_files)).items()
+            if all(abs(fire - t) > 3 * INTERVAL for t in changes)
+        ]
+    return {
+        "items": ITEMS,
+        "interval": INTERVAL,
+        "join": {k: summary([j[k] for j in join]) for k in ("total", "trigger_wait", "overhead")},
+        "leave": {k: summary([x[k] for x in leave]) for k in ("total", "trigger_wait", "overhead")},
+        "steady_overhead": summary(steady),
+        "raw_join": join,
+        "raw_leave": leave,
+    }
+
+
+def run(ctx: BenchContext, backend: str) -> dict[str, Any]:
+    """Both parts of the resharding benchmark."""
+    big = leader_cost(ctx, backend, repeats=5 if ctx.quick else 20)
+    ctx.log(
+        f"  reshard {backend} 10k/100: commit {big['commit_seconds']['median'] * 1000:.1f} ms, "
+        f"{big['commit_round_trips']['median']:.0f} round trips"
+    )
+    lat = latency(ctx, backend, cycles=2 if ctx.quick else 5)
+    return {"leader": big, "latency": lat}
