@@ -16,7 +16,7 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -246,18 +246,54 @@ def test_node_numbers_are_etcd_revisions(
     assert tree == {"/n": parent, "/n/leaf": node}
 
 
-def test_checks_on_a_pure_parent_look_at_its_own_key(store: CoordinationStore) -> None:
-    """In etcd a pure parent has no key: exists=True fails, exists=False passes, version 0
-    never matches, and create() gives it a key of its own."""
+def test_checks_on_a_pure_parent_see_its_subtree(store: CoordinationStore) -> None:
+    """A pure parent (no key, keys below) exists for checks and create, as for exists();
+    version and value checks still look at its own key, which it does not have."""
     store.put("/pp/child", b"1")
     assert store.exists("/pp")
-    failed = store.commit([Check("/pp", exists=True), Put("/x", b"1")])
+    before = store.round_trips
+    assert store.commit([Check("/pp", exists=True), Put("/x", b"1")])
+    assert store.round_trips == before + 2, "own-key form first, then the subtree form"
+    failed = store.commit([Check("/pp", exists=False), Put("/y", b"1")])
     assert not failed and failed.failed_path == "/pp"
-    assert store.commit([Check("/pp", exists=False)])
     assert not store.commit([Check("/pp", version=0)])
-    created = store.create("/pp", b"now-real")
-    assert created is not None and store.get("/pp") == created
-    assert store.children("/pp") == ["child"]
+    assert not store.commit([Check("/pp", value=b"")])
+    assert store.create("/pp", b"now-real") is None
+    assert store.get("/y") is None and store.get("/pp").value == b""  # type: ignore[union-attr]
+    # with a key of its own and nothing below, the own-key form holds at once
+    store.delete("/pp/child")
+    real = store.put("/pp", b"real")
+    before = store.round_trips
+    assert store.commit([Check("/pp", exists=True), Put("/z", b"1")])
+    assert store.round_trips == before + 1
+    assert store.get("/pp") == real
+
+
+def test_absence_ranges_do_not_reach_prefix_siblings(store: CoordinationStore) -> None:
+    """Keys like /s-x, /s.x, /s+x and /s-x/deep sort inside [/s, /s0) but are not below /s:
+    they never make /s exist for checks or create."""
+    for sibling in ("/s-x", "/s.x", "/s+x", "/s-x/deep"):
+        store.put(sibling, b"1")
+    assert not store.exists("/s")
+    assert store.commit([Check("/s", exists=False), Put("/s-marker", b"1")])
+    failed = store.commit([Check("/s", exists=True), Put("/s-never", b"1")])
+    assert not failed and failed.failed_path == "/s"
+    assert store.create("/s", b"mine") is not None
+
+
+def test_a_full_commit_of_creates_still_sees_pure_parents(store: CoordinationStore) -> None:
+    """128 Creates need 256 exact absence compares: those that do not fit take the
+    compact form (pre-read + one compare over [K, K0)), which still finds a pure parent
+    and tolerates siblings that already existed."""
+    store.put("/full/c127/below", b"x")  # the last create targets a pure parent
+    store.put("/full/c126-sibling", b"x")
+    creates = [Create(f"/full/c{i:03d}", b"") for i in range(128)]
+    failed = store.commit(creates)
+    assert not failed and failed.failed_path == "/full/c127"
+    assert store.get("/full/c000") is None
+    store.delete("/full/c127", recursive=True)
+    assert store.commit(creates)
+    assert len([n for n in store.children("/full") if not n.endswith("-sibling")]) == 128
 
 
 def test_failed_path_names_the_first_false_check(store: CoordinationStore) -> None:
@@ -336,7 +372,7 @@ def test_commit_over_the_limit_is_refused_before_sending(store: CoordinationStor
 def test_round_trips_count_one_per_request(store: CoordinationStore) -> None:
     """get, exists, children, get_tree, put, create, delete and commit cost one request."""
     store.put("/rt/a", b"")
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: store.get("/rt/a"),
         lambda: store.exists("/rt"),
         lambda: store.children("/rt"),
@@ -595,3 +631,28 @@ def test_raw_protocol_limit_is_what_we_guard(etcd_server: EtcdCluster) -> None:
         ops = [rpc.RequestOp(request_put=rpc.PutRequest(key=b"/lim/%d" % i)) for i in range(129)]
         with pytest.raises(Exception, match="too many operations"):
             raw.kvstub.Txn(rpc.TxnRequest(success=ops), 5)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("victim", ["leader", "follower"])
+def test_a_read_through_a_dead_member_is_sent_again_to_another(
+    etcd_cluster: EtcdCluster, namespace: str, victim: str
+) -> None:
+    """The first request through a member killed a moment ago fails at once
+    (UNAVAILABLE); a read is then sent again, to another member, and while a new leader
+    is elected, so the caller sees no error. (Writes are never re-sent.)"""
+    leader = etcd_cluster.leader()
+    dead = leader if victim == "leader" else (leader + 1) % len(etcd_cluster.hosts)
+    host, port = etcd_cluster.hosts[dead]
+    url = etcd_cluster.url(namespace, session_timeout=4, operation_timeout=5)
+    with started(url) as store:
+        # the etcd3 client starts on a random endpoint: steer it onto the one to kill
+        store._client._current_endpoint_label = f"{host}:{port}"
+        store.put("/r/k", b"1")
+        assert store._client.endpoint_in_use.netloc == f"{host}:{port}"
+        etcd_cluster.kill(dead)
+        node = store.get("/r/k")  # no retry here: the store re-sends the read
+        assert node is not None and node.value == b"1"
+        assert store.exists("/r")
+        assert store.children("/r") == ["k"]
+        assert set(store.get_tree("/r")) == {"/r", "/r/k"}

@@ -24,6 +24,7 @@ from shardkeeper.registry import (
     EventKind,
     Put,
     RegistrySettings,
+    open_store,
 )
 from shardkeeper.registry.zookeeper import ZooKeeperStore
 from shardkeeper.testing.faults import wait_until
@@ -205,3 +206,24 @@ def _applied(events: Events, expected: dict[str, bytes]) -> bool:
         elif e.value is not None:
             state[e.path] = e.value
     return state == expected
+
+
+@pytest.mark.cluster
+def test_a_read_cut_off_by_a_frozen_member_is_sent_again(
+    zk_ensemble: ZooKeeperCluster, namespace: str
+) -> None:
+    """A read in flight when its member freezes fails with ConnectionLoss once kazoo
+    gives up on the connection; kazoo moves to another member and the store sends the
+    read again, within the one operation timeout."""
+    store = open_store(zk_ensemble.url(namespace, session_timeout=3, operation_timeout=6))
+    assert isinstance(store, ZooKeeperStore)
+    with store:
+        store.put("/r/k", b"1")
+        port = store.kazoo_client._connection._socket.getpeername()[1]
+        victim = [p for _h, p in zk_ensemble.hosts].index(port)
+        zk_ensemble.pause(victim)
+        try:
+            node = store.get("/r/k")
+        finally:
+            zk_ensemble.resume(victim)
+        assert node is not None and node.value == b"1"

@@ -30,9 +30,9 @@ namespace root. Values are ``bytes``.
 Threads and events
 ------------------
 A store owns one event thread. Watch events and connection-state events are
-delivered on it, in the order the store saw them. Listeners must not block for
-long (they may call the store's synchronous methods; they must not wait on other
-events to arrive).
+delivered on it, in the order the store produced them (see Watches for what that order
+promises). Listeners must not block for long (they may call the store's synchronous
+methods; they must not wait on other events to arrive).
 
 Connection states (:class:`ConnectionState`):
 
@@ -50,13 +50,39 @@ Watches
 -------
 :meth:`CoordinationStore.watch` subscribes to every change under a prefix
 (the prefix node itself and all descendants). Events are :class:`WatchEvent`:
-``CREATED``, ``CHANGED``, ``DELETED`` with the path and new value, in store order.
-No change is silently lost: after a reconnect a watch resumes from the last
-revision it saw (etcd), or re-reads the subtree and emits what changed
-(ZooKeeper). When a resume is impossible (etcd compaction) the watch emits one
-``RESYNC`` event (path = the prefix) and then ``CREATED`` events for the current
-state; listeners treat RESYNC as "forget what you know under this prefix".
-Watches are hints for re-reading, never the only source of truth.
+``CREATED``, ``CHANGED``, ``DELETED`` with the path and new value (None for DELETED).
+
+Both backends guarantee:
+
+(a) **Convergence.** Replaying the events (plus RESYNC, below) onto what the listener
+    knew gives the store's current state once the store is quiet: no final state of a
+    node is ever missed. After a reconnect a watch resumes from the last revision it
+    saw (etcd), or re-reads the subtree and emits what changed (ZooKeeper).
+(b) **Per-path order.** The events of one path arrive in that path's store order:
+    their ``revision`` strictly increases, and each CREATED/CHANGED carries a value
+    the node really had, later than the one before.
+
+How much more depends on the store:
+
+(c) **etcd** delivers every individual change, exactly, in global store order (one
+    event per write, revisions strictly increasing across paths). **ZooKeeper**'s
+    one-shot watches cannot: a node changed several times before it is re-read gives
+    one event carrying the latest value (a CREATED followed by changes may arrive as
+    one CREATED), a node created and deleted between two reads may give no event at
+    all, and events of different paths arrive in the order the store discovered them,
+    not in store order. On ZooKeeper the ``revision`` of a DELETED event is a bound
+    (ZooKeeper does not report the zxid of a delete): above the node's last reported
+    revision and below that of any later incarnation.
+
+So a listener must not count events, rely on seeing intermediate values, or infer the
+order of changes to different paths (one event arriving does not mean that changes made
+before it elsewhere have been delivered). It can rely on ending up with each node's
+latest state, in per-path order.
+
+When a resume is impossible (etcd compaction) the watch emits one ``RESYNC`` event
+(path = the prefix) and then ``CREATED`` events for the current state; listeners treat
+RESYNC as "forget what you know under this prefix". Watches are hints for re-reading,
+never the only source of truth.
 
 Errors
 ------
@@ -157,7 +183,8 @@ class Node:
 
 @dataclass(frozen=True)
 class WatchEvent:
-    """One change under a watched prefix. ``value`` is None for DELETED and RESYNC."""
+    """One change under a watched prefix. ``value`` is None for DELETED and RESYNC.
+    ``revision`` orders the events of one path (see the module docstring, Watches)."""
 
     kind: EventKind
     path: str
@@ -360,9 +387,10 @@ class CoordinationStore(ABC):
 
     @abstractmethod
     def watch(self, prefix: str, listener: WatchListener) -> Subscription:
-        """Deliver every change at or below ``prefix`` to ``listener`` (see module
-        docstring). The watch is established when this returns: changes made after
-        the call are delivered."""
+        """Deliver the changes at or below ``prefix`` to ``listener``, with the
+        guarantees of the module docstring's Watches section (convergence and per-path
+        order everywhere; every change in store order on etcd only). The watch is
+        established when this returns: changes made after the call are delivered."""
 
     @abstractmethod
     def add_state_listener(self, listener: StateListener) -> Subscription:

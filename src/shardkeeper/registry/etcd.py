@@ -20,19 +20,32 @@ Mapping onto etcd's flat keyspace
   created_revision=0)``. It vanishes with its last descendant.
 * ``Node.version`` and ``Node.revision`` are the key's ``mod_revision``,
   ``created_revision`` its ``create_revision``, ``ephemeral`` is ``lease != 0``.
-* Checks and creates look at the node's OWN key only (an etcd transaction can only
-  AND its compares, so "the key or anything below" is not expressible). Hence on a
-  pure parent ``Check(exists=True)`` fails, ``Check(exists=False)`` passes and
-  ``create`` succeeds (the parent gets a key and a value). ``Check(version=v)`` and
-  ``Check(created_revision=r)`` with ``v``/``r`` <= 0 never pass (synthetic numbers
-  do not identify a real node version).
+* Checks and creates see pure parents, as ``exists`` does. etcd compares support a
+  key range (``range_end``): the compare must hold for every key in it, and an empty
+  range compares as one zero KeyValue (version 0). So "absent" (``create``, ``Create``,
+  ``Check(exists=False)``) is ``version(K) == 0`` AND ``version([K/, K0)) == 0``: no
+  own key and nothing below (never ``[K, K0)``, which also holds siblings such as
+  ``K-x``). "Exists" would be an OR, which a transaction cannot express (it ANDs its
+  compares): ``Check(exists=True)`` is sent as ``version(K) > 0``, and when the failure
+  branch's reads show a pure parent, the transaction is sent again with
+  ``version([K/, K0)) > 0`` (one more request, only for a pure parent).
+  ``Check(version=v)``, ``Check(value=b)`` and ``Check(created_revision=r)`` look at
+  the own key: a pure parent has no version, value or creation of its own, and
+  ``v``/``r`` <= 0 never pass (synthetic numbers do not identify a real node).
+* Compares and the failure branch's reads each count against etcd's 128 operations
+  per transaction. An exact absence takes two compares; when a commit has no room for
+  that (e.g. 128 ``Create``), the last absences take a compact form: a pre-read at
+  revision R finds no key at K nor below it, and one compare ``create_revision <
+  R + 1`` over ``[K, K0)`` says no key of that range was created since (a sibling
+  such as ``K-x`` created since fails it spuriously: read again and re-send). Only
+  such large commits pay the extra read. See ``_Condition``.
 * Checks see the state before the commit. etcd refuses a transaction that writes
   one key twice, so repeated writes of a path are folded into their net effect.
 * "An ephemeral node cannot have children": every write also compares ``lease == 0``
   on each strict ancestor (one compare per distinct ancestor, in the same
-  transaction) and raises StoreError when one is ephemeral. etcd allows 128
-  compares per transaction; in a commit whose checks, creates and distinct
-  ancestors exceed that, the farthest ancestors are not guarded.
+  transaction) and raises StoreError when one is ephemeral. The guards use what is
+  left of the 128 operations after the checks and creates; in a commit that exceeds
+  them, the farthest ancestors are not guarded.
 
 Sessions
 --------
@@ -66,16 +79,27 @@ Errors and costs
 Every request carries ``operation_timeout``. gRPC errors are translated in one place
 (:meth:`EtcdStore._translated`): DEADLINE_EXCEEDED and etcd's own "request timed
 out" -> OperationTimeoutError (outcome unknown); UNAVAILABLE -> StoreUnavailableError
-(a write that failed so may have been applied too: re-read); UNAUTHENTICATED,
-PERMISSION_DENIED and refused credentials -> StoreAuthError; too many operations or
-a request too large -> StoreLimitError; a lost lease -> SessionLostError.
+(a write that failed so may have been applied too: re-read, never re-send blindly);
+UNAUTHENTICATED, PERMISSION_DENIED and refused credentials -> StoreAuthError; too many
+operations or a request too large -> StoreLimitError; a lost lease -> SessionLostError.
+
+Reads (``get``, ``exists``, ``children``, ``get_tree``) are re-sent when that is safe
+and useful, within their one operation timeout: at once after UNAVAILABLE when
+several endpoints are configured (the first request through a member that just died
+fails at once; the next goes to another member; at most once per other endpoint), and
+every 0.2 s while the cluster elects a leader ("leader changed", "no leader": the
+member is alive, so it is not marked failed). Writes are never re-sent. See
+:meth:`EtcdStore._read`.
+
 :attr:`EtcdStore.round_trips` counts requests made by the public methods (a
-transaction counts 1); background keep-alives and watch recovery are not counted.
+transaction counts 1, each re-sent request too); background keep-alives and watch
+recovery are not counted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import logging
 import math
@@ -84,7 +108,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import etcd3
 import etcd3.etcdrpc as rpc
@@ -146,6 +170,9 @@ _EQUAL = rpc.Compare.EQUAL
 _GREATER = rpc.Compare.GREATER
 _LESS = rpc.Compare.LESS
 
+#: how often a commit is re-sent when a condition needs another form (see _Condition)
+_COMMIT_ATTEMPTS = 8
+
 
 def _is_stale_token(exc: grpc.RpcError) -> bool:
     # The server forgets simple auth tokens on restart and after their TTL; the
@@ -155,6 +182,17 @@ def _is_stale_token(exc: grpc.RpcError) -> bool:
     return (exc.code() == grpc.StatusCode.UNAUTHENTICATED and "invalid auth token" in details) or (
         exc.code() == grpc.StatusCode.INVALID_ARGUMENT and "auth store is old" in details
     )
+
+
+def _during_election(exc: BaseException) -> bool:
+    """Whether ``exc`` (a gRPC error, or one translated from it) is a live member
+    refusing a request while its cluster elects a leader: the request was not served,
+    and will be once a leader is elected."""
+    cause = exc if isinstance(exc, grpc.RpcError) else exc.__cause__
+    if not isinstance(cause, grpc.RpcError) or cause.code() != grpc.StatusCode.UNAVAILABLE:
+        return False
+    details = (cause.details() or "").lower()
+    return "leader changed" in details or "no leader" in details
 
 
 def _range_op(key: bytes, end: bytes | None = None, *, keys_only: bool = False) -> Any:
@@ -385,9 +423,10 @@ class EtcdStore(CoordinationStore):
     def get(self, path: str) -> Node | None:
         """The node at ``path``; a synthetic empty node for a pure parent; else None."""
         key = self._key(path)
-        resp = self._txn(
+        resp = self._read(
             f"get {path}",
-            success=[_range_op(key), self._below_op(key, keys_only=True, limit=1)],
+            "Txn",
+            rpc.TxnRequest(success=[_range_op(key), self._below_op(key, keys_only=True, limit=1)]),
         )
         own = resp.responses[0].response_range.kvs
         if own:
@@ -399,12 +438,15 @@ class EtcdStore(CoordinationStore):
     def exists(self, path: str) -> bool:
         """Whether ``path`` has a key or any key lives below it."""
         key = self._key(path)
-        resp = self._txn(
+        resp = self._read(
             f"exists {path}",
-            success=[
-                _range_op(key, keys_only=True),
-                self._below_op(key, keys_only=True, limit=1),
-            ],
+            "Txn",
+            rpc.TxnRequest(
+                success=[
+                    _range_op(key, keys_only=True),
+                    self._below_op(key, keys_only=True, limit=1),
+                ]
+            ),
         )
         return any(r.response_range.kvs for r in resp.responses)
 
@@ -412,8 +454,7 @@ class EtcdStore(CoordinationStore):
         """Sorted distinct next segments of the keys below ``path``."""
         key = self._key(path)
         req = rpc.RangeRequest(key=key + b"/", range_end=key + b"0", keys_only=True)
-        with self._translated(f"children {path}"):
-            resp = self._send("kvstub", "Range", req, counted=True)
+        resp = self._read(f"children {path}", "Range", req)
         start = len(key) + 1
         names = {kv.key[start:].split(b"/", 1)[0].decode() for kv in resp.kvs}
         return sorted(names)
@@ -422,7 +463,9 @@ class EtcdStore(CoordinationStore):
         """Every node at or below ``path``, pure parents included as synthetic nodes,
         from one read (a read-only transaction: one request, one revision)."""
         key = self._key(path)
-        resp = self._txn(f"get_tree {path}", success=[_range_op(key), self._below_op(key)])
+        resp = self._read(
+            f"get_tree {path}", "Txn", rpc.TxnRequest(success=[_range_op(key), self._below_op(key)])
+        )
         tree: dict[str, Node] = {}
         for r in resp.responses:
             for kv in r.response_range.kvs:
@@ -496,26 +539,31 @@ class EtcdStore(CoordinationStore):
     ) -> tuple[Any, str | None]:
         """Send ``ops`` as one transaction; return the response (None when the commit
         cannot succeed and nothing was sent) and, if it failed, the path of the first
-        compare found false.
+        condition found false.
 
         Checks are evaluated on the state before the commit. etcd refuses a
         transaction that writes one key twice, so several writes of one path are
         folded into their net effect (Delete then Create -> put without a compare;
         Create after a write of the same path -> the commit fails).
 
-        Besides the compares the ops ask for, every strict ancestor of a written path
-        must have no lease (an ephemeral node cannot have children); a write below an
-        ephemeral node raises StoreError. etcd allows 128 compares per transaction:
-        ancestor guards are added, nearest parents first, as long as they fit.
+        Conditions see pure parents (see :class:`_Condition`). One that needs another
+        form (a pure parent checked for existence, a sibling that spoiled a compact
+        absence compare) has the transaction re-sent, at most ``_COMMIT_ATTEMPTS``
+        times; then the commit fails naming that path. Besides the conditions the ops
+        ask for, every strict ancestor of a written path must have no lease (an
+        ephemeral node cannot have children); a write below an ephemeral node raises
+        StoreError. Ancestor guards are added, nearest parents first, while the
+        compares and the failure-branch reads stay within etcd's 128 operations.
         """
-        compares: list[tuple[str, Any]] = []
+        conditions: dict[object, _Condition] = {}
         # path -> net write: (value, ephemeral) to put, or None to delete
         final: dict[str, tuple[bytes, bool] | None] = {}
         doomed: str | None = None
         for op in ops:
             key = self._key(op.path)
             if isinstance(op, Check):
-                compares.append((op.path, _check_compare(key, op)))
+                cond = _Condition.for_check(key, op)
+                conditions.setdefault(cond.identity(op), cond)
             elif isinstance(op, Delete):
                 final[op.path] = None
             elif isinstance(op, Create | Put):
@@ -523,21 +571,15 @@ class EtcdStore(CoordinationStore):
                     raise ConfigError("the namespace root '/' cannot be ephemeral")
                 if isinstance(op, Create):
                     if op.path not in final:
-                        compares.append(
-                            (
-                                op.path,
-                                rpc.Compare(
-                                    key=key, target=rpc.Compare.VERSION, result=_EQUAL, version=0
-                                ),
-                            )
-                        )
+                        cond = _Condition(op.path, key, "absent")
+                        conditions.setdefault(cond.identity(op), cond)
                     elif final[op.path] is not None and doomed is None:
                         doomed = op.path  # created after being written in this commit
                 final[op.path] = (op.value, op.ephemeral)
             else:
                 raise ConfigError(f"unknown commit operation {op!r}")
         success: list[Any] = []
-        guards: dict[str, None] = {}
+        guarded: dict[str, None] = {}
         for path, write in final.items():
             key = self._key(path)
             if write is None:
@@ -549,7 +591,7 @@ class EtcdStore(CoordinationStore):
             )
             success.append(rpc.RequestOp(request_put=put))
             for ancestor in _ancestors(path):
-                guards.setdefault(ancestor, None)
+                guarded.setdefault(ancestor, None)
                 # an ephemeral node this commit writes cannot receive children in it
                 parent = final.get(ancestor)
                 if parent is not None and parent[1]:
@@ -559,38 +601,87 @@ class EtcdStore(CoordinationStore):
                     )
         if doomed is not None:
             return None, doomed
-        budget = self.max_ops_per_commit - len(compares)
-        guard_cmps = [
-            (
-                ancestor,
-                rpc.Compare(key=self._key(ancestor), target=rpc.Compare.LEASE, result=_EQUAL),
+        conds = list(conditions.values())
+        limit = self.max_ops_per_commit
+        # Every condition costs at least one compare and one read, an exact absence two
+        # of each. When they do not all fit, the absences last in op order take the
+        # compact form (one compare, after a pre-read).
+        slack = limit - len(conds)
+        for cond in conds:
+            if cond.kind == "absent":
+                cond.compact = slack <= 0
+                slack -= 1
+        resp: Any = None
+        contended = conds[0].path if conds else None
+        for _attempt in range(_COMMIT_ATTEMPTS):
+            refuted = self._read_absences(what, [c for c in conds if c.compact and c.since < 0])
+            if refuted is not None:
+                return None, refuted
+            compares = [cmp for c in conds for cmp in c.compares()]
+            probes = [p for c in conds for p in c.probes()]
+            room = limit - max(len(compares), len(probes))
+            guards = list(guarded)[: max(room, 0)]
+            room -= len(guards)
+            # spare reads let a failed existence check tell its two forms apart at once
+            spare = [c for c in conds if c.kind == "exists"][: max(room, 0)]
+            for ancestor in guards:
+                key = self._key(ancestor)
+                compares.append(
+                    rpc.Compare(key=key, target=rpc.Compare.LEASE, result=_EQUAL, lease=0)
+                )
+                probes.append(rpc.RangeRequest(key=key, keys_only=True))
+            probes.extend(c.other_probe() for c in spare)
+            resp = self._txn(
+                what,
+                compare=compares,
+                success=success,
+                failure=[rpc.RequestOp(request_range=p) for p in probes],
             )
-            for ancestor in list(guards)[: max(budget, 0)]
-        ]
-        checked = list(dict.fromkeys(c.key for _, c in compares + guard_cmps))
-        resp = self._txn(
-            what,
-            compare=[c for _, c in compares + guard_cmps],
-            success=success,
-            failure=[_range_op(k) for k in checked],
-        )
-        if resp.succeeded:
-            return resp, None
-        current: dict[bytes, Any] = {k: None for k in checked}
-        current.update((kv.key, kv) for r in resp.responses for kv in r.response_range.kvs)
-        for ancestor, cmp in guard_cmps:
-            if not _compare_holds(cmp, current[cmp.key]):
-                child = next(
-                    p for p, w in final.items() if w is not None and p.startswith(ancestor + "/")
-                )
-                raise StoreError(
-                    f"{what}: cannot write {child!r}: {ancestor!r} is an ephemeral node and "
-                    "an ephemeral node cannot have children"
-                )
-        for path, cmp in compares:
-            if not _compare_holds(cmp, current[cmp.key]):
-                return resp, path
-        return resp, None
+            if resp.succeeded:
+                return resp, None
+            reads = iter([list(r.response_range.kvs) for r in resp.responses])
+            cond_reads = [[next(reads) for _ in c.probes()] for c in conds]
+            for ancestor in guards:
+                kvs = next(reads)
+                if kvs and kvs[0].lease != 0:
+                    child = next(
+                        p
+                        for p, w in final.items()
+                        if w is not None and p.startswith(ancestor + "/")
+                    )
+                    raise StoreError(
+                        f"{what}: cannot write {child!r}: {ancestor!r} is an ephemeral node and "
+                        "an ephemeral node cannot have children"
+                    )
+            spare_reads = {id(c): next(reads) for c in spare}
+            retry = False
+            for cond, got in zip(conds, cond_reads, strict=True):
+                verdict = cond.judge(got, spare_reads.get(id(cond)))
+                if verdict is _Verdict.FALSE:
+                    return resp, cond.path
+                if verdict is _Verdict.RETRY and not retry:
+                    retry, contended = True, cond.path
+            if not retry:
+                return resp, None
+        return resp, contended
+
+    def _read_absences(self, what: str, conds: list[_Condition]) -> str | None:
+        """The pre-read of compact absence conditions: note the revision at which each
+        path had no key and nothing below it, or return the first path that had."""
+        per_txn = self.max_ops_per_commit // 2  # two reads per path
+        for i in range(0, len(conds), per_txn):
+            chunk = conds[i : i + per_txn]
+            reads = [
+                rpc.RequestOp(request_range=r)
+                for c in chunk
+                for r in (_own_range(c.key), _below_range(c.key))
+            ]
+            resp = self._txn(f"{what}: read before the commit", success=reads)
+            for j, c in enumerate(chunk):
+                if any(resp.responses[2 * j + k].response_range.kvs for k in (0, 1)):
+                    return c.path
+                c.since = int(resp.header.revision)
+        return None
 
     # -- watches and listeners --------------------------------------------------------
 
@@ -705,7 +796,10 @@ class EtcdStore(CoordinationStore):
                 f"{self.settings.operation_timeout:g} s ({details}); the outcome is unknown"
             )
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-            self._note_endpoint_failure()
+            if not _during_election(exc):
+                # the member is alive during an election: leaving it would only send
+                # the next request back to a dead member whose mark has run out
+                self._note_endpoint_failure()
             return StoreUnavailableError(f"{what}: etcd at {hosts} is unavailable: {details}")
         if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED) or (
             code == grpc.StatusCode.INVALID_ARGUMENT
@@ -779,6 +873,46 @@ class EtcdStore(CoordinationStore):
                     continue
                 raise
         raise AssertionError("unreachable")
+
+    def _read(self, what: str, method: str, request: Any) -> Any:
+        """Send a read-only KV request, re-sending it while that is safe and useful,
+        all within one operation timeout.
+
+        * The first request through a member that just died fails at once with
+          UNAVAILABLE (gRPC does not retry it); :meth:`_error_for` has then marked that
+          endpoint failed, so with several endpoints the read is sent again at once,
+          to another member (at most once per other endpoint: when all are down, the
+          read still fails fast).
+        * While the cluster elects a leader (its leader died), members refuse
+          linearizable reads ("leader changed", "no leader"): the read is sent again
+          every ``_RETRY_DELAY`` until one is served or the time is up.
+
+        A read changes nothing, so sending it again is safe. Writes are never re-sent:
+        a write that failed so may have been applied.
+        """
+        deadline = time.monotonic() + self.settings.operation_timeout
+        # each member may be found dead once; the failed one is marked, so the next
+        # attempt goes elsewhere
+        moves = len(self._client.endpoints) - 1
+        while True:
+            try:
+                with self._translated(what):
+                    return self._send(
+                        "kvstub",
+                        method,
+                        request,
+                        counted=True,
+                        timeout=max(deadline - time.monotonic(), 0.01),
+                    )
+            except StoreUnavailableError as exc:
+                remaining = deadline - time.monotonic()
+                if _during_election(exc) and remaining > _RETRY_DELAY:
+                    time.sleep(_RETRY_DELAY)
+                elif moves > 0 and remaining > 0:
+                    moves -= 1
+                else:
+                    raise
+                _log.info("etcd: %s; reading again", exc)
 
     def _txn(
         self,
@@ -1084,11 +1218,164 @@ def _synthetic(path: str) -> Node:
     return Node(path, b"", 0, 0, 0, False)
 
 
+def _own_range(key: bytes) -> Any:
+    return rpc.RangeRequest(key=key, keys_only=True)
+
+
+def _below_range(key: bytes) -> Any:
+    """At most one key of the subtree ``[K + '/', K + '0')``: is anything below K?"""
+    return rpc.RangeRequest(key=key + b"/", range_end=key + b"0", keys_only=True, limit=1)
+
+
+def _version_compare(key: bytes, result: Any, *, below: bool = False) -> Any:
+    """``version`` of ``key`` compared with 0; ``below``: over the subtree range.
+
+    A range compare must hold for every key in the range, and an empty range compares
+    as one zero KeyValue (version 0): over a subtree, ``== 0`` means "nothing below"
+    and ``> 0`` means "something below"."""
+    if below:
+        return rpc.Compare(
+            key=key + b"/",
+            range_end=key + b"0",
+            target=rpc.Compare.VERSION,
+            result=result,
+            version=0,
+        )
+    return rpc.Compare(key=key, target=rpc.Compare.VERSION, result=result, version=0)
+
+
+class _Verdict(enum.Enum):
+    """What a failed transaction's reads say about one condition."""
+
+    HOLDS = "holds"
+    FALSE = "false"
+    #: neither: the condition must be sent again in another form
+    RETRY = "retry"
+
+
+@dataclass(eq=False)
+class _Condition:
+    """One precondition of a transaction: its etcd compares and the reads ("probes")
+    that, in the failure branch, tell whether it held. A node exists when it has a key
+    of its own OR keys below it (a pure parent), as :meth:`EtcdStore.exists` says.
+
+    * ``absent`` (Create, Check(exists=False)): exact form ``version(K) == 0`` AND
+      ``version([K/, K0)) == 0`` (two compares). Compact form, when a commit has no
+      room for two compares per absence: a pre-read at revision R found no key at K
+      nor below it, and ``create_revision < R + 1`` over ``[K, K0)`` (one compare) says
+      no key of that range was created since. The range also holds siblings such as
+      ``K-x``: one that already existed at R passes, one created since fails the
+      compare and its probe tells it apart, so the pre-read is repeated.
+    * ``exists`` (Check(exists=True)): ``version(K) > 0`` (own form, tried first) or
+      ``version([K/, K0)) > 0`` (below form). etcd ANDs compares, so the OR is one
+      form at a time: when the form sent fails but the other one holds (a pure parent,
+      or a key of its own with nothing below), the transaction is re-sent in the other
+      form. With a spare failure read, both forms are read at one revision; without,
+      a check fails once both forms have failed.
+    * ``check`` (version, value, created_revision): one compare on the own key.
+    """
+
+    path: str
+    key: bytes
+    kind: Literal["absent", "exists", "check"]
+    #: the compare of a ``check``
+    check: Any = None
+    #: an absence in the compact form
+    compact: bool = False
+    #: compact absence: revision of the pre-read that found the path absent (-1: none)
+    since: int = -1
+    #: existence: the form in use is the subtree range
+    below: bool = False
+    #: existence: forms found false so far
+    failed_forms: set[bool] = field(default_factory=set)
+
+    @classmethod
+    def for_check(cls, key: bytes, check: Check) -> _Condition:
+        path = check.path
+        if check.exists is not None:
+            return cls(path, key, "exists" if check.exists else "absent")
+        return cls(path, key, "check", check=_check_compare(key, check))
+
+    def identity(self, op: Op) -> object:
+        """Ops that state the same condition share one (Create + Check(exists=False))."""
+        return (self.kind, self.path) if self.kind != "check" else op
+
+    def compares(self) -> list[Any]:
+        if self.kind == "check":
+            return [self.check]
+        if self.kind == "exists":
+            return [_version_compare(self.key, _GREATER, below=self.below)]
+        if self.compact:
+            return [
+                rpc.Compare(
+                    key=self.key,
+                    range_end=self.key + b"0",
+                    target=rpc.Compare.CREATE,
+                    result=_LESS,
+                    create_revision=self.since + 1,
+                )
+            ]
+        return [
+            _version_compare(self.key, _EQUAL),
+            _version_compare(self.key, _EQUAL, below=True),
+        ]
+
+    def probes(self) -> list[Any]:
+        if self.kind == "check":
+            return [rpc.RangeRequest(key=self.key)]  # a value check needs the value
+        if self.kind == "exists":
+            return [_below_range(self.key) if self.below else _own_range(self.key)]
+        if self.compact:
+            # the first key of the range created since the pre-read, if any
+            return [
+                rpc.RangeRequest(
+                    key=self.key,
+                    range_end=self.key + b"0",
+                    keys_only=True,
+                    limit=1,
+                    min_create_revision=self.since + 1,
+                )
+            ]
+        return [_own_range(self.key), _below_range(self.key)]
+
+    def other_probe(self) -> Any:
+        """Existence: the read of the form not in use."""
+        return _own_range(self.key) if self.below else _below_range(self.key)
+
+    def judge(self, reads: list[list[Any]], other: list[Any] | None) -> _Verdict:
+        """Decide from the probes' results (and the other form's read, if sent)."""
+        if self.kind == "check":
+            return (
+                _Verdict.HOLDS if _compare_holds(self.check, _first(reads[0])) else _Verdict.FALSE
+            )
+        if self.kind == "absent" and not self.compact:
+            return _Verdict.FALSE if any(reads) else _Verdict.HOLDS
+        if self.kind == "absent":
+            first = _first(reads[0])
+            if first is None:
+                return _Verdict.HOLDS
+            if first.key == self.key or first.key.startswith(self.key + b"/"):
+                return _Verdict.FALSE
+            self.since = -1  # a new sibling, not our node: read again
+            return _Verdict.RETRY
+        if reads[0]:
+            return _Verdict.HOLDS
+        self.failed_forms.add(self.below)
+        if other is not None:
+            if not other:
+                return _Verdict.FALSE
+        elif (not self.below) in self.failed_forms:
+            return _Verdict.FALSE
+        self.below = not self.below
+        return _Verdict.RETRY
+
+
+def _first(kvs: list[Any]) -> Any:
+    return kvs[0] if kvs else None
+
+
 def _check_compare(key: bytes, check: Check) -> Any:
-    if check.exists is not None:
-        if check.exists:
-            return rpc.Compare(key=key, target=rpc.Compare.VERSION, result=_GREATER, version=0)
-        return rpc.Compare(key=key, target=rpc.Compare.VERSION, result=_EQUAL, version=0)
+    # (existence checks are _Condition's own kinds)
     if check.value is not None:
         # etcd fails a value compare on a missing key: "exists with this value"
         return rpc.Compare(key=key, target=rpc.Compare.VALUE, result=_EQUAL, value=check.value)

@@ -69,9 +69,20 @@ Watches
     watch on every node under the prefix (an exists watch on the prefix while it is
     absent) and a cache ``{path: (czxid, mzxid)}``. kazoo callbacks only enqueue; the
     store's single event thread re-reads the node that fired (re-arming its watch),
-    diffs against the cache and emits CREATED/CHANGED/DELETED. Consequences: rapid
-    changes to one node may be coalesced into one CHANGED carrying the latest value; a
-    delete + re-create seen late is emitted as DELETED then CREATED (czxid differs).
+    diffs against the cache and emits CREATED/CHANGED/DELETED. Consequences (the
+    contract's Watches section, in ``base.py``, allows exactly these): rapid changes
+    to one node may be coalesced into one event carrying the latest value; a node
+    created and deleted between two reads gives no event; a delete + re-create seen
+    late is emitted as DELETED then CREATED (czxid differs); a re-read can discover a
+    change before older changes of other nodes whose events are still queued, so
+    events of different paths are not in store order.
+
+    Per-path order holds: one session's reads are monotonic (ZooKeeper's guarantee),
+    and an event is emitted only for a (czxid, mzxid) newer than the cached one, so
+    the revisions of one path's events strictly increase. ZooKeeper does not report
+    the zxid of a delete, so a DELETED event carries a bound: the parent's pzxid when
+    its listing missed the node, the new czxid - 1 when it was re-created, and never
+    less than the node's last mzxid + 1 (see ``_drop``).
     After RECONNECTED, or CONNECTED on a new session, every watcher re-reads its whole
     subtree, diffs and emits what changed, so no change is silently lost. A read that
     fails inside the event thread marks the watcher dirty; it is re-synced as soon as
@@ -95,6 +106,10 @@ Connection states
 Errors and timeouts
     Every request is sent asynchronously and awaited against a per-call deadline of
     ``operation_timeout``; kazoo exceptions are translated in :meth:`_errors` only.
+    A read (``get``, ``exists``, ``children``, ``get_tree``) that fails with
+    ConnectionLoss (in flight when its member died or froze) is sent once more within
+    the same deadline: kazoo queues it until it has reconnected, to another member if
+    need be. Writes are not re-sent: their outcome is unknown.
 """
 
 from __future__ import annotations
@@ -106,7 +121,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient
@@ -149,6 +164,8 @@ from shardkeeper.registry.url import RegistrySettings
 __all__ = ["ZooKeeperStore"]
 
 _log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: how often a commit re-reads and retries when a pre-read node changed under it
 _COMMIT_ATTEMPTS = 8
@@ -352,35 +369,61 @@ class ZooKeeperStore(CoordinationStore):
     def get(self, path: str) -> Node | None:
         """The node at ``path``, or None."""
         check_path(path)
-        with self._errors(path):
-            dl = self._deadline()
+
+        def read(dl: float) -> Node | None:
             try:
                 data, stat = self._call(dl, self._zk.get_async, path)
             except kz.NoNodeError:
                 return None
             return _node(path, data, stat)
 
+        return self._read(path, read)
+
     def exists(self, path: str) -> bool:
         """Whether a node exists at ``path`` (ZooKeeper keeps parents as real nodes)."""
         check_path(path)
-        with self._errors(path):
-            return self._call(self._deadline(), self._zk.exists_async, path) is not None
+        return self._read(path, lambda dl: self._call(dl, self._zk.exists_async, path) is not None)
 
     def children(self, path: str) -> list[str]:
         """Sorted names of the children of ``path``; empty if it does not exist."""
         check_path(path)
-        with self._errors(path):
+
+        def read(dl: float) -> list[str]:
             try:
-                return sorted(self._call(self._deadline(), self._zk.get_children_async, path))
+                return sorted(self._call(dl, self._zk.get_children_async, path))
             except kz.NoNodeError:
                 return []
+
+        return self._read(path, read)
 
     def get_tree(self, path: str) -> dict[str, Node]:
         """Every node at or below ``path``, read level by level with pipelined requests."""
         check_path(path)
-        with self._errors(path):
-            tree = self._walk(self._deadline(), path, with_data=True)
+
+        def read(dl: float) -> dict[str, Node]:
+            tree = self._walk(dl, path, with_data=True)
             return {p: _node(p, *ds) for p, ds in tree.items() if ds is not None}
+
+        return self._read(path, read)
+
+    def _read(self, what: str, read: Callable[[float], _T]) -> _T:
+        """Run ``read`` (given the deadline); once more if the connection was lost.
+
+        A request in flight when the connection drops fails with ConnectionLoss; kazoo
+        then reconnects (to another member if this one is gone) and queues new requests
+        until it has. A read changes nothing, so sending it again is safe; both
+        attempts share one operation timeout. Writes are not re-sent: a lost
+        connection leaves their outcome unknown.
+        """
+        with self._errors(what):
+            deadline = self._deadline()
+            try:
+                return read(deadline)
+            except kz.ConnectionLoss:
+                if time.monotonic() >= deadline:
+                    raise
+                _log.info("ZooKeeper read of %s lost its connection; reading again", what)
+            return read(deadline)
 
     # -- writes ----------------------------------------------------------------
 
@@ -1016,15 +1059,20 @@ class ZooKeeperStore(CoordinationStore):
             level, first = [], False
             for p, got, listing in read:
                 if got is None:
-                    self._drop(w, p, 0, emit)
+                    self._drop(w, p, 0, emit)  # when it went is unknown: see _drop
                     if p == w.prefix:
                         self._watch_absent_prefix(w)
                     continue
                 value, stat = got
                 old = w.cache.get(p)
+                if old is not None and (stat.czxid, stat.mzxid) < old[:2]:
+                    # Older than what was reported: never from one session's reads, which
+                    # ZooKeeper keeps monotonic, but a path must not go back in time.
+                    continue
                 if old is not None and old[0] != stat.czxid:
-                    # deleted and re-created since we last looked: a new node
-                    self._drop(w, p, stat.czxid, emit)
+                    # deleted and re-created since we last looked: a new node, and the
+                    # delete came before its creation
+                    self._drop(w, p, stat.czxid - 1, emit)
                     old = None
                 if old is None and listing is None:
                     level.append(p)  # a new node: read it with its children
@@ -1037,7 +1085,7 @@ class ZooKeeperStore(CoordinationStore):
                     else:
                         w.cache[p] = (stat.czxid, stat.mzxid, False)
                         self._emit_if(emit, w, EventKind.CREATED, p, value, stat.mzxid)
-                elif old[1] != stat.mzxid:
+                elif stat.mzxid > old[1]:
                     w.cache[p] = (stat.czxid, stat.mzxid, False)
                     # a value written onto an implicit parent is, logically, a new node
                     kind = EventKind.CREATED if old[2] else EventKind.CHANGED
@@ -1087,13 +1135,20 @@ class ZooKeeperStore(CoordinationStore):
 
     def _drop(self, w: _TreeWatch, path: str, revision: int, emit: bool) -> None:
         """Forget ``path`` and its cached subtree, emitting DELETED children first
-        (implicit parents vanish silently, as they were never reported)."""
+        (implicit parents vanish silently, as they were never reported).
+
+        ZooKeeper does not tell the zxid of a delete. ``revision`` is a bound the
+        caller knows to be below any later incarnation of ``path`` (the parent's pzxid
+        when the listing missed it, the new czxid - 1 when it was re-created, 0 when
+        unknown); it is raised to just above the node's last reported mzxid, so that
+        each path's events keep strictly increasing revisions."""
         for kid in sorted(w.kids.pop(path, set())):
             self._drop(w, kid, revision, emit)
         w.kids.get(_parent(path), set()).discard(path)
         seen = w.cache.pop(path, None)
         if emit and seen is not None and not seen[2]:
-            self._emit(w, WatchEvent(EventKind.DELETED, path, None, revision))
+            rev = max(revision, seen[1] + 1)
+            self._emit(w, WatchEvent(EventKind.DELETED, path, None, rev))
 
 
 def _first_error(results: list[Any]) -> tuple[int, Exception] | None:
