@@ -36,12 +36,19 @@ def test_coordination_cost_smallest_case(ctx: BenchContext, tmp_path: Path) -> N
     ]
     for case in cases:
         assert len(case["raw_total"]) == 2
-        for key in ("total_per_trigger", "watch_per_trigger", "flow_per_trigger"):
+        for key in (
+            "calls_per_trigger",
+            "commits_per_trigger",
+            "total_per_trigger",
+            "watch_per_trigger",
+            "flow_per_trigger",
+        ):
             stats = case[key]
             assert stats["n"] == 2
             assert math.isfinite(stats["median"]) and stats["median"] >= 0
         # every trigger costs at least one request, and every item ran
         assert case["total_per_trigger"]["min"] >= 1
+        assert case["commits_per_trigger"]["min"] >= 1
         assert case["executed_per_trigger"] == [case["items"]] * 2
         assert case["marks_left_after_trigger"] == [0, 0]
         assert case["trigger_seconds"]["median"] > 0

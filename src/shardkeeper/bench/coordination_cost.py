@@ -6,6 +6,11 @@ schedule that never fires on its own; the harness drives triggers itself through
 until the batch is complete and the store is quiet. The figure is the growth of
 the runtime store's ``round_trips`` counter per trigger.
 
+A counting wrapper around the runtime's store also records what the runtime
+asked for (store calls; a commit counts one): on etcd every call is one request;
+on ZooKeeper a commit also sends one pre-read per node whose condition the multi
+cannot check natively (see the ZooKeeper backend's docstring).
+
 The store also re-reads what its namespace watch reports (ZooKeeper's tree watch
 re-reads every node that changed; etcd streams the changes and sends nothing). To
 tell that part from the trigger flow, a passive observer store holds the same watch
@@ -26,6 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shardkeeper.bench.common import BenchContext, summary, wait_until
+from shardkeeper.bench.counting import CountingStore
 from shardkeeper.config import JobConfig
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry import open_store
@@ -76,7 +82,8 @@ def measure(
     )
     observer = open_store(url)
     observer.start()
-    rt = Runtime(url, worker_threads=8)
+    counting = CountingStore(open_store(url))
+    rt = Runtime(counting, worker_threads=8)
     try:
         observer.watch("/", lambda _event: None)
         rt.add_job(job, cfg)
@@ -106,14 +113,19 @@ def measure(
         _quiet([rt.store, observer])
         executed.clear()
         left_marked.clear()
+        calls: list[int] = []
+        commits: list[int] = []
         totals: list[int] = []
         watch: list[int] = []
         seconds: list[float] = []
         for n in range(1, triggers + 1):
             rt0, ob0 = rt.store.round_trips, observer.round_trips
+            calls0, commits0 = counting.total_calls, counting.calls.get("commit", 0)
             seconds.append(fire(n))
             _quiet([rt.store, observer])
             totals.append(rt.store.round_trips - rt0)
+            calls.append(counting.total_calls - calls0)
+            commits.append(counting.calls.get("commit", 0) - commits0)
             watch.append(observer.round_trips - ob0)
             # read after the counters: this read is the harness's, not the runtime's
             left_marked.append(len(observer.children(runner.paths.running_root)))
@@ -122,6 +134,10 @@ def measure(
             "items": items,
             "monitor": monitor,
             "triggers": triggers,
+            # what the runtime asked the store for (a commit counts one) ...
+            "calls_per_trigger": summary([float(x) for x in calls]),
+            "commits_per_trigger": summary([float(x) for x in commits]),
+            # ... and what the store sent for it (round_trips)
             "total_per_trigger": summary([float(x) for x in totals]),
             "watch_per_trigger": summary([float(x) for x in watch]),
             "flow_per_trigger": summary([float(x) for x in flow]),
@@ -158,6 +174,8 @@ def run(
             case = measure(ctx, backend, items, monitor=monitor, triggers=triggers)
             ctx.log(
                 f"  cost {backend} items={items} monitor={monitor}: "
+                f"{case['calls_per_trigger']['median']:.0f} calls "
+                f"({case['commits_per_trigger']['median']:.0f} commits), "
                 f"{case['total_per_trigger']['median']:.0f} round trips/trigger "
                 f"(watch {case['watch_per_trigger']['median']:.0f}); "
                 f"ran {case['executed_per_trigger']} of {items}, "

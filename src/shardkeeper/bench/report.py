@@ -117,8 +117,8 @@ def tables(doc: Results) -> str:
     if "coordination_cost" in doc:
         out += ["", "### Coordination cost per trigger (round trips, one instance)", ""]
         out.append(
-            "| backend | monitor | local items | total p50 | of which watch re-reads | "
-            "trigger flow | ElasticJob model (7N+10) | items run / trigger | "
+            "| backend | monitor | local items | store calls (commits) | requests sent p50 | "
+            "watch re-reads (observer) | ElasticJob model (7N+10) | items run / trigger | "
             "marks left after trigger |"
         )
         out.append("|---|---|---|---|---|---|---|---|---|")
@@ -126,9 +126,10 @@ def tables(doc: Results) -> str:
             for c in r["cases"]:
                 out.append(
                     f"| {b} | {'on' if c['monitor'] else 'off'} | {c['items']:,} | "
+                    f"{_num(c.get('calls_per_trigger', {}).get('median'))} "
+                    f"({_num(c.get('commits_per_trigger', {}).get('median'))}) | "
                     f"{_num(c['total_per_trigger']['median'])} | "
-                    f"{_num(c['watch_per_trigger']['median'])} | "
-                    f"{_num(c['flow_per_trigger']['median'])} | {c['elasticjob_model']:,} | "
+                    f"{_num(c['watch_per_trigger']['median'])} | {c['elasticjob_model']:,} | "
                     f"{_num(min(c['executed_per_trigger'], default=math.nan))}"
                     f"-{_num(max(c['executed_per_trigger'], default=math.nan))} | "
                     f"{_num(max(c['marks_left_after_trigger'], default=math.nan))} |"
@@ -171,27 +172,28 @@ def tables(doc: Results) -> str:
     if "scale" in doc:
         out += ["", "### Scale (jobs registered per instance)", ""]
         out.append(
-            "| backend | jobs | instances | start-up p50 s | threads | RSS MiB | "
-            "server watches | registry nodes | registry MB | probe jitter p50 ms | "
+            "| backend | jobs | instances | start-up p50 s | start-up requests | threads | "
+            "RSS MiB | server watches | registry nodes | registry MB | probe jitter p50 ms | "
             "p99 ms |"
         )
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for b, r in _ok(doc, "scale"):
             for c in r["cases"]:
                 if "error" in c:
                     out.append(
                         f"| {b} | {c['jobs']:,} | {c['instances']} | "
-                        f"{c['error'][:90]} | | | | | | | |"
+                        f"{c['error'][:90]} | | | | | | | | |"
                     )
                     continue
                 out.append(
                     f"| {b} | {c['jobs']:,} | {c['instances']} | {_s(c['startup_s']['median'])} | "
+                    f"{_num(c['startup_round_trips']['median'])} | "
                     f"{_num(c['threads']['median'])} | {_num(c['rss_mb']['median'])} | "
                     f"{c['watches']:,} | {c['nodes']:,} | {c['value_bytes'] / 1e6:.1f} | "
                     f"{_ms(c['jitter'].get('median'))} | {_ms(c['jitter'].get('p99'))} |"
                 )
         out += _errors(doc, "scale")
-    out += ["", "Plots: " + ", ".join(f"![{p}](img/{p}.png)" for p in PLOTS)]
+    out += ["", "Plots:", ""] + [f"![{p}](img/{p}.png)" for p in PLOTS]
     return "\n".join(out) + "\n"
 
 
@@ -234,12 +236,17 @@ def plots(doc: Results, img_dir: Path) -> None:
         for b, r in _ok(doc, "coordination_cost"):
             cases = [c for c in r["cases"] if c["monitor"]]
             xs = [c["items"] for c in cases]
-            ax.plot(xs, [c["total_per_trigger"]["median"] for c in cases], "o-", label=f"{b} total")
             ax.plot(
                 xs,
-                [max(c["flow_per_trigger"]["median"], 0.5) for c in cases],
+                [c["total_per_trigger"]["median"] for c in cases],
+                "o-",
+                label=f"{b} requests sent",
+            )
+            ax.plot(
+                xs,
+                [c.get("calls_per_trigger", c["flow_per_trigger"])["median"] for c in cases],
                 "s--",
-                label=f"{b} trigger flow",
+                label=f"{b} store calls",
             )
         if xs:
             ax.plot(xs, [7 * x + 10 for x in xs], ":", color="grey", label="ElasticJob 7N+10")

@@ -116,22 +116,27 @@ def _first_start_per_fire(recs: list[dict[str, Any]]) -> dict[float, float]:
 
 def latency(ctx: BenchContext, backend: str, cycles: int) -> dict[str, Any]:
     """``cycles`` joins and leaves of a fourth instance next to three steady ones."""
+    # quiet time between changes: it yields the steady-state samples (shorter in quick)
+    settle = 2.0 if ctx.quick else 3.5
     url = ctx.url(backend, "reshard")
     scratch = ctx.scratch(f"reshard-{backend}")
     options: dict[str, Any] = {"count": ITEMS, "interval": INTERVAL, "grace": 2.0}
     workers: list[Worker] = []
     join: list[dict[str, float]] = []
     leave: list[dict[str, float]] = []
+    changes: list[float] = []  # wall times of every join and leave
     with workers_cleanup(workers):
         for n in range(3):
             workers.append(Worker.start(url, scratch / f"base-{n}.jsonl", **options))
+            changes.append(workers[-1].ready_at)
         base_files = [w.records for w in workers]
         for c in range(cycles):
-            # let the cluster settle on three instances (a trigger with all items)
-            time.sleep(2 * INTERVAL)
+            # let the cluster settle on three instances (and give steady-state fires)
+            time.sleep(settle * INTERVAL)
             newcomer = Worker.start(url, scratch / f"new-{c}.jsonl", **options)
             workers.append(newcomer)
             joined = newcomer.ready_at
+            changes.append(joined)
 
             def first_new(nc: Worker = newcomer) -> dict[str, Any] | None:
                 recs = read_records([nc.records])
@@ -150,6 +155,7 @@ def latency(ctx: BenchContext, backend: str, cycles: int) -> dict[str, Any]:
             last_fire = max(r["fire"] for r in mine)
             owned = {r["item"] for r in mine if r["fire"] == last_fire}
             left_at = time.time()
+            changes.append(left_at)
             newcomer.term(timeout=15.0)
 
             def taken(
@@ -175,12 +181,12 @@ def latency(ctx: BenchContext, backend: str, cycles: int) -> dict[str, Any]:
                 f"{join[-1]['overhead'] * 1000:.0f} ms, leave overhead "
                 f"{leave[-1]['overhead'] * 1000:.0f} ms"
             )
-        # steady state: fires of the base instances well away from any change
-        changes = [j for j in (w.ready_at for w in workers[3:])]
+        # steady state: fires of the base instances away from any join or leave
+        time.sleep((settle + 0.5) * INTERVAL)
         steady = [
             start - fire
             for fire, start in _first_start_per_fire(read_records(base_files)).items()
-            if all(abs(fire - t) > 3 * INTERVAL for t in changes)
+            if fire > changes[0] - 30 and all(abs(fire - t) > 1.5 * INTERVAL for t in changes)
         ]
     return {
         "items": ITEMS,

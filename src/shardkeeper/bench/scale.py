@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from shardkeeper.bench.common import (
@@ -123,12 +124,23 @@ def _read_line(proc: subprocess.Popen[bytes], tag: str, deadline: float, buf: li
             line = text.split(tag, 1)[1].split("\n", 1)[0]
             buf[:] = [text.split(tag, 1)[1].split("\n", 1)[1]]
             return line
-        if proc.poll() is not None and not select.select([fd], [], [], 0)[0]:
-            break
         if select.select([fd], [], [], 0.2)[0]:
             chunk = os.read(fd, 65536).decode(errors="replace")
+            if not chunk:  # end of file: the child has exited
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(10)
+                break
             buf.append(chunk)
     raise BenchTimeoutError(f"scale child: no {tag.strip()} line in time (exit {proc.poll()})")
+
+
+def _last_error(log: Path) -> str:
+    """The last line of a child's stderr that names an exception, if any."""
+    with contextlib.suppress(OSError):
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if "Error" in ln]
+        if lines:
+            return lines[-1].strip()[:300]
+    return ""
 
 
 def case(ctx: BenchContext, backend: str, jobs: int, instances: int) -> dict[str, Any]:
@@ -156,10 +168,17 @@ def case(ctx: BenchContext, backend: str, jobs: int, instances: int) -> dict[str
                 )
             bufs.append([])
         deadline = time.monotonic() + START_DEADLINE
-        started = [
-            json.loads(_read_line(p, "STARTED ", deadline, b))
-            for p, b in zip(procs, bufs, strict=True)
-        ]
+        try:
+            started = [
+                json.loads(_read_line(p, "STARTED ", deadline, b))
+                for p, b in zip(procs, bufs, strict=True)
+            ]
+        except BenchTimeoutError as exc:
+            # say why: the child's own error (a server out of memory, a limit) if any
+            why = "; ".join(
+                e for k in range(instances) if (e := _last_error(scratch / f"child-{k}.log"))
+            )
+            raise BenchTimeoutError(f"{exc}: {why}" if why else str(exc)) from None
         watches = _watches(cluster) - watches0
         with ctx.store(url) as store:
             nodes, value_bytes = census(store)
