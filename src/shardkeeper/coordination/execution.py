@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shardkeeper.coordination.model import DocumentError, RunningMark
 from shardkeeper.coordination.paths import JobPaths
@@ -35,6 +35,8 @@ class StartResult:
     token: int
     marked: tuple[int, ...]
     reason: str | None = None
+    #: the fencing token of each marked item (the revision of the commit that marked it)
+    tokens: dict[int, int] = field(default_factory=dict)
 
 
 class ExecutionService:
@@ -74,6 +76,7 @@ class ExecutionService:
                 )
         token = 0
         marked: list[int] = []
+        tokens: dict[int, int] = {}
         for n, chunk in enumerate(self._chunks(ops, fixed)):
             result = self._store.commit(chunk)
             if not result:
@@ -90,8 +93,12 @@ class ExecutionService:
                 )
                 break
             token = token or result.revision
-            marked.extend(items[len(marked) : len(marked) + len(chunk) - len(fixed)])
-        return StartResult(token, tuple(marked) if monitor else tuple(items))
+            chunk_items = items[len(marked) : len(marked) + len(chunk) - len(fixed)]
+            marked.extend(chunk_items)
+            tokens.update(dict.fromkeys(chunk_items, result.revision))
+        if not monitor:
+            return StartResult(token, tuple(items), tokens=dict.fromkeys(items, token))
+        return StartResult(token, tuple(marked), tokens=tokens)
 
     def _why(self, failed_path: str | None) -> str:
         if failed_path == self._paths.necessary:

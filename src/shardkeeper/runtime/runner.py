@@ -18,6 +18,7 @@ its shared worker pool. The flow at each trigger (docs/concepts.md):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -55,7 +56,8 @@ class Batch:
 
     fire_time: float
     items: list[int]
-    token: int
+    #: fencing token of each item (one per commit: a large batch spans several)
+    tokens: dict[int, int]
     contexts: dict[int, ShardingContext]
     failover: bool = False
     misfire: bool = False
@@ -110,6 +112,10 @@ class JobRunner:
         self._disabled_job = False
         self._disabled_items: set[int] = set()
         self._queue_hint: set[int] = set()
+        #: (items, token) of finished batches whose marks a failed commit left behind
+        self._unfinished: list[tuple[list[int], int]] = []
+        #: triggers and claims between their check of _stopping and their batch
+        self._starting = 0
         self._registered = False
         self._suspended = False
         self._stopping = False
@@ -136,7 +142,10 @@ class JobRunner:
         self.config, count_changed = self.configs.sync(self.config)
         self._strategy = resolve_strategy(self.config.sharding_strategy)
         self._on_error = resolve_error_handler(self.config.error_handler)
-        self._store.put(self.paths.instance(self._me), encode(self._instance), ephemeral=True)
+        # The job membership carries the metadata WITHOUT the job list: with it, the
+        # registry would grow with jobs x jobs (the list lives in /instances/{id}).
+        member = encode(dataclasses.replace(self._instance, jobs=[]))
+        self._store.put(self.paths.instance(self._me), member, ephemeral=True)
         self._reload_switches()
         self.sharding.set_necessary(
             "count changed" if count_changed else f"instance joined: {self._me}"
@@ -166,15 +175,37 @@ class JobRunner:
 
     def begin_stop(self, hard: bool = False) -> None:
         """Stop starting items (and, when hard, fence the running ones off)."""
-        self._stopping = True
+        with self._lock:  # see _guard_start
+            self._stopping = True
         if hard:
             self._hard_stop = True
         self.signal.notify()
 
     def running_count(self) -> int:
-        """Items of this job executing now on this instance."""
+        """Items of this job executing now on this instance (a trigger or claim that
+        is still marking its items counts as one)."""
         with self._lock:
-            return sum(b.running + len(b.pending) for b in self._batches)
+            return self._starting + sum(b.running + len(b.pending) for b in self._batches)
+
+    def _guard_start(self) -> bool:
+        """Count a trigger or claim in flight, unless stopping (then False).
+
+        A graceful stop waits until running_count() is 0 and then leaves the job.
+        Without this, a trigger that had passed its checks but not yet launched its
+        batch was invisible to it: the instance left while its marks were being
+        written, the leader failed the items over, and the taker ran them while this
+        instance still did (an overlap with both sides valid, found by the chaos
+        checker). Checked and counted under the lock begin_stop takes.
+        """
+        with self._lock:
+            if self._stopping:
+                return False
+            self._starting += 1
+            return True
+
+    def _end_start(self) -> None:
+        with self._lock:
+            self._starting -= 1
 
     @property
     def idle(self) -> bool:
@@ -339,6 +370,14 @@ class JobRunner:
         self._run_trigger(ft, misfire=False)
 
     def _run_trigger(self, ft: float, *, misfire: bool) -> None:
+        if not self._guard_start():
+            return
+        try:
+            self._start_trigger(ft, misfire=misfire)
+        finally:
+            self._end_start()
+
+    def _start_trigger(self, ft: float, *, misfire: bool) -> None:
         cfg = self.config
         deadline = time.monotonic() + cfg.sharding_wait_timeout
         for _attempt in range(4):
@@ -360,6 +399,10 @@ class JobRunner:
                     if not self._wait_resharded(deadline):
                         return
                     continue
+                # The flag may have been cleared by a reshard committed between our
+                # read and the check (a joiner's first trigger): read again then.
+                if self.sharding.read()[1] != version:
+                    continue
                 return
             ids = {i: execution_id(cfg.name, ft, i) for i in items}
             result = self.execution.start(
@@ -373,12 +416,14 @@ class JobRunner:
             if result.marked:
                 if misfire:
                     self.execution.clear_misfire(list(result.marked))
-                self._launch(ft, list(result.marked), result.token, ids, misfire=misfire)
+                self._launch(ft, list(result.marked), result.tokens, ids, misfire=misfire)
                 return
             if result.reason == "reshard":
                 if not self._wait_resharded(deadline):
                     return
             elif result.reason == "running":
+                if self._defer_as_misfire(ft, items):
+                    return
                 elsewhere = set(self.execution.running_items())
                 if not set(items) - elsewhere:
                     log.info(
@@ -399,12 +444,37 @@ class JobRunner:
                     monitor=cfg.monitor_execution,
                 )
                 if result2.marked:
-                    self._launch(ft, list(result2.marked), result2.token, ids, misfire=misfire)
+                    self._launch(ft, list(result2.marked), result2.tokens, ids, misfire=misfire)
                     return
             if time.monotonic() > deadline:
                 break
         log.warning("%s: trigger at %s skipped: assignment kept changing", cfg.name, _fmt(ft))
         self.stats["skipped"] += 1
+
+    def _defer_as_misfire(self, ft: float, items: list[int]) -> bool:
+        """Whether this trigger's items are held by an earlier batch of this instance;
+        if so the trigger is recorded as a misfire (run once more when that batch ends).
+
+        Two triggers of one instance that waited for the same reshard (say after a
+        death) proceed together: the earlier one marks the items, and the later one
+        would otherwise find them "running elsewhere" and be skipped: a lost fire.
+        """
+        if not self.config.misfire:
+            return False
+        with self._lock:
+            # under the lock _complete uses: a batch still listed has not yet taken
+            # the pending misfire time, so it will see ours
+            # (marks a failed completion commit left count as ours until retried)
+            local = {i for b in self._batches if not b.failover for i in b.items}
+            local |= {i for done, _ in self._unfinished for i in done}
+            local &= set(items)
+            if not local:
+                return False
+            if self._misfire_at is None or ft < self._misfire_at:
+                self._misfire_at = ft
+            self.stats["misfires"] += 1
+        self.execution.mark_misfire(sorted(local), ft)
+        return True
 
     def _wait_resharded(self, deadline: float) -> bool:
         remaining = deadline - time.monotonic()
@@ -505,18 +575,23 @@ class JobRunner:
         self,
         ft: float,
         items: list[int],
-        token: int,
+        tokens: dict[int, int],
         ids: dict[int, str],
         *,
         misfire: bool = False,
         failover: bool = False,
     ) -> None:
         batch = Batch(
-            fire_time=ft, items=items, token=token, contexts={}, failover=failover, misfire=misfire
+            fire_time=ft,
+            items=items,
+            tokens=tokens,
+            contexts={},
+            failover=failover,
+            misfire=misfire,
         )
         for item in items:
             batch.contexts[item] = self._context(
-                ft, item, ids[item], token, batch, failover=failover, misfire=misfire
+                ft, item, ids[item], tokens.get(item, 0), batch, failover=failover, misfire=misfire
             )
         batch.pending.extend(items)
         with self._lock:
@@ -569,22 +644,31 @@ class JobRunner:
             self._complete(batch)
 
     def _complete(self, batch: Batch) -> None:
+        # Only items that ran are cleared; the marks of items a hard stop never
+        # started stay, so failover re-runs them.
+        ran = [i for i in batch.items if batch.outcomes.get(i) in ("ok", "failed")]
+        groups = _by_token(ran, batch.tokens) if self.config.monitor_execution else {}
         try:
-            if self.config.monitor_execution and batch.token:
-                # Only items that ran are cleared; the marks of items a hard stop
-                # never started stay, so failover re-runs them.
-                ran = [i for i in batch.items if batch.outcomes.get(i) in ("ok", "failed")]
-                fenced = self.execution.finish(ran, batch.token)
-                self.stats["fenced"] += len(fenced)
+            while groups:
+                token, items = next(iter(groups.items()))
+                self.stats["fenced"] += len(self.execution.finish(items, token))
+                del groups[token]
         except StoreError as exc:
-            # Marks stay; a reconnect, failover or the next reshard repairs them.
-            log.warning("%s: could not clear running marks: %s", self.config.name, exc)
+            # The marks stay, and nothing else would clear them while this session
+            # lives: they would block every reshard (the leader waits for running
+            # items) and this instance's own next triggers. Housekeeping retries.
+            log.warning("%s: could not clear running marks (will retry): %s", self.config.name, exc)
+            with self._lock:
+                self._unfinished.extend((items, token) for token, items in groups.items())
         finally:
             with self._lock:
                 if batch in self._batches:
                     self._batches.remove(batch)
-                misfire_at, self._misfire_at = self._misfire_at, None
                 idle = not self._batches
+                # a misfire waits for the last batch (e.g. a failover run) to end
+                misfire_at: float | None = None
+                if idle:
+                    misfire_at, self._misfire_at = self._misfire_at, None
             self.signal.notify()
         self._call_listeners("after", [batch.contexts[i] for i in batch.items], batch.fire_time)
         if not idle or not self._can_start():
@@ -593,6 +677,39 @@ class JobRunner:
             self._submit(lambda: self._run_trigger(misfire_at, misfire=True))
         elif self.config.failover:
             self._submit(self.try_claim)
+
+    def finish_pending(self) -> bool:
+        """Whether running marks of finished batches still wait to be cleared."""
+        with self._lock:
+            return bool(self._unfinished)
+
+    def retry_finish(self) -> None:
+        """Clear the marks a failed completion commit left (housekeeping). The delete
+        is conditional on the token, so a retry after a commit whose outcome was
+        unknown but did apply only finds the mark gone (and logs it as taken over)."""
+        with self._lock:
+            pending = list(self._unfinished)
+        for entry in pending:
+            self.execution.finish(*entry)  # a StoreError leaves it pending
+            with self._lock:
+                # listed until cleared: a trigger meanwhile counts these marks as ours
+                if entry in self._unfinished:
+                    self._unfinished.remove(entry)
+        if not pending:
+            return
+        log.info(
+            "%s: running marks of items %s cleared after a retry",
+            self.config.name,
+            sorted(i for items, _ in pending for i in items),
+        )
+        self.signal.notify()
+        # a misfire recorded while the marks blocked the items can run now
+        with self._lock:
+            misfire_at: float | None = None
+            if not self._batches and not self._unfinished:
+                misfire_at, self._misfire_at = self._misfire_at, None
+        if misfire_at is not None and self.config.misfire and self._can_start():
+            self._submit(lambda: self._run_trigger(misfire_at, misfire=True))
 
     def _call_listeners(self, when: str, contexts: list[ShardingContext], ft: float) -> None:
         for listener in self._listeners:
@@ -634,23 +751,38 @@ class JobRunner:
         """Claim and run one orphaned item if this instance is idle."""
         if not self.config.failover or not self._can_start() or not self.idle:
             return
-        claim = self.failover.claim()
-        if claim is None:
+        if not self._guard_start():
             return
-        self.stats["failovers"] += 1
-        self._launch(
-            claim.entry.fire_time,
-            [claim.item],
-            claim.token,
-            {claim.item: claim.entry.execution_id},
-            failover=True,
-        )
+        try:
+            claim = self.failover.claim()
+            if claim is None:
+                return
+            self.stats["failovers"] += 1
+            self._launch(
+                claim.entry.fire_time,
+                [claim.item],
+                {claim.item: claim.token},
+                {claim.item: claim.entry.execution_id},
+                failover=True,
+            )
+        finally:
+            self._end_start()
 
     # -- inspection ---------------------------------------------------------------
 
     def assignment(self) -> Assignment | None:
         """The stored assignment (a registry read)."""
         return self.sharding.read()[0]
+
+
+def _by_token(items: list[int], tokens: dict[int, int]) -> dict[int, list[int]]:
+    """Items grouped by their fencing token (items without a mark are left out)."""
+    groups: dict[int, list[int]] = {}
+    for item in items:
+        token = tokens.get(item, 0)
+        if token:
+            groups.setdefault(token, []).append(item)
+    return groups
 
 
 def _fmt(ft: float) -> str:

@@ -337,6 +337,12 @@ class Runtime:
         log.info("store connection: %s", state.value)
         for runner in self.runners.values():
             runner.on_state(state)
+        if state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
+            # The server just answered with a live session. Without this, executions
+            # started under a new session (after a freeze) were fenced until the next
+            # probe: the last contact still dated from before the freeze. Executions
+            # of the lost session stay fenced (LOST fenced them, and fencing is sticky).
+            self._last_contact = time.monotonic()
         if state is ConnectionState.CONNECTED:
             self._sessions += 1
             if self._sessions > 1 and not self._stopping:
@@ -386,6 +392,8 @@ class Runtime:
             for runner in self.runners.values():
                 if runner.reconcile_due():
                     self._submit(runner.reconcile)
+                if runner.finish_pending():
+                    self._submit(runner.retry_finish)
                 if runner.claim_wanted():
                     self._submit(runner.try_claim)
                 if tick % 600 == 0 and runner.election.is_leader:

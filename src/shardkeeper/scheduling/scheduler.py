@@ -63,7 +63,7 @@ logger = logging.getLogger("shardkeeper.scheduling")
 FireCallback = Callable[[str, datetime], None]
 """``on_fire(job_name, scheduled_fire_time)``: the one entry point called at each fire."""
 
-MISFIRE_GRACE_SECONDS = 60.0
+MISFIRE_GRACE_SECONDS = 60  # APScheduler 3 wants an int here
 """How late a fire of a job with ``misfire`` off may be delivered (Quartz's default
 misfire threshold); later ones are skipped until the next regular fire."""
 
