@@ -877,6 +877,73 @@ def test_cancel_stops_deliveries(store: CoordinationStore, store_factory: StoreF
     assert control.paths() == ["/cx/1", "/cx/2", "/cx/3"]
 
 
+def running_node(path: str) -> bool:
+    """Exactly ``/jobs/{job}/running`` (segment-exact: not ``running-x``, not deeper
+    ``running`` segments); the store must leave out its subtree by itself."""
+    segs = path.split("/")
+    return len(segs) == 4 and segs[1] == "jobs" and segs[3] == "running"
+
+
+def test_watch_exclude_leaves_out_whole_subtrees(
+    store: CoordinationStore, store_factory: StoreFactory
+) -> None:
+    """A watch on '/' excluding /jobs/{job}/running reports every other change, nothing
+    at or below an excluded node, still converges, and keeps delivering afterwards."""
+    writer = store_factory()
+    rec = Recorder()
+    gate, release = "/gate", threading.Event()
+
+    def listener(e: WatchEvent) -> None:
+        rec(e)
+        if e.path == gate:
+            # hold the event thread so that the writes below land before the store
+            # looks at them (ZooKeeper then finds /jobs/late with a changed child set)
+            release.wait(15)
+
+    store.watch("/", listener, exclude=running_node)
+    # /jobs and /jobs/a are born as implicit parents of an excluded node: no event for
+    # them on either backend (etcd has no such keys)
+    writer.put("/jobs/a/running/0", b"r")
+    writer.put("/jobs/a/config", b"c")
+    wait_until(lambda: "/jobs/a/config" in rec.paths(), timeout=15, message="no config event")
+    for i in range(20):
+        writer.put(f"/jobs/a/running/{i}", b"x")
+        writer.commit([Put(f"/jobs/a/running/{i}", b"y"), Put("/jobs/a/sharding", b"%d" % i)])
+        writer.delete(f"/jobs/a/running/{i}")
+    writer.put("/jobs/a/running", b"a value on the excluded node itself")
+    writer.put("/jobs/a/running-x/0", b"look-alike sibling")
+    writer.put("/jobs/a/instances/running", b"deeper running segment")
+    writer.put("/jobs/b/running/1", b"another job")
+    writer.delete("/jobs/a/running")
+
+    writer.put(gate, b"g")
+    wait_until(lambda: gate in rec.paths(), timeout=15, message="no gate event")
+    writer.put("/jobs/late/running/0", b"r")  # /jobs/late born with an excluded child
+    writer.put("/jobs/late/config", b"c")  # then a visible one: its child set changed
+    release.set()
+
+    writer.put("/zz-end", b"end")
+    wait_until(lambda: "/zz-end" in rec.paths(), timeout=15, message="no sentinel event")
+    expected = {p: n.value for p, n in leaves(writer.get_tree("/")).items()}
+    expected = {p: v for p, v in expected.items() if "/running/" not in p and p != gate}
+    assert "/jobs/late/config" in expected and "/jobs/a/running-x/0" in expected
+
+    def view() -> dict[str, bytes]:
+        return {p: v for p, v in view_from_events(rec.snapshot(), "/").items() if p != gate}
+
+    # ZooKeeper may report paths out of store order: converge, then check
+    wait_until(
+        lambda: view() == expected,
+        timeout=15,
+        message=lambda: f"view {view()} != store {expected}",
+    )
+    leaked = [e for e in rec.snapshot() if running_node("/".join(e.path.split("/")[:4]))]
+    assert leaked == [], f"events from excluded subtrees: {leaked}"
+    parents = {"/jobs", "/jobs/a", "/jobs/b", "/jobs/late"} & set(rec.paths())
+    assert not parents, f"implicit parents of excluded nodes reported: {parents}"
+    assert [e.value for e in rec.snapshot() if e.path == "/jobs/a/sharding"][-1] == b"19"
+
+
 def test_events_arrive_on_one_event_thread(
     store: CoordinationStore, store_factory: StoreFactory
 ) -> None:

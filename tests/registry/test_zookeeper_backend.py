@@ -134,6 +134,42 @@ def test_threads_do_not_grow_with_watches(store: CoordinationStore) -> None:
         s.cancel()
 
 
+def test_an_excluded_subtree_costs_the_watcher_no_requests(
+    store: CoordinationStore, store_factory: StoreFactory
+) -> None:
+    """200 nodes written and deleted under an excluded node cost the watching store no
+    request (no watch is set there, nothing is read or listed); a watch without the
+    exclusion pays for each of them, which shows the writes were visible to one."""
+
+    def running(path: str) -> bool:
+        return path == "/jobs/j/running"
+
+    writer, plain = store_factory(), store_factory()
+    writer.put("/jobs/j/config", b"c")
+    # the excluded node exists before counting: its own creation fires its parent's
+    # child watch (one re-listing of /jobs/j), which is not what is measured here
+    writer.put("/jobs/j/running/start", b"")
+    excluded, everything = Events(), Events()
+    store.watch("/", excluded, exclude=running)
+    plain.watch("/", everything)
+    before, plain_before = store.round_trips, plain.round_trips
+    for i in range(200):
+        writer.put(f"/jobs/j/running/{i}", b"x")
+    for i in range(200):
+        writer.delete(f"/jobs/j/running/{i}")
+    writer.put("/jobs/j/config", b"sentinel")  # a data change: one get to re-read
+
+    def sentinel_in(events: Events) -> Callable[[], bool]:
+        return lambda: any(e.value == b"sentinel" for e in events.snapshot())
+
+    for events in (excluded, everything):
+        wait_until(sentinel_in(events), timeout=30, message="sentinel not delivered")
+    cost = store.round_trips - before
+    assert cost <= 1, f"the excluded subtree cost the watcher {cost} requests"
+    assert [e.path for e in excluded.snapshot()] == ["/jobs/j/config"]
+    assert plain.round_trips - plain_before >= 200  # one read per node at the very least
+
+
 def test_tree_watch_resyncs_changes_made_while_its_watches_were_gone(tmp_path: Path) -> None:
     """After a server restart the watcher re-reads its subtree and emits what changed
     while it was blind (kazoo forgets every watch when the connection drops)."""

@@ -18,6 +18,7 @@ from shardkeeper.registry.base import (
     CoordinationStore,
     Node,
     Op,
+    PathFilter,
     StateListener,
     Subscription,
     WatchListener,
@@ -111,9 +112,11 @@ class CountingStore(CoordinationStore):
         self._count("commit")
         return self.inner.commit(ops)
 
-    def watch(self, prefix: str, listener: WatchListener) -> Subscription:
+    def watch(
+        self, prefix: str, listener: WatchListener, *, exclude: PathFilter | None = None
+    ) -> Subscription:
         """Delegate (not counted: a watch is set up once)."""
-        return self.inner.watch(prefix, listener)
+        return self.inner.watch(prefix, listener, exclude=exclude)
 
     def add_state_listener(self, listener: StateListener) -> Subscription:
         """Delegate."""

@@ -84,6 +84,18 @@ When a resume is impossible (etcd compaction) the watch emits one ``RESYNC`` eve
 RESYNC as "forget what you know under this prefix". Watches are hints for re-reading,
 never the only source of truth.
 
+Excluded subtrees. A watch may be given ``exclude``, a :data:`PathFilter`: it is
+called with absolute node paths inside the namespace (on the store's event thread; it
+must be fast, pure and never raise). When ``exclude(path)`` is True, no event is
+delivered for ``path`` or anything below it, and the backend may skip reading that
+subtree entirely: ZooKeeper sets no watch on it, never reads it and never lists its
+children (a busy subtree then costs the watcher nothing); etcd filters the events of
+its single watch stream client-side (no extra requests). Everything above holds for
+the paths that are not excluded: convergence, per-path order and resume after a
+reconnect (a RESYNC replays only the state that is not excluded). ``exclude`` must
+give the same answer for a path every time it is asked. :func:`is_excluded` tells
+whether a path or one of its ancestors is excluded.
+
 Errors
 ------
 Backends translate library exceptions into :mod:`shardkeeper.errors` at this
@@ -111,12 +123,14 @@ __all__ = [
     "EventKind",
     "Node",
     "Op",
+    "PathFilter",
     "Put",
     "StateListener",
     "Subscription",
     "WatchEvent",
     "WatchListener",
     "check_path",
+    "is_excluded",
     "join_path",
 ]
 
@@ -194,6 +208,27 @@ class WatchEvent:
 
 WatchListener = Callable[[WatchEvent], None]
 StateListener = Callable[[ConnectionState], None]
+#: ``exclude`` of :meth:`CoordinationStore.watch`: True for a path whose subtree the
+#: watch must not report (see the module docstring, Excluded subtrees)
+PathFilter = Callable[[str], bool]
+
+
+def is_excluded(path: str, exclude: PathFilter | None) -> bool:
+    """Whether ``exclude`` rejects ``path`` or one of its ancestors (``/`` included).
+
+    An exclusion covers a whole subtree, so a path is out as soon as any node on the
+    way down to it is; the ancestors are asked top-down, cheapest verdict first.
+    """
+    if exclude is None:
+        return False
+    if exclude("/"):
+        return True
+    at = 0
+    while at >= 0:
+        at = path.find("/", at + 1)
+        if exclude(path if at < 0 else path[:at]):
+            return True
+    return False
 
 
 # ---- operations of an atomic commit -------------------------------------------------
@@ -386,11 +421,18 @@ class CoordinationStore(ABC):
     # -- watches and listeners ------------------------------------------------------
 
     @abstractmethod
-    def watch(self, prefix: str, listener: WatchListener) -> Subscription:
+    def watch(
+        self, prefix: str, listener: WatchListener, *, exclude: PathFilter | None = None
+    ) -> Subscription:
         """Deliver the changes at or below ``prefix`` to ``listener``, with the
         guarantees of the module docstring's Watches section (convergence and per-path
         order everywhere; every change in store order on etcd only). The watch is
-        established when this returns: changes made after the call are delivered."""
+        established when this returns: changes made after the call are delivered.
+
+        ``exclude(path)`` True leaves ``path`` and its whole subtree out: no event for
+        it, and the backend may not even read it (ZooKeeper sets no watch there). The
+        guarantees hold for every path that is not excluded (module docstring,
+        Excluded subtrees)."""
 
     @abstractmethod
     def add_state_listener(self, listener: StateListener) -> Subscription:

@@ -64,6 +64,9 @@ while any watch exists, the ``etcd3`` watch-stream thread, whose callbacks only
 enqueue. Each watch remembers the last revision it received; after the stream
 breaks (or after a reconnect) it is re-created from ``last revision + 1``. If that
 revision was compacted, the listener gets RESYNC and CREATED for the current state.
+A watch's ``exclude`` filter is applied on the event thread to every event, the
+RESYNC replay included: the server still streams the excluded changes on the same
+stream (no request is added, and the watch's resume revision keeps moving with them).
 
 Authentication
 --------------
@@ -137,12 +140,14 @@ from shardkeeper.registry.base import (
     EventKind,
     Node,
     Op,
+    PathFilter,
     Put,
     StateListener,
     Subscription,
     WatchEvent,
     WatchListener,
     check_path,
+    is_excluded,
 )
 from shardkeeper.registry.url import RegistrySettings
 
@@ -220,10 +225,23 @@ class _Watch:
     #: the server reported our start revision compacted: resume needs a RESYNC
     compacted: bool = False
     subscription: Subscription | None = field(default=None, repr=False)
+    #: subtrees whose events are dropped before delivery (the watch's ``exclude``)
+    exclude: PathFilter | None = None
 
     def covers(self, key: bytes) -> bool:
         # the etcd range [K, K0) also holds siblings such as K-x and K.x
         return key == self.key or key.startswith(self.key + b"/")
+
+    def leaves_out(self, event: WatchEvent) -> bool:
+        """Whether ``event`` falls in an excluded subtree (a filter that raises
+        excludes nothing: it must not take the event thread down)."""
+        if self.exclude is None:
+            return False
+        try:
+            return is_excluded(event.path, self.exclude)
+        except Exception:
+            _log.exception("watch %s: exclude filter failed on %s", self.prefix, event.path)
+            return False
 
 
 class EtcdStore(CoordinationStore):
@@ -685,19 +703,28 @@ class EtcdStore(CoordinationStore):
 
     # -- watches and listeners --------------------------------------------------------
 
-    def watch(self, prefix: str, listener: WatchListener) -> Subscription:
+    def watch(
+        self, prefix: str, listener: WatchListener, *, exclude: PathFilter | None = None
+    ) -> Subscription:
         """Watch the key of ``prefix`` and its subtree on the store's shared stream.
 
         Events are read from the revision current when this is called, so every later
-        change is delivered. Raises StoreUnavailableError if the stream cannot be
-        set up now.
+        change is delivered, except those ``exclude`` rejects (dropped on the event
+        thread). Raises StoreUnavailableError if the stream cannot be set up now.
         """
         key = self._key(prefix)
         self._require_started()
         req = rpc.RangeRequest(key=key, keys_only=True, limit=1)
         with self._translated(f"watch {prefix}"):
             rev = int(self._send("kvstub", "Range", req, counted=True).header.revision)
-        w = _Watch(prefix=prefix, key=key, end=key + b"0", listener=listener, last_rev=rev)
+        w = _Watch(
+            prefix=prefix,
+            key=key,
+            end=key + b"0",
+            listener=listener,
+            last_rev=rev,
+            exclude=exclude,
+        )
         with self._wlock:
             self._watches.add(w)
         try:
@@ -1042,7 +1069,7 @@ class EtcdStore(CoordinationStore):
                 return
             kind, target, payload = item
             if kind == "watch":
-                if target.cancelled:
+                if target.cancelled or target.leaves_out(payload):
                     continue
                 listeners: list[Callable[[Any], None]] = [target.listener]
             else:

@@ -88,6 +88,13 @@ Watches
     fails inside the event thread marks the watcher dirty; it is re-synced as soon as
     the connection allows. Initial state is not emitted: a watch reports changes.
 
+    Excluded subtrees (``watch(..., exclude=...)``): a listed child for which
+    ``exclude`` is True is dropped from the listing before anything else happens, so
+    the watcher never reads it, never lists its children and sets no watch on it; a
+    write below it costs the watcher nothing (a create or delete of the excluded node
+    itself still fires its parent's child watch: one re-listing of the parent). An
+    excluded prefix makes a watch that reads nothing at all.
+
     Implicit parents: ZooKeeper needs real parent nodes where etcd has none, so the
     store creates missing parents in the same multi as the node that needs them. They
     share its czxid, which is how a watcher recognises them: a new, empty, never
@@ -152,12 +159,14 @@ from shardkeeper.registry.base import (
     EventKind,
     Node,
     Op,
+    PathFilter,
     Put,
     StateListener,
     Subscription,
     WatchEvent,
     WatchListener,
     check_path,
+    is_excluded,
 )
 from shardkeeper.registry.url import RegistrySettings
 
@@ -229,6 +238,15 @@ class _TreeWatch:
     kids: dict[str, set[str]] = field(default_factory=dict)
     dirty: bool = False
     cancelled: bool = False
+    #: subtrees never read, listed or watched (see the module docstring)
+    exclude: PathFilter | None = None
+    #: the prefix itself is excluded: nothing to read, nothing to report
+    void: bool = False
+
+    def skips(self, path: str) -> bool:
+        """Whether ``path`` is excluded. Only the node itself is asked: the walk
+        reached it through ancestors that were asked (and kept) on the way down."""
+        return self.exclude is not None and self.exclude(path)
 
     def on_zk(self, event: WatchedEvent) -> None:
         # runs on kazoo's callback thread: never read here, only hand over
@@ -524,11 +542,16 @@ class ZooKeeperStore(CoordinationStore):
 
     # -- watches and listeners ------------------------------------------------------
 
-    def watch(self, prefix: str, listener: WatchListener) -> Subscription:
-        """Watch every change at or below ``prefix`` (established when this returns)."""
+    def watch(
+        self, prefix: str, listener: WatchListener, *, exclude: PathFilter | None = None
+    ) -> Subscription:
+        """Watch every change at or below ``prefix`` (established when this returns),
+        leaving out the subtrees ``exclude`` rejects without reading them."""
         check_path(prefix)
         _ = self._zk  # raises unless started
-        w = _TreeWatch(prefix, listener, self._events)
+        w = _TreeWatch(
+            prefix, listener, self._events, exclude=exclude, void=is_excluded(prefix, exclude)
+        )
         sub = Subscription(cancel_fn=lambda: self._unwatch(w))
         if threading.current_thread() is self._thread:
             self._add_watch(w)
@@ -1027,10 +1050,15 @@ class ZooKeeperStore(CoordinationStore):
         self, w: _TreeWatch, paths: list[str], *, full: bool, emit: bool, data_only: bool
     ) -> None:
         zk = self._zk
+        if w.void:
+            return
         level, first = paths, True
         # new empty nodes that had children when read: implicit parents if a child shares
         # their czxid (made in one multi); decided once the next level is read
         undecided: dict[str, tuple[bytes, ZnodeStat]] = {}
+        # the undecided nodes with excluded children (not read): their listing's stat
+        # and those children, so that _decide can still tell (see _born_with_hidden)
+        hidden: dict[str, tuple[ZnodeStat, list[str]]] = {}
         while level and not w.cancelled:
             deadline = self._deadline()
             sent = [
@@ -1052,8 +1080,8 @@ class ZooKeeperStore(CoordinationStore):
                     got = listing = None
                 read.append((p, got, listing))
             if undecided:
-                self._decide(w, undecided, read, emit)
-                undecided = {}
+                self._decide(w, undecided, hidden, read, emit)
+                undecided, hidden = {}, {}
             # one level may reveal several changes: report them in store order
             read.sort(key=lambda r: r[1][1].mzxid if r[1] is not None else 0)
             level, first = [], False
@@ -1094,16 +1122,23 @@ class ZooKeeperStore(CoordinationStore):
                     continue
                 names, parent_stat = listing
                 current = {_child(p, n) for n in names}
+                if w.exclude is not None:
+                    # dropped here, before anything reads, watches or descends into them
+                    out = sorted(c for c in current if w.skips(c))
+                    current.difference_update(out)
+                    if out and p in undecided:
+                        hidden[p] = (parent_stat, out)
                 for gone in sorted(w.kids.get(p, set()) - current):
                     self._drop(w, gone, parent_stat.pzxid, emit)
                 level.extend(c for c in sorted(current) if full or c not in w.cache)
         if undecided:
-            self._decide(w, undecided, [], emit)
+            self._decide(w, undecided, hidden, [], emit)
 
     def _decide(
         self,
         w: _TreeWatch,
         undecided: dict[str, tuple[bytes, ZnodeStat]],
+        hidden: dict[str, tuple[ZnodeStat, list[str]]],
         children: list[tuple[str, tuple[bytes, ZnodeStat] | None, Any]],
         emit: bool,
     ) -> None:
@@ -1117,10 +1152,35 @@ class ZooKeeperStore(CoordinationStore):
             and got[1].czxid == undecided[_parent(p)][1].czxid
         }
         for p, (value, stat) in undecided.items():
-            implicit = p in born_with_child
+            implicit = p in born_with_child or (
+                p in hidden and self._born_with_hidden(stat, *hidden[p])
+            )
             w.cache[p] = (stat.czxid, stat.mzxid, implicit)
             if not implicit:
                 self._emit_if(emit, w, EventKind.CREATED, p, value, stat.mzxid)
+
+    def _born_with_hidden(self, stat: ZnodeStat, listed: ZnodeStat, kids: list[str]) -> bool:
+        """Whether a node was created in one multi with one of its excluded children
+        ``kids`` (which the watcher does not read).
+
+        ``listed`` is the node's stat from its listing. A node's pzxid starts at its
+        czxid and moves with every child created or deleted, so an unchanged pzxid
+        means the children listed were all made with the node: decided without a
+        read, the usual case (a runtime's job node born with its first running mark).
+        Otherwise the stats of those children are read, once and without a watch."""
+        if listed.czxid != stat.czxid:
+            # re-created between the two reads: no telling, so it counts as written
+            # (as when a visible child of a newer incarnation is read); the data
+            # watch fired by the delete re-reads it at once
+            return False
+        if listed.pzxid == stat.czxid:
+            return True
+        deadline = self._deadline()
+        sent = [self._send(self._zk.exists_async, kid) for kid in kids]
+        return any(
+            (kid_stat := self._wait(ar, deadline)) is not None and kid_stat.czxid == stat.czxid
+            for ar in sent
+        )
 
     def _emit_if(
         self, emit: bool, w: _TreeWatch, kind: EventKind, path: str, value: bytes, rev: int
