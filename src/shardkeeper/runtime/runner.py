@@ -253,8 +253,9 @@ class JobRunner:
                 self._submit(lambda: self._member_left(rest[1]))
         elif head == "leader" and deleted and self._registered:
             self._submit(self._elect)
-        elif head == "running" and deleted and self.config.failover and self._queue_hint:
-            self._submit(self.try_claim)
+        # No events come from running/, misfire/ or once/ (the runtime's watch leaves
+        # them out): a claim that found an item's old mark still in place is retried
+        # by the housekeeping loop (claim_wanted), not when that mark goes.
         elif head == "failover" and len(rest) == 3 and rest[2].isdigit():
             if deleted:
                 self._queue_hint.discard(int(rest[2]))
