@@ -51,3 +51,16 @@ def test_parse_job_path() -> None:
     assert parse_job_path("/jobs/a") == ("a", [])
     assert parse_job_path("/instances/x") is None
     assert parse_job_path("/jobsx/a") is None
+
+
+def test_high_churn_subtrees() -> None:
+    """Exactly /jobs/{job}/running, misfire and once are left out of the namespace watch."""
+    from shardkeeper.coordination.paths import is_high_churn
+
+    p = JobPaths("j")
+    assert is_high_churn(p.running_root)
+    assert is_high_churn(p.misfire_root)
+    assert is_high_churn(p.once_root)
+    for path in (p.running(3), p.sharding, p.necessary, p.failover_queue, p.instances, "/jobs"):
+        assert not is_high_churn(path)
+    assert not is_high_churn("/instances/running")

@@ -33,6 +33,7 @@ from typing import Any
 from shardkeeper.bench.common import BenchContext, summary, wait_until
 from shardkeeper.bench.counting import CountingStore
 from shardkeeper.config import JobConfig
+from shardkeeper.coordination.paths import is_high_churn
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry import open_store
 from shardkeeper.runtime import Runtime
@@ -85,7 +86,7 @@ def measure(
     counting = CountingStore(open_store(url))
     rt = Runtime(counting, worker_threads=8)
     try:
-        observer.watch("/", lambda _event: None)
+        observer.watch("/", lambda _event: None, exclude=is_high_churn)
         rt.add_job(job, cfg)
         rt.start()
         runner = rt.runners["cost"]

@@ -37,7 +37,9 @@ __all__ = [
     "JOBS",
     "JobPaths",
     "instance_path",
+    "is_high_churn",
     "job_paths",
+    "parse_job_path",
     "shutdown_path",
 ]
 
@@ -168,6 +170,19 @@ class JobPaths:
 def job_paths(job: str) -> JobPaths:
     """Paths of the job named ``job``."""
     return JobPaths(job)
+
+
+#: per-job subtrees that change at every trigger and that watchers can leave out
+#: (their readers re-read the store, polling with a deadline)
+HIGH_CHURN = frozenset({"running", "misfire", "once"})
+
+
+def is_high_churn(path: str) -> bool:
+    """Whether ``path`` is ``/jobs/{job}/running``, ``misfire`` or ``once`` itself.
+    The runtime's namespace watch excludes these subtrees: on ZooKeeper that saves
+    reading every running mark on every instance at every trigger."""
+    parsed = parse_job_path(path)
+    return parsed is not None and len(parsed[1]) == 1 and parsed[1][0] in HIGH_CHURN
 
 
 def parse_job_path(path: str) -> tuple[str, list[str]] | None:

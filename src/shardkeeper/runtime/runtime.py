@@ -35,6 +35,7 @@ from shardkeeper.coordination.model import InstanceInfo, encode, new_instance_id
 from shardkeeper.coordination.paths import (
     INSTANCES,
     instance_path,
+    is_high_churn,
     parse_job_path,
     shutdown_path,
 )
@@ -54,20 +55,6 @@ from shardkeeper.scheduling.scheduler import TriggerScheduler
 __all__ = ["Runtime"]
 
 log = logging.getLogger(__name__)
-
-#: subtrees of a job that change at every trigger, item by item, and that nothing
-#: here needs events for: their readers poll the store with a deadline (ChangeSignal
-#: waits re-check every 0.25 s; failover claims are retried by housekeeping)
-_HIGH_CHURN = frozenset({"running", "misfire", "once"})
-
-
-def _high_churn(path: str) -> bool:
-    """Whether ``path`` is ``/jobs/{job}/running``, ``misfire`` or ``once`` itself:
-    the namespace watch leaves their subtrees out. On ZooKeeper that saves reading
-    every running mark on every instance at every trigger (about six requests per
-    item); on etcd it only spares the event thread."""
-    parsed = parse_job_path(path)
-    return parsed is not None and len(parsed[1]) == 1 and parsed[1][0] in _HIGH_CHURN
 
 
 class Runtime:
@@ -181,8 +168,8 @@ class Runtime:
                 self._runners[name].on_config_change = self._config_changed
             # One watch for the whole namespace, established before we register so
             # that no change made after our registration can be missed. The
-            # high-churn subtrees are left out (see _high_churn).
-            self._subs.append(self.store.watch("/", self._on_event, exclude=_high_churn))
+            # high-churn subtrees are left out (see paths.is_high_churn).
+            self._subs.append(self.store.watch("/", self._on_event, exclude=is_high_churn))
             self._subs.append(self.store.add_state_listener(self._on_state))
             self._register_all()
             self._scheduler.start()
