@@ -67,7 +67,9 @@ def leader_cost(ctx: BenchContext, backend: str, repeats: int) -> dict[str, Any]
             sharding.set_necessary("bench")
             rt0 = store.round_trips
             t0 = time.perf_counter()
-            done = sharding.reshard(average, BIG_ITEMS, election.leader_check(), gen)
+            done = sharding.reshard(
+                average, BIG_ITEMS, election.leader_check(), gen, fire=time.time()
+            )
             reshard_s.append(time.perf_counter() - t0)
             reshard_rt.append(store.round_trips - rt0)
             if done is None:

@@ -66,6 +66,8 @@ class ExecutionService:
         fixed: list[Op] = [
             Check(self._paths.necessary, exists=False),
             Check(self._paths.sharding, version=assignment_version),
+            # tells a leader about to reshard that this fire already started here
+            Put(self._paths.fired(self._me), repr(fire_time).encode()),
         ]
         ops: list[Op] = []
         if monitor:

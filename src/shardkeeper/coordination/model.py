@@ -95,10 +95,17 @@ class Assignment:
     generation: int = 0
     leader: str = ""
     at: float = 0.0
+    #: fires at or after this time use ``owners``; earlier ones use ``previous``
+    effective_fire: float = 0.0
+    previous: dict[int, str] = field(default_factory=dict)
 
-    def items_of(self, instance_id: str) -> list[int]:
-        """Sorted items owned by ``instance_id``."""
-        return sorted(i for i, o in self.owners.items() if o == instance_id)
+    def items_of(self, instance_id: str, fire: float | None = None) -> list[int]:
+        """Sorted items owned by ``instance_id`` (for the fire at ``fire``: a fire that
+        had already started under the previous assignment keeps using it)."""
+        owners = self.owners
+        if fire is not None and fire < self.effective_fire and self.previous:
+            owners = self.previous
+        return sorted(i for i, o in owners.items() if o == instance_id)
 
     def to_bytes(self) -> bytes:
         """Encode (item keys as strings, as JSON requires)."""
@@ -109,6 +116,8 @@ class Assignment:
                 "generation": self.generation,
                 "leader": self.leader,
                 "at": self.at,
+                "effective_fire": self.effective_fire,
+                "previous": {str(i): o for i, o in sorted(self.previous.items())},
             }
         )
 
@@ -123,6 +132,8 @@ class Assignment:
                 generation=int(d.get("generation", 0)),
                 leader=str(d.get("leader", "")),
                 at=float(d.get("at", 0.0)),
+                effective_fire=float(d.get("effective_fire", 0.0)),
+                previous={int(k): str(v) for k, v in dict(d.get("previous", {})).items()},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DocumentError(f"value of {path} is not an assignment: {exc}") from None

@@ -22,6 +22,7 @@ The tree inside a namespace (the same on ZooKeeper and etcd)::
     /jobs/{job}/disabled/instances/{inst}  P  instance gets no items of this job
     /jobs/{job}/trigger/{instance}         P  "run now" request addressed to one instance
     /jobs/{job}/once/{fire}                P  done-marker of a cluster-wide-once listener
+    /jobs/{job}/fired/{instance}           P  last fire time this instance started items for
 
 E = ephemeral (bound to the instance's session), P = persistent.
 Instance ids look like ``host@pid@suffix``; job names use ``[A-Za-z0-9._-]``.
@@ -158,6 +159,15 @@ class JobPaths:
         return f"{self.trigger_root}/{instance_id}"
 
     @property
+    def fired_root(self) -> str:
+        """Parent of the last-started-fire markers."""
+        return f"{self.root}/fired"
+
+    def fired(self, instance_id: str) -> str:
+        """Last fire time ``instance_id`` started items for."""
+        return f"{self.fired_root}/{instance_id}"
+
+    @property
     def once_root(self) -> str:
         """Parent of cluster-wide-once listener markers."""
         return f"{self.root}/once"
@@ -174,7 +184,7 @@ def job_paths(job: str) -> JobPaths:
 
 #: per-job subtrees that change at every trigger and that watchers can leave out
 #: (their readers re-read the store, polling with a deadline)
-HIGH_CHURN = frozenset({"running", "misfire", "once"})
+HIGH_CHURN = frozenset({"running", "misfire", "once", "fired"})
 
 
 def is_high_churn(path: str) -> bool:

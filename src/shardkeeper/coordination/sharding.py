@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 
-from shardkeeper.coordination.model import Assignment, DocumentError
+from shardkeeper.coordination.model import Assignment, DocumentError, InstanceInfo
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.strategies import ShardingStrategy
-from shardkeeper.registry.base import Check, CoordinationStore, Delete, Put
+from shardkeeper.registry.base import Check, CoordinationStore, Delete, Op, Put
 
 __all__ = ["ShardingService"]
 
@@ -74,17 +75,69 @@ class ShardingService:
         # an enabled instance without items while there are enough items for all
         return total < len(live) or owners == live
 
+    def enabled_members(self) -> dict[str, float]:
+        """Live, enabled instances with the time they (re-)joined the job."""
+        disabled = set(self._store.children(self._paths.disabled_instances))
+        tree = self._store.get_tree(self._paths.instances)
+        out: dict[str, float] = {}
+        for path, node in tree.items():
+            inst = path.rsplit("/", 1)[-1]
+            if path == self._paths.instances or inst in disabled:
+                continue
+            try:
+                out[inst] = InstanceInfo.from_bytes(node.value, path).started_at
+            except DocumentError:
+                out[inst] = 0.0
+        return out
+
+    def last_started_fire(self, live: Collection[str]) -> float:
+        """The latest fire time any instance started items for (0 when none), and
+        forget the markers of instances that are gone."""
+        latest = 0.0
+        for path, node in self._store.get_tree(self._paths.fired_root).items():
+            inst = path.rsplit("/", 1)[-1]
+            if path == self._paths.fired_root:
+                continue
+            if inst not in live:
+                self._store.delete(path, recursive=False)
+                continue
+            try:
+                latest = max(latest, float(node.value.decode() or 0))
+            except (UnicodeDecodeError, ValueError):
+                continue
+        return latest
+
     def reshard(
-        self, strategy: ShardingStrategy, total: int, leader_check: Check, generation: int
+        self,
+        strategy: ShardingStrategy,
+        total: int,
+        leader_check: Check,
+        generation: int,
+        *,
+        fire: float,
+        previous: Assignment | None = None,
+        flag_version: int | None = None,
     ) -> Assignment | None:
-        """Compute the assignment over the enabled instances and commit it with the
-        flag's removal, only while still leader. None when nothing was committed
-        (no enabled instance, or leadership lost)."""
-        enabled = self.enabled_instances()
-        if not enabled:
+        """Compute the assignment for the trigger at ``fire`` and commit it with the
+        flag's removal, only while still leader and while the flag is the one read.
+
+        A fire can only use one assignment cluster-wide: if some instance already
+        started items for ``fire`` under the previous assignment, the new one takes
+        effect from the next fire (the previous owners stay in the document for the
+        instances still to run ``fire``). An instance that joined after ``fire`` gets
+        no items for it: it will not fire it; the flag is set again so that the next
+        trigger includes it. None when nothing was committed."""
+        members = self.enabled_members()
+        if not members:
             log.warning("%s: no enabled instance to assign items to", self._paths.job)
             return None
-        by_instance = strategy(enabled, self._paths.job, total)
+        started = self.last_started_fire(members) >= fire - 1e-6
+        effective = fire + 1e-3 if started and previous is not None else fire
+        eligible = sorted(i for i, joined in members.items() if started or joined <= fire)
+        late = sorted(set(members) - set(eligible))
+        if not eligible:
+            eligible, late = sorted(members), []
+        by_instance = strategy(eligible, self._paths.job, total)
         owners = {item: inst for inst, items in by_instance.items() for item in items}
         missing = set(range(total)) - set(owners)
         if missing:
@@ -92,23 +145,29 @@ class ShardingService:
                 f"sharding strategy left items {sorted(missing)} of {self._paths.job} unassigned"
             )
         assignment = Assignment(
-            total=total, owners=owners, generation=generation, leader=self._me, at=time.time()
+            total=total,
+            owners=owners,
+            generation=generation,
+            leader=self._me,
+            at=time.time(),
+            effective_fire=effective,
+            previous=dict(previous.owners) if previous is not None and started else {},
         )
-        result = self._store.commit(
-            [
-                leader_check,
-                Put(self._paths.sharding, assignment.to_bytes()),
-                Delete(self._paths.necessary),
-            ]
-        )
-        if not result:
-            log.info("%s: reshard not committed (leadership changed)", self._paths.job)
+        ops: list[Op] = [leader_check]
+        if flag_version is not None:
+            ops.append(Check(self._paths.necessary, version=flag_version))
+        ops += [Put(self._paths.sharding, assignment.to_bytes()), Delete(self._paths.necessary)]
+        if not self._store.commit(ops):
+            log.info("%s: reshard not committed (leadership or flag changed)", self._paths.job)
             return None
         log.info(
-            "%s: resharded %d items over %d instances (generation %d)",
+            "%s: resharded %d items over %d instances (generation %d, from fire %s)",
             self._paths.job,
             total,
-            len(enabled),
+            len(eligible),
             generation,
+            "next" if effective > fire else "this",
         )
+        if late:
+            self.set_necessary(f"joined after the fire: {', '.join(late)}")
         return assignment

@@ -117,6 +117,7 @@ class JobRunner:
         #: triggers and claims between their check of _stopping and their batch
         self._starting = 0
         self._registered = False
+        self._joined = False  # registered at least once (for log messages)
         self._suspended = False
         self._stopping = False
         self._hard_stop = False
@@ -144,13 +145,16 @@ class JobRunner:
         self._on_error = resolve_error_handler(self.config.error_handler)
         # The job membership carries the metadata WITHOUT the job list: with it, the
         # registry would grow with jobs x jobs (the list lives in /instances/{id}).
-        member = encode(dataclasses.replace(self._instance, jobs=[]))
+        # started_at = when it (re-)joined: the leader gives no items of a fire that
+        # came before to an instance that joined after it (it would not fire it).
+        member = encode(dataclasses.replace(self._instance, jobs=[], started_at=time.time()))
         self._store.put(self.paths.instance(self._me), member, ephemeral=True)
         self._reload_switches()
         self.sharding.set_necessary(
             "count changed" if count_changed else f"instance joined: {self._me}"
         )
         self._registered = True
+        self._joined = True
         self._suspended = False
         if self.config.monitor_execution:
             # Marks left under our id by an earlier session that no batch here owns
@@ -347,7 +351,7 @@ class JobRunner:
         self.stats["triggers"] += 1
         if not self._can_start():
             self.stats["skipped"] += 1
-            if self._suspended or (not self._registered and not self._stopping):
+            if self._suspended or (self._joined and not self._registered and not self._stopping):
                 log.warning(
                     "%s: trigger at %s skipped: not connected to the store",
                     self.config.name,
@@ -383,7 +387,7 @@ class JobRunner:
         deadline = time.monotonic() + cfg.sharding_wait_timeout
         for _attempt in range(4):
             if self.election.is_leader and self.sharding.is_necessary():
-                self._reshard_as_leader()
+                self._reshard_as_leader(ft)
             assignment, version = self.sharding.read()
             if assignment is None or assignment.total != cfg.sharding_total_count:
                 if self.election.is_leader:
@@ -392,7 +396,11 @@ class JobRunner:
                 if not self._wait_resharded(deadline):
                     return
                 continue
-            items = [i for i in assignment.items_of(self._me) if i not in self._disabled_items]
+            items = [
+                i
+                for i in assignment.items_of(self._me, ft)
+                if i not in self._disabled_items and i < cfg.sharding_total_count
+            ]
             if not items:
                 # An instance without items in the old assignment must still wait for a
                 # pending reshard: the new assignment may give it items for this trigger.
@@ -493,7 +501,7 @@ class JobRunner:
             return False
         return True
 
-    def _reshard_as_leader(self) -> None:
+    def _reshard_as_leader(self, ft: float) -> None:
         cfg = self.config
         if cfg.monitor_execution:
             quiet = self.signal.wait_for(
@@ -507,12 +515,25 @@ class JobRunner:
                     cfg.execution_wait_timeout,
                 )
                 return
-        current, _ = self.sharding.read()
-        generation = (current.generation + 1) if current else 1
-        if self.sharding.reshard(
-            self._strategy, cfg.sharding_total_count, self.election.leader_check(), generation
-        ):
-            self.stats["reshards"] += 1
+        for _attempt in range(3):  # the flag may be set again while we compute
+            flag = self._store.get(self.paths.necessary)
+            if flag is None:
+                return
+            current, _ = self.sharding.read()
+            generation = (current.generation + 1) if current else 1
+            if self.sharding.reshard(
+                self._strategy,
+                cfg.sharding_total_count,
+                self.election.leader_check(),
+                generation,
+                fire=ft,
+                previous=current,
+                flag_version=flag.version,
+            ):
+                self.stats["reshards"] += 1
+                return
+            if not self.election.is_leader:
+                return
 
     # -- running items ------------------------------------------------------------
 

@@ -171,10 +171,12 @@ class Runtime:
             # high-churn subtrees are left out (see paths.is_high_churn).
             self._subs.append(self.store.watch("/", self._on_event, exclude=is_high_churn))
             self._subs.append(self.store.add_state_listener(self._on_state))
-            self._register_all()
+            # Triggers are armed BEFORE we join: every fire after our membership's
+            # join time is one we fire (the leader relies on it when resharding).
             self._scheduler.start()
             for runner in self.runners.values():
                 self._scheduler.add_job(runner.config.name, runner.config)
+            self._register_all()
         except BaseException:
             self._teardown()
             raise
