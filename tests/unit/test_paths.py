@@ -37,6 +37,8 @@ def test_every_path_literal() -> None:
         p.disabled_instance("h@1@a"): "/jobs/order-sync/disabled/instances/h@1@a",
         p.trigger_root: "/jobs/order-sync/trigger",
         p.trigger("h@1@a"): "/jobs/order-sync/trigger/h@1@a",
+        p.fired_root: "/jobs/order-sync/fired",
+        p.fired("h@1@a"): "/jobs/order-sync/fired/h@1@a",
         p.once_root: "/jobs/order-sync/once",
         p.once("123-before"): "/jobs/order-sync/once/123-before",
     }
@@ -61,6 +63,7 @@ def test_high_churn_subtrees() -> None:
     assert is_high_churn(p.running_root)
     assert is_high_churn(p.misfire_root)
     assert is_high_churn(p.once_root)
+    assert is_high_churn(p.fired_root)
     for path in (p.running(3), p.sharding, p.necessary, p.failover_queue, p.instances, "/jobs"):
         assert not is_high_churn(path)
     assert not is_high_churn("/instances/running")
