@@ -16,13 +16,16 @@ def _chaos_selected(config: pytest.Config) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``chaos``-marked tests unless selected; give them a duration-based timeout."""
+    """Deselect ``chaos``-marked tests unless selected; give them a duration-based
+    timeout when they are. (Deselected, not skipped: a plain run reports them as not
+    collected for this run, the way ``-m`` would.)"""
     duration = int(config.getoption("--chaos-duration"))
-    skip = pytest.mark.skip(reason="long chaos run: select it with -m chaos (make chaos)")
+    if not _chaos_selected(config):
+        long_runs = [item for item in items if item.get_closest_marker("chaos") is not None]
+        if long_runs:
+            config.hook.pytest_deselected(items=long_runs)
+            items[:] = [item for item in items if item.get_closest_marker("chaos") is None]
+        return
     for item in items:
-        if item.get_closest_marker("chaos") is None:
-            continue
-        if not _chaos_selected(config):
-            item.add_marker(skip)
-        else:
+        if item.get_closest_marker("chaos") is not None:
             item.add_marker(pytest.mark.timeout(duration + 600))
