@@ -431,6 +431,8 @@ def _switch(
     enable: bool, name: str | None, item: int | None, instance: str | None, registry: str | None
 ) -> str:
     verb = "enabled" if enable else "disabled"
+    if item is not None and name is None:
+        raise ConfigError("--item needs the job NAME")
     if item is not None and instance is not None:
         raise ConfigError("give --item or --instance, not both")
     if name is None and instance is None:
@@ -468,8 +470,6 @@ def disable(
     registry: RegistryOpt = None,
 ) -> None:
     """Switch off a job, one of its items (--item) or an instance (--instance)."""
-    if item is not None and name is None:
-        raise ConfigError("--item needs the job NAME")
     _out.print(_switch(False, name, item, instance, registry), markup=False)
 
 
@@ -481,8 +481,6 @@ def enable(
     registry: RegistryOpt = None,
 ) -> None:
     """Switch on again what `disable` switched off."""
-    if item is not None and name is None:
-        raise ConfigError("--item needs the job NAME")
     _out.print(_switch(True, name, item, instance, registry), markup=False)
 
 

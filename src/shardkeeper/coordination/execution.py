@@ -2,9 +2,9 @@
 
 At a trigger an instance marks all its items running in ONE commit (chunked only
 past the store's per-commit limit) that also checks that no reshard is pending and
-the assignment is the one it read. The commit's revision is every mark's
-created_revision: the fencing token of those executions. When the items are done,
-one commit deletes the marks, each only if it still carries that token, so an
+the assignment is the one it read. A commit's revision is the created_revision of
+every mark it wrote: the fencing token of those executions. When the items are
+done, one commit deletes the marks, each only if it still carries its token, so an
 instance that was cut off and taken over can never erase the taker's marks.
 """
 
@@ -27,12 +27,10 @@ log = logging.getLogger(__name__)
 class StartResult:
     """Outcome of marking items running.
 
-    ``token`` is the fencing token (0 when nothing was marked), ``marked`` the items
-    now ours, ``reason`` why the commit was refused (``"reshard"``,
-    ``"assignment"``, ``"running"``) or None.
+    ``marked`` are the items now ours, ``tokens`` their fencing tokens, ``reason``
+    why the commit was refused (``"reshard"``, ``"assignment"``, ``"running"``) or None.
     """
 
-    token: int
     marked: tuple[int, ...]
     reason: str | None = None
     #: the fencing token of each marked item (the revision of the commit that marked it)
@@ -84,7 +82,7 @@ class ExecutionService:
             if not result:
                 reason = self._why(result.failed_path)
                 if n == 0:
-                    return StartResult(0, (), reason)
+                    return StartResult((), reason)
                 # A later chunk failed: items of earlier chunks stay marked and run.
                 log.warning(
                     "%s: only %d of %d items could be marked running (%s)",
@@ -99,8 +97,8 @@ class ExecutionService:
             marked.extend(chunk_items)
             tokens.update(dict.fromkeys(chunk_items, result.revision))
         if not monitor:
-            return StartResult(token, tuple(items), tokens=dict.fromkeys(items, token))
-        return StartResult(token, tuple(marked), tokens=tokens)
+            return StartResult(tuple(items), tokens=dict.fromkeys(items, token))
+        return StartResult(tuple(marked), tokens=tokens)
 
     def _why(self, failed_path: str | None) -> str:
         if failed_path == self._paths.necessary:

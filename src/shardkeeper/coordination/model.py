@@ -13,6 +13,8 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -49,6 +51,15 @@ def decode(raw: bytes, path: str = "?") -> dict[str, Any]:
     return data
 
 
+@contextmanager
+def _fields(path: str, what: str) -> Iterator[None]:
+    """Turn a missing or mistyped field of a decoded document into DocumentError."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DocumentError(f"value of {path} is not {what}: {exc}") from None
+
+
 def new_instance_id() -> str:
     """A fresh instance id: ``host@pid@suffix`` (unique even for two runtimes in one pid)."""
     host = socket.gethostname().split(".")[0] or "host"
@@ -72,7 +83,7 @@ class InstanceInfo:
     def from_bytes(cls, raw: bytes, path: str = "?") -> InstanceInfo:
         """Decode; DocumentError if malformed."""
         d = decode(raw, path)
-        try:
+        with _fields(path, "instance metadata"):
             return cls(
                 instance_id=str(d["instance_id"]),
                 host=str(d["host"]),
@@ -82,8 +93,6 @@ class InstanceInfo:
                 labels={str(k): str(v) for k, v in dict(d.get("labels", {})).items()},
                 jobs=[str(j) for j in d.get("jobs", [])],
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DocumentError(f"value of {path} is not instance metadata: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -125,7 +134,7 @@ class Assignment:
     def from_bytes(cls, raw: bytes, path: str = "?") -> Assignment:
         """Decode; DocumentError if malformed."""
         d = decode(raw, path)
-        try:
+        with _fields(path, "an assignment"):
             return cls(
                 total=int(d["total"]),
                 owners={int(k): str(v) for k, v in dict(d["owners"]).items()},
@@ -135,8 +144,6 @@ class Assignment:
                 effective_fire=float(d.get("effective_fire", 0.0)),
                 previous={int(k): str(v) for k, v in dict(d.get("previous", {})).items()},
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DocumentError(f"value of {path} is not an assignment: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -157,7 +164,7 @@ class RunningMark:
     def from_bytes(cls, raw: bytes, path: str = "?") -> RunningMark:
         """Decode; DocumentError if malformed."""
         d = decode(raw, path)
-        try:
+        with _fields(path, "a running mark"):
             return cls(
                 instance_id=str(d["instance_id"]),
                 fire_time=float(d["fire_time"]),
@@ -165,8 +172,6 @@ class RunningMark:
                 failover=bool(d.get("failover", False)),
                 started_at=float(d.get("started_at", 0.0)),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DocumentError(f"value of {path} is not a running mark: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -186,12 +191,10 @@ class FailoverEntry:
     def from_bytes(cls, raw: bytes, path: str = "?") -> FailoverEntry:
         """Decode; DocumentError if malformed."""
         d = decode(raw, path)
-        try:
+        with _fields(path, "a failover entry"):
             return cls(
                 fire_time=float(d["fire_time"]),
                 execution_id=str(d["execution_id"]),
                 from_instance=str(d["from_instance"]),
                 queued_at=float(d.get("queued_at", 0.0)),
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DocumentError(f"value of {path} is not a failover entry: {exc}") from None
