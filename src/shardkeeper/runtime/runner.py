@@ -33,7 +33,7 @@ from shardkeeper.coordination.config_service import ConfigService
 from shardkeeper.coordination.election import LeaderElection
 from shardkeeper.coordination.execution import ExecutionService
 from shardkeeper.coordination.failover import FailoverService
-from shardkeeper.coordination.model import InstanceInfo, encode
+from shardkeeper.coordination.model import Assignment, InstanceInfo, encode
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.sharding import ShardingService
 from shardkeeper.coordination.strategies import ShardingStrategy, resolve_strategy
@@ -789,6 +789,12 @@ class JobRunner:
             )
         finally:
             self._end_start()
+
+    # -- inspection ---------------------------------------------------------------
+
+    def assignment(self) -> Assignment | None:
+        """The stored assignment (a registry read)."""
+        return self.sharding.read()[0]
 
 
 def _by_token(items: list[int], tokens: dict[int, int]) -> dict[int, list[int]]:
