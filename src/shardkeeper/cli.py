@@ -53,7 +53,8 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Read or change a job's stored configuration.", no_args_is_help=True)
 registry_app = typer.Typer(
-    help="A local ZooKeeper or etcd for development (detached servers).", no_args_is_help=True
+    help="A local ZooKeeper or etcd for development (detached servers); fix-acl.",
+    no_args_is_help=True,
 )
 app.add_typer(config_app, name="config")
 app.add_typer(registry_app, name="registry")
@@ -642,6 +643,36 @@ def registry_status(directory: DirOpt = _DEFAULT_DIR, as_json: JsonOpt = False) 
             )
     if not data["healthy"]:
         raise typer.Exit(1)
+
+
+@registry_app.command("fix-acl")
+def registry_fix_acl(registry: RegistryOpt = None) -> None:
+    """ZooKeeper: give every node of the namespace the URL user's digest ACL."""
+    from shardkeeper.registry.url import RegistrySettings
+    from shardkeeper.registry.zookeeper import ZooKeeperStore
+
+    settings = RegistrySettings.from_env(registry)
+    if settings.backend != "zookeeper":
+        raise ConfigError(
+            "fix-acl applies to ZooKeeper only; etcd access is granted by roles "
+            "(see docs/registry-backends.md)"
+        )
+    if not settings.username:
+        raise ConfigError(
+            f"fix-acl needs the credentials to protect namespace {settings.namespace!r} "
+            "with: give user:password in the registry URL"
+        )
+    # acl_repair: start() repairs an open namespace instead of refusing it
+    store = ZooKeeperStore(settings.model_copy(update={"acl_repair": True}))
+    try:
+        store.start()
+        count = store.acl_repaired or store.repair_acl()
+    finally:
+        store.close()
+    typer.echo(
+        f"namespace {settings.namespace!r}: ACL of {count} node(s) set to "
+        f"digest:{settings.username} (all rights)"
+    )
 
 
 def _local(fn: Callable[[], T]) -> T:

@@ -9,11 +9,15 @@ header (the store revision) is available.
 Mapping onto etcd's flat keyspace
 ---------------------------------
 * Node ``/a/b`` of namespace ``ns`` is the key ``/ns/a/b``; the root ``/`` is the
-  key ``/ns``. A ``/`` inside the namespace is escaped as ``%2F`` (namespace
+  key ``/ns/``. A ``/`` inside the namespace is escaped as ``%2F`` (namespace
   ``prod/orders`` -> ``/prod%2Forders/a/b``) so that namespace ``prod`` never sees
   ``prod/orders``. The subtree of a key ``K`` is the range ``[K + '/', K + '0')``
   (``'0'`` follows ``'/'`` in ASCII), so namespace ``a`` never sees ``ab`` and ``/x``
-  never matches ``/xy``.
+  never matches ``/xy``; the subtree of the root key ``/ns/`` is ``[/ns/ + '\0',
+  /ns0)`` (see ``_subtree``). So every key and range the store reads, writes, compares
+  or watches lies inside the prefix ``/ns/``: an etcd role granted
+  ``--prefix /ns/`` (which, unlike ``--prefix /ns``, does not also cover namespace
+  ``nsX``) is all a user needs.
 * Parents are implicit. A *pure parent* is a path with no key of its own but keys
   below it: ``exists`` is true, ``children`` lists it, ``get`` and ``get_tree``
   return it as a synthetic node ``Node(path, b"", version=0, revision=0,
@@ -230,7 +234,7 @@ class _Watch:
 
     def covers(self, key: bytes) -> bool:
         # the etcd range [K, K0) also holds siblings such as K-x and K.x
-        return key == self.key or key.startswith(self.key + b"/")
+        return _in_subtree(self.key, key, own=True)
 
     def leaves_out(self, event: WatchEvent) -> bool:
         """Whether ``event`` falls in an excluded subtree (a filter that raises
@@ -471,9 +475,10 @@ class EtcdStore(CoordinationStore):
     def children(self, path: str) -> list[str]:
         """Sorted distinct next segments of the keys below ``path``."""
         key = self._key(path)
-        req = rpc.RangeRequest(key=key + b"/", range_end=key + b"0", keys_only=True)
+        below, end = _subtree(key)
+        req = rpc.RangeRequest(key=below, range_end=end, keys_only=True)
         resp = self._read(f"children {path}", "Range", req)
-        start = len(key) + 1
+        start = len(_below_prefix(key))
         names = {kv.key[start:].split(b"/", 1)[0].decode() for kv in resp.kvs}
         return sorted(names)
 
@@ -526,12 +531,9 @@ class EtcdStore(CoordinationStore):
         key = self._key(path)
         ops = [rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))]
         if recursive:
+            below, end = _subtree(key)
             ops.append(
-                rpc.RequestOp(
-                    request_delete_range=rpc.DeleteRangeRequest(
-                        key=key + b"/", range_end=key + b"0"
-                    )
-                )
+                rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=below, range_end=end))
             )
         self._txn(f"delete {path}", success=ops)
 
@@ -720,7 +722,7 @@ class EtcdStore(CoordinationStore):
         w = _Watch(
             prefix=prefix,
             key=key,
-            end=key + b"0",
+            end=_subtree(key)[1],  # [K, K0): the node and its subtree (and siblings)
             listener=listener,
             last_rev=rev,
             exclude=exclude,
@@ -754,7 +756,8 @@ class EtcdStore(CoordinationStore):
 
     def _key(self, path: str) -> bytes:
         check_path(path)
-        return (self._root if path == "/" else self._root + path).encode()
+        # the root's key ends with '/' so that it too lies inside the namespace prefix
+        return (self._root + path).encode()
 
     def _path(self, key: bytes) -> str:
         return key.decode()[len(self._root) :] or "/"
@@ -771,7 +774,8 @@ class EtcdStore(CoordinationStore):
 
     @staticmethod
     def _below_op(key: bytes, *, keys_only: bool = False, limit: int = 0) -> Any:
-        req = rpc.RangeRequest(key=key + b"/", range_end=key + b"0", keys_only=keys_only)
+        below, end = _subtree(key)
+        req = rpc.RangeRequest(key=below, range_end=end, keys_only=keys_only)
         req.limit = limit
         return rpc.RequestOp(request_range=req)
 
@@ -1245,13 +1249,40 @@ def _synthetic(path: str) -> Node:
     return Node(path, b"", 0, 0, 0, False)
 
 
+def _below_prefix(key: bytes) -> bytes:
+    """What every key below node key ``key`` starts with: ``K/`` (the root key ``/ns/``
+    is its own prefix)."""
+    return key if key.endswith(b"/") else key + b"/"
+
+
+def _subtree(key: bytes) -> tuple[bytes, bytes]:
+    """``(start, end)``: the etcd range of the keys strictly below node key ``key``.
+
+    ``[K/, K0)`` for a node ``K``. The root's own key ``/ns/`` ends with the ``/`` that
+    other keys lack (a path never does), and its subtree is every other key of the
+    namespace: ``[/ns/ + '\0', /ns0)``. The end, ``K0``, is also where the range
+    ``[K, end)`` of the node and its subtree stops; so nothing reaches outside the
+    namespace prefix ``/ns/`` (see the module docstring)."""
+    prefix = _below_prefix(key)
+    start = prefix + b"\0" if prefix == key else prefix
+    return start, prefix[:-1] + b"0"
+
+
+def _in_subtree(key: bytes, other: bytes, *, own: bool = False) -> bool:
+    """Whether ``other`` is a key strictly below node key ``key`` (or ``key`` itself
+    when ``own``)."""
+    start, end = _subtree(key)
+    return (own and other == key) or start <= other < end
+
+
 def _own_range(key: bytes) -> Any:
     return rpc.RangeRequest(key=key, keys_only=True)
 
 
 def _below_range(key: bytes) -> Any:
     """At most one key of the subtree ``[K + '/', K + '0')``: is anything below K?"""
-    return rpc.RangeRequest(key=key + b"/", range_end=key + b"0", keys_only=True, limit=1)
+    start, end = _subtree(key)
+    return rpc.RangeRequest(key=start, range_end=end, keys_only=True, limit=1)
 
 
 def _version_compare(key: bytes, result: Any, *, below: bool = False) -> Any:
@@ -1261,9 +1292,10 @@ def _version_compare(key: bytes, result: Any, *, below: bool = False) -> Any:
     as one zero KeyValue (version 0): over a subtree, ``== 0`` means "nothing below"
     and ``> 0`` means "something below"."""
     if below:
+        start, end = _subtree(key)
         return rpc.Compare(
-            key=key + b"/",
-            range_end=key + b"0",
+            key=start,
+            range_end=end,
             target=rpc.Compare.VERSION,
             result=result,
             version=0,
@@ -1336,7 +1368,7 @@ class _Condition:
             return [
                 rpc.Compare(
                     key=self.key,
-                    range_end=self.key + b"0",
+                    range_end=_subtree(self.key)[1],
                     target=rpc.Compare.CREATE,
                     result=_LESS,
                     create_revision=self.since + 1,
@@ -1357,7 +1389,7 @@ class _Condition:
             return [
                 rpc.RangeRequest(
                     key=self.key,
-                    range_end=self.key + b"0",
+                    range_end=_subtree(self.key)[1],
                     keys_only=True,
                     limit=1,
                     min_create_revision=self.since + 1,
@@ -1381,7 +1413,7 @@ class _Condition:
             first = _first(reads[0])
             if first is None:
                 return _Verdict.HOLDS
-            if first.key == self.key or first.key.startswith(self.key + b"/"):
+            if _in_subtree(self.key, first.key, own=True):
                 return _Verdict.FALSE
             self.since = -1  # a new sibling, not our node: read again
             return _Verdict.RETRY

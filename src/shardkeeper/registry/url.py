@@ -14,6 +14,13 @@ Credentials go in the user-info part (``zk://user:secret@host:2181/ns``) or as
 * ``connection_timeout`` (default 5): how long :meth:`start` waits for a session.
 * ``operation_timeout`` (default 5): how long one request may take.
 
+One switch (``true``/``false``), ZooKeeper with credentials only:
+
+* ``acl_repair`` (default false): when :meth:`start` finds nodes of an existing
+  namespace readable or writable by any client (``world:anyone``, e.g. a namespace
+  first created without credentials), set the user's digest ACL on the whole
+  namespace instead of refusing to start (see ``docs/operations.md``).
+
 The namespace is one or more segments of ``[A-Za-z0-9_.-]`` separated by ``/``.
 The environment variable ``SHARDKEEPER_REGISTRY`` holds a URL for the CLI and the
 runtime when none is given.
@@ -37,7 +44,15 @@ ENV_VAR = "SHARDKEEPER_REGISTRY"
 _SCHEMES = {"zk": "zookeeper", "zookeeper": "zookeeper", "etcd": "etcd"}
 _NS_SEGMENT = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _HOST = re.compile(r"^[A-Za-z0-9.\-]+$|^\[[0-9A-Fa-f:]+\]$")
-_OPTIONS = {"session_timeout", "connection_timeout", "operation_timeout", "username", "password"}
+_OPTIONS = {
+    "session_timeout",
+    "connection_timeout",
+    "operation_timeout",
+    "username",
+    "password",
+    "acl_repair",
+}
+_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 _DEFAULT_PORT = {"zookeeper": 2181, "etcd": 2379}
 _PORT = re.compile(r"^[0-9]{1,5}$")
 _SECRET_IN_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://[^:@/]*:)[^@/]*@")
@@ -67,6 +82,8 @@ class RegistrySettings(BaseModel):
     operation_timeout: float = Field(default=5.0, gt=0)
     username: str | None = None
     password: str | None = None
+    #: ZooKeeper: repair a namespace open to any client instead of refusing to start
+    acl_repair: bool = False
 
     @classmethod
     def from_url(cls, url: str) -> RegistrySettings:
@@ -102,6 +119,8 @@ class RegistrySettings(BaseModel):
             f"&connection_timeout={self.connection_timeout:g}"
             f"&operation_timeout={self.operation_timeout:g}"
         )
+        if self.acl_repair and auth:
+            q += "&acl_repair=true"  # meaningless (and refused) without credentials
         return f"{scheme}://{auth}{self.hosts_string}/{self.namespace}{q}"
 
 
@@ -114,6 +133,15 @@ def _positive(url: str, name: str, raw: str) -> float:
         ) from None
     if not value > 0 or value != value or value == float("inf"):
         raise InvalidRegistryURLError(url, f"option {name}={raw!r} must be a number of seconds > 0")
+    return value
+
+
+def _boolean(url: str, name: str, raw: str) -> bool:
+    value = _BOOLEANS.get(raw.strip().lower())
+    if value is None:
+        raise InvalidRegistryURLError(
+            url, f"option {name}={raw!r} is not a switch; give true or false"
+        )
     return value
 
 
@@ -193,6 +221,7 @@ def _parse(url: str) -> RegistrySettings:
                 "use letters, digits, '_', '.', '-' separated by '/'",
             )
     options: dict[str, float] = {}
+    acl_repair = False
     for name, values in parse_qs(parts.query, keep_blank_values=True).items():
         if name not in _OPTIONS:
             raise InvalidRegistryURLError(
@@ -205,15 +234,28 @@ def _parse(url: str) -> RegistrySettings:
             username = raw
         elif name == "password":
             password = raw
+        elif name == "acl_repair":
+            acl_repair = _boolean(url, name, raw)
         else:
             options[name] = _positive(url, name, raw)
     if password is not None and not username:
         raise InvalidRegistryURLError(url, "a password was given without a user name")
+    if acl_repair and backend != "zookeeper":
+        raise InvalidRegistryURLError(
+            url,
+            "option acl_repair applies to ZooKeeper only; etcd access is granted by "
+            "roles (see docs/registry-backends.md)",
+        )
+    if acl_repair and not username:
+        raise InvalidRegistryURLError(
+            url, "option acl_repair needs credentials: give a user name and password"
+        )
     return RegistrySettings(
         backend=backend,  # type: ignore[arg-type]
         hosts=tuple(hosts),
         namespace=namespace,
         username=username,
         password=password,
+        acl_repair=acl_repair,
         **options,
     )

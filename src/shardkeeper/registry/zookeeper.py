@@ -16,6 +16,16 @@ Credentials
     without those credentials gets ``NoAuth`` -> :class:`StoreAuthError`; :meth:`start`
     probes the namespace node so that wrong credentials fail there, not later.
 
+    Nodes that already exist keep the ACL they were created with. So :meth:`start`
+    with credentials, on an existing namespace, also reads the ACL of the namespace
+    node and of its direct children, and refuses (StoreAuthError naming the node, its
+    ACL and the fix) when one lets any client (``world:anyone``) in, as a namespace
+    first created without credentials does. With ``acl_repair=true`` in the registry
+    URL it sets the digest ACL on every node of the namespace instead (also
+    :meth:`ZooKeeperStore.repair_acl`, behind ``shardkeeper registry fix-acl``). kazoo
+    logs the digest auth request, password included, at DEBUG: the store installs a
+    filter on kazoo's loggers that blanks credentials out (``zk_security``).
+
 Node fields
     ``version`` = ``stat.version``, ``revision`` = ``stat.mzxid``, ``created_revision`` =
     ``stat.czxid``, ``ephemeral`` = ``stat.ephemeralOwner != 0``.
@@ -149,6 +159,7 @@ from shardkeeper.errors import (
     StoreLimitError,
     StoreUnavailableError,
 )
+from shardkeeper.registry import zk_security
 from shardkeeper.registry.base import (
     Check,
     CommitResult,
@@ -287,6 +298,11 @@ class ZooKeeperStore(CoordinationStore):
         self._acl: list[Any] | None = None
         if settings.username:
             self._acl = [make_digest_acl(settings.username, settings.password or "", all=True)]
+        #: nodes whose ACL the last repair set (acl_repair at start, or repair_acl())
+        self.acl_repaired = 0
+        # kazoo logs the auth request (password included) at DEBUG: blank it out
+        zk_security.install_credential_filter()
+        zk_security.register_secret(settings.password)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -354,6 +370,24 @@ class ZooKeeperStore(CoordinationStore):
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=self._settings.operation_timeout + 1)
         self._state = ConnectionState.LOST
+
+    def repair_acl(self) -> int:
+        """Set this store's digest ACL on every node of the namespace (top-down, the
+        namespace node included); return how many nodes. Needs credentials."""
+        if self._acl is None:
+            raise ConfigError(
+                f"cannot repair the ACLs of namespace {self.namespace!r} without "
+                "credentials: give user:password in the registry URL"
+            )
+        with self._errors(self._chroot):
+            self.acl_repaired = zk_security.repair_acls(
+                self._zk,
+                "/",
+                self._acl,
+                self._settings.operation_timeout,
+                shown=lambda p: self._chroot if p == "/" else self._chroot + p,
+            )
+        return self.acl_repaired
 
     @property
     def session_id(self) -> str:
@@ -897,9 +931,47 @@ class ZooKeeperStore(CoordinationStore):
                 with suppress(kz.NodeExistsError):
                     self._call(deadline, client.create_async, self._chroot, b"")
                 self._call(deadline, client.get_children_async, self._chroot)
+            else:
+                if self._acl is not None:
+                    self._check_namespace_acl(client)
         # set_hosts() refuses to change the chroot and start() only warns when it is
         # missing, so the client starts unrooted and is rooted once the node exists
         client.chroot = self._chroot
+
+    def _check_namespace_acl(self, client: KazooClient) -> None:
+        """Refuse (or, with ``acl_repair``, repair) an existing namespace whose node or
+        top-level nodes any client may use (see the module docstring)."""
+        assert self._acl is not None
+        s = self._settings
+        found, checked = zk_security.find_open_nodes(client, self._chroot, s.operation_timeout)
+        if not found:
+            return
+        path, acls = found[0]
+        more = f" (and {len(found) - 1} more of the {checked} nodes checked)" if found[1:] else ""
+        if s.acl_repair:
+            self.acl_repaired = zk_security.repair_acls(
+                client, self._chroot, self._acl, s.operation_timeout
+            )
+            _log.warning(
+                "ZooKeeper namespace %r: node %s had ACL %s%s; acl_repair set user %r's "
+                "digest ACL on all %d nodes of the namespace",
+                self.namespace,
+                path,
+                zk_security.describe_acl(acls),
+                more,
+                s.username,
+                self.acl_repaired,
+            )
+            return
+        raise StoreAuthError(
+            f"ZooKeeper namespace {self.namespace!r} is open to any client: node {path} "
+            f"has ACL {zk_security.describe_acl(acls)}{more}, so a client without "
+            "credentials can read, change or delete it (the namespace was first created "
+            f"without credentials). Refusing to start with user {s.username!r}. Fix: run "
+            "'shardkeeper registry fix-acl' with this registry URL, or add "
+            "acl_repair=true to the URL once; either sets the user's digest ACL on every "
+            "node of the namespace"
+        )
 
     def _capture_negotiated_timeout(self, client: KazooClient) -> None:
         # kazoo logs the negotiated session timeout but does not keep it; its private
