@@ -1,6 +1,7 @@
 """The coordination-store layer: one contract (``base``), two backends, URL settings.
 
-``open_store(url)`` builds the right backend for a registry URL without connecting;
+``open_store(url)`` builds the right backend for a registry URL without connecting
+(``memory://name/ns``: the in-process reference store of ``memory.py``);
 call ``start()`` (or use it as a context manager) to connect.
 """
 
@@ -48,6 +49,14 @@ def open_store(url: str | RegistrySettings | None = None) -> CoordinationStore:
     ``None`` reads the ``SHARDKEEPER_REGISTRY`` environment variable.
     """
     settings = url if isinstance(url, RegistrySettings) else RegistrySettings.from_env(url)
+    if settings.backend == "memory":
+        from shardkeeper.registry.memory import MemoryStore, named_server
+
+        return MemoryStore(
+            named_server(settings.hosts[0][0]),
+            settings.namespace,
+            session_timeout=settings.session_timeout,
+        )
     if settings.backend == "zookeeper":
         from shardkeeper.registry.zookeeper import ZooKeeperStore
 

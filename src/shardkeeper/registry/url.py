@@ -4,6 +4,11 @@ Format::
 
     zk://host:port[,host:port...]/namespace[?option=value&...]
     etcd://host:port[,host:port...]/namespace[?option=value&...]
+    memory://name/namespace[?option=value&...]
+
+``memory://name/...`` is the in-process reference store (``registry/memory.py``) on the
+process-wide server called ``name``: for tests and experiments, never for several
+processes. It takes no credentials; only ``session_timeout`` means anything to it.
 
 Credentials go in the user-info part (``zk://user:secret@host:2181/ns``) or as
 ``username``/``password`` options. Options (seconds, floats > 0):
@@ -41,7 +46,7 @@ __all__ = ["ENV_VAR", "RegistrySettings", "parse_registry_url", "redact"]
 
 ENV_VAR = "SHARDKEEPER_REGISTRY"
 
-_SCHEMES = {"zk": "zookeeper", "zookeeper": "zookeeper", "etcd": "etcd"}
+_SCHEMES = {"zk": "zookeeper", "zookeeper": "zookeeper", "etcd": "etcd", "memory": "memory"}
 _NS_SEGMENT = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _HOST = re.compile(r"^[A-Za-z0-9.\-]+$|^\[[0-9A-Fa-f:]+\]$")
 _OPTIONS = {
@@ -74,7 +79,7 @@ class RegistrySettings(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    backend: Literal["zookeeper", "etcd"]
+    backend: Literal["zookeeper", "etcd", "memory"]
     hosts: tuple[tuple[str, int], ...]
     namespace: str
     session_timeout: float = Field(default=4.0, gt=0)
@@ -107,7 +112,7 @@ class RegistrySettings(BaseModel):
 
     def url(self, *, with_credentials: bool = False) -> str:
         """The URL for these settings (credentials left out unless asked)."""
-        scheme = "zk" if self.backend == "zookeeper" else "etcd"
+        scheme = {"zookeeper": "zk", "etcd": "etcd", "memory": "memory"}[self.backend]
         auth = ""
         if with_credentials and self.username:
             auth = quote(self.username, safe="")
@@ -121,7 +126,8 @@ class RegistrySettings(BaseModel):
         )
         if self.acl_repair and auth:
             q += "&acl_repair=true"  # meaningless (and refused) without credentials
-        return f"{scheme}://{auth}{self.hosts_string}/{self.namespace}{q}"
+        where = self.hosts[0][0] if self.backend == "memory" else self.hosts_string
+        return f"{scheme}://{auth}{where}/{self.namespace}{q}"
 
 
 def _positive(url: str, name: str, raw: str) -> float:
@@ -169,7 +175,7 @@ def _parse(url: str) -> RegistrySettings:
         )
     if scheme not in _SCHEMES:
         raise InvalidRegistryURLError(
-            url, f"unknown scheme {scheme!r}; valid schemes are zk, zookeeper, etcd"
+            url, f"unknown scheme {scheme!r}; valid schemes are zk, zookeeper, etcd, memory"
         )
     backend = _SCHEMES[scheme]
     if parts.fragment or url.strip().endswith("#"):
@@ -187,7 +193,14 @@ def _parse(url: str) -> RegistrySettings:
     if not netloc:
         raise InvalidRegistryURLError(url, "no host; expected host:port[,host:port...]")
     hosts: list[tuple[str, int]] = []
-    for item in netloc.split(","):
+    if backend == "memory":
+        # the name of an in-process server, not an address (port 0: none)
+        if not _NS_SEGMENT.match(netloc) or netloc in (".", ".."):
+            raise InvalidRegistryURLError(
+                url, f"invalid memory server name {netloc!r}; use letters, digits, '_', '.', '-'"
+            )
+        hosts.append((netloc, 0))
+    for item in netloc.split(",") if backend != "memory" else ():
         if not item:
             raise InvalidRegistryURLError(url, "empty host in the host list")
         if item.startswith("[") and "]" in item:  # [::1]:2181
@@ -238,6 +251,8 @@ def _parse(url: str) -> RegistrySettings:
             acl_repair = _boolean(url, name, raw)
         else:
             options[name] = _positive(url, name, raw)
+    if backend == "memory" and (username is not None or password is not None):
+        raise InvalidRegistryURLError(url, "a memory:// registry takes no credentials")
     if password is not None and not username:
         raise InvalidRegistryURLError(url, "a password was given without a user name")
     if acl_repair and backend != "zookeeper":
