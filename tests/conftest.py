@@ -8,10 +8,14 @@ one temporary directory per session):
   that used one, each member is made to serve again (paused ones resumed, killed ones
   restarted), so fault tests can share them.
 * ``cluster``: the 3-node cluster of the current ``backend``.
+* ``memory_server``: a per-test in-process :class:`MemoryServer` (``memory://`` URLs),
+  shut down after the test.
 
 Stores:
 
-* ``backend``: parametrized over ``"zookeeper"`` and ``"etcd"`` (ids ``zk``/``etcd``).
+* ``backend``: parametrized over ``"zookeeper"`` and ``"etcd"`` (ids ``zk``/``etcd``). A
+  test module may override it to add ``"memory"`` (id ``mem``, the reference store on
+  ``memory_server``): the fixtures below then build MemoryStores.
 * ``registry_url``: a URL on the single-node server of ``backend``, with a namespace
   unique to the test and short timeouts (session 2 s, connection 5 s, operation 5 s).
 * ``store_factory(url=None, **options)``: a started store (``registry_url`` unless a
@@ -32,6 +36,7 @@ from typing import Any, TypeVar
 import pytest
 
 from shardkeeper.registry import CoordinationStore, RegistrySettings, open_store
+from shardkeeper.registry.memory import MemoryServer, named_server
 from shardkeeper.testing.servers import ClusterError, EtcdCluster, ServerCluster, ZooKeeperCluster
 
 #: the options every test store gets unless it asks otherwise
@@ -155,10 +160,18 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def server(backend: str, request: pytest.FixtureRequest) -> ServerCluster:
+def memory_server() -> Iterator[MemoryServer]:
+    """A MemoryServer of this test only (reachable as ``memory://<its name>/ns``)."""
+    server = named_server(f"test-{uuid.uuid4().hex[:12]}")
+    yield server
+    server.shutdown()
+
+
+@pytest.fixture
+def server(backend: str, request: pytest.FixtureRequest) -> ServerCluster | MemoryServer:
     """The single-node server of ``backend`` (started on first use)."""
-    name = "zk_server" if backend == "zookeeper" else "etcd_server"
-    cluster: ServerCluster = request.getfixturevalue(name)
+    name = {"zookeeper": "zk_server", "etcd": "etcd_server", "memory": "memory_server"}[backend]
+    cluster: ServerCluster | MemoryServer = request.getfixturevalue(name)
     return cluster
 
 
@@ -178,7 +191,7 @@ def namespace(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def registry_url(server: ServerCluster, namespace: str) -> str:
+def registry_url(server: ServerCluster | MemoryServer, namespace: str) -> str:
     """A registry URL on the single-node server of ``backend`` with a unique namespace
     and short timeouts (see FAST_OPTIONS)."""
     return server.url(namespace, **FAST_OPTIONS)

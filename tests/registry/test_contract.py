@@ -1,8 +1,13 @@
 """The behavioural contract of CoordinationStore (registry/base.py), on real servers.
 
-Every test runs against both backends (the ``backend`` fixture is parametrized over
-zookeeper and etcd). Nothing is mocked: the shared single-node servers come from the
-conftest fixtures; tests that restart, pause or need auth start a dedicated server.
+Every test runs against both backends and the reference in-memory store (the
+``backend`` fixture is parametrized over zookeeper, etcd and memory). Nothing is
+mocked: the shared single-node servers come from the conftest fixtures; tests that
+restart, pause or need auth start a dedicated server. A test that needs a real server
+process by nature (a killed child process, a server restart, member loss, auth, an
+unreachable address, several processes) is parametrized over ``REAL_BACKENDS`` only
+(``@real_backends``); where the in-memory store has the same fault through its hooks
+(a connection drop, an owner that never comes back) the test runs on it too.
 No sleeps as synchronisation: every wait is on a condition with a deadline.
 """
 
@@ -43,12 +48,24 @@ from shardkeeper.registry import (
     open_store,
     parse_registry_url,
 )
+from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.testing.faults import expire_session, wait_until
 from shardkeeper.testing.servers import EtcdCluster, ZooKeeperCluster, free_ports
 
 CHILD = Path(__file__).with_name("child_store.py")
 
 StoreFactory = Callable[..., CoordinationStore]
+
+#: the backends with a real server process
+REAL_BACKENDS = [pytest.param("zookeeper", id="zk"), pytest.param("etcd", id="etcd")]
+#: a test that needs a real server process by nature runs on these only
+real_backends = pytest.mark.parametrize("backend", REAL_BACKENDS)
+
+
+@pytest.fixture(params=["zookeeper", "etcd", "memory"], ids=["zk", "etcd", "mem"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The store under test: both real backends and the in-memory reference store."""
+    return str(request.param)
 
 
 # ---- helpers --------------------------------------------------------------------------
@@ -101,8 +118,9 @@ def leaves(tree: dict[str, Any]) -> dict[str, Any]:
 
 
 def server_of(request: pytest.FixtureRequest, backend: str) -> Any:
-    """The shared single-node server of ``backend``."""
-    return request.getfixturevalue("zk_server" if backend == "zookeeper" else "etcd_server")
+    """The shared single-node server of ``backend`` (this test's MemoryServer for memory)."""
+    name = {"zookeeper": "zk_server", "etcd": "etcd_server", "memory": "memory_server"}[backend]
+    return request.getfixturevalue(name)
 
 
 def base_namespace(registry_url: str) -> str:
@@ -431,6 +449,7 @@ def test_create_raced_by_eight_threads_has_one_winner(store_factory: StoreFactor
     assert final.created_revision == results[winners[0]].created_revision
 
 
+@real_backends
 def test_create_raced_by_three_processes_has_one_winner(registry_url: str) -> None:
     """3 OS processes released together race create(): exactly one prints WON."""
     children = [Child(registry_url, "create", "/race/proc", f"p{i}") for i in range(3)]
@@ -456,10 +475,46 @@ def test_create_raced_by_three_processes_has_one_winner(registry_url: str) -> No
 # ---- ephemeral nodes --------------------------------------------------------------------
 
 
+class _Owner:
+    """The owner of an ephemeral node that dies without a goodbye: a child process
+    killed with SIGKILL (real backends), or a MemoryStore whose connection drops and
+    never comes back (memory: the server expires its session like a real one)."""
+
+    def __init__(self, registry_url: str, path: str, backend: str) -> None:
+        self.child: Child | None = None
+        self.store: CoordinationStore | None = None
+        if backend == "memory":
+            self.store = open_store(registry_url)
+            self.store.start()
+            self.store.create(path, b"alive", ephemeral=True)
+        else:
+            self.child = Child(registry_url, "ephemeral", path)
+
+    def ready(self) -> list[str]:
+        """``["READY", session_timeout, session_id]`` once the node exists."""
+        if self.child is not None:
+            return self.child.readline(timeout=30).split()
+        assert self.store is not None
+        return ["READY", str(self.store.session_timeout), self.store.session_id]
+
+    def kill(self) -> None:
+        """Vanish without closing the session (idempotent)."""
+        if self.child is not None:
+            self.child.kill()
+        elif isinstance(self.store, MemoryStore):
+            self.store.suspend()  # idempotent: a second kill changes nothing
+
+    def cleanup(self) -> None:
+        self.kill()
+        if self.store is not None:
+            self.store.close()
+
+
 def test_ephemeral_node_deleted_after_owner_is_killed(
     store: CoordinationStore, registry_url: str, backend: str
 ) -> None:
-    """kill -9 of the owning process: the ephemeral node goes within session timeout + 1 s."""
+    """kill -9 of the owning process (memory: its connection drops for good): the
+    ephemeral node goes within session timeout + 1 s."""
     gone = threading.Event()
     gone_at: list[float] = []
 
@@ -469,9 +524,9 @@ def test_ephemeral_node_deleted_after_owner_is_killed(
             gone.set()
 
     store.watch("/live", on_event)
-    child = Child(registry_url, "ephemeral", "/live/me")
+    owner = _Owner(registry_url, "/live/me", backend)
     try:
-        ready = child.readline(timeout=30).split()
+        ready = owner.ready()
         assert ready[0] == "READY"
         timeout = float(ready[1])
         assert 0 < timeout <= 2.5, f"negotiated session timeout {timeout} s (asked for 2)"
@@ -479,14 +534,15 @@ def test_ephemeral_node_deleted_after_owner_is_killed(
         assert node is not None
         assert node.ephemeral is True
         killed_at = time.monotonic()
-        child.kill()
+        owner.kill()
     finally:
-        child.kill()
+        owner.kill()
     assert gone.wait(timeout + 5), f"ephemeral still there {timeout + 5} s after kill -9"
     elapsed = gone_at[0] - killed_at
     print(f"\n[{backend}] ephemeral deleted {elapsed:.2f} s after kill -9 (timeout {timeout} s)")
     assert elapsed <= timeout + 1.0, f"took {elapsed:.2f} s, session timeout {timeout} s"
     assert store.get("/live/me") is None
+    owner.cleanup()
 
 
 def test_close_deletes_ephemerals_at_once(
@@ -1016,6 +1072,7 @@ def test_lifecycle_context_manager_and_threads(registry_url: str) -> None:
 # ---- faults: restart, expiry, pause, member loss ---------------------------------------
 
 
+@real_backends
 def test_watch_sees_every_change_across_a_server_restart(backend: str, tmp_path: Path) -> None:
     """Writes before and after a server restart all reach a watcher (events or RESYNC)."""
     with dedicated_server(backend, tmp_path) as server:
@@ -1087,10 +1144,47 @@ def test_session_expiry_gives_lost_then_connected_with_new_session(
     )
 
 
-def test_brief_pause_gives_suspended_then_reconnected(backend: str, tmp_path: Path) -> None:
-    """SIGSTOP of the server shorter than the session timeout: SUSPENDED, RECONNECTED, same
-    session, ephemerals kept."""
+class _Freezer:
+    """Freezes the connection of a store for a while: SIGSTOP of a dedicated server
+    (real backends), or the store's connection suspended (memory)."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def url(self, namespace: str, **options: float) -> str:
+        return str(self.server.url(namespace, **options))
+
+    def freeze(self, store: CoordinationStore) -> None:
+        if isinstance(self.server, MemoryServer):
+            assert isinstance(store, MemoryStore)
+            store.suspend()
+        else:
+            self.server.pause(0)
+
+    def thaw(self, store: CoordinationStore) -> None:
+        if isinstance(self.server, MemoryServer):
+            assert isinstance(store, MemoryStore)
+            store.resume()
+        else:
+            self.server.resume(0)
+
+
+@contextlib.contextmanager
+def freezable(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[_Freezer]:
+    """A server whose connection to a store can be frozen (see _Freezer)."""
+    if backend == "memory":
+        yield _Freezer(request.getfixturevalue("memory_server"))
+        return
     with dedicated_server(backend, tmp_path) as server:
+        yield _Freezer(server)
+
+
+def test_brief_pause_gives_suspended_then_reconnected(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """SIGSTOP of the server shorter than the session timeout (memory: a suspended
+    connection): SUSPENDED, RECONNECTED, same session, ephemerals kept."""
+    with freezable(backend, tmp_path, request) as server:
         url = server.url("pause", session_timeout=6, operation_timeout=1)
         with started(url) as store:
             states = Recorder()
@@ -1099,7 +1193,7 @@ def test_brief_pause_gives_suspended_then_reconnected(backend: str, tmp_path: Pa
             session = store.session_id
             timeout = store.session_timeout
             paused_at = time.monotonic()
-            server.pause(0)
+            server.freeze(store)
             try:
                 with pytest.raises((OperationTimeoutError, StoreUnavailableError)):
                     store.get("/pz/eph")
@@ -1112,7 +1206,7 @@ def test_brief_pause_gives_suspended_then_reconnected(backend: str, tmp_path: Pa
                 )
                 suspended_after = time.monotonic() - paused_at
             finally:
-                server.resume(0)
+                server.thaw(store)
             wait_until(
                 lambda: ConnectionState.RECONNECTED in states.snapshot(),
                 timeout=timeout + 5,
@@ -1145,6 +1239,7 @@ def _connected_member(store: CoordinationStore, cluster: Any) -> int | None:
 
 
 @pytest.mark.cluster
+@real_backends
 def test_client_survives_loss_of_one_member(
     request: pytest.FixtureRequest, backend: str, registry_url: str
 ) -> None:
@@ -1204,6 +1299,7 @@ def test_client_survives_loss_of_one_member(
 # ---- errors -----------------------------------------------------------------------------
 
 
+@real_backends
 def test_bad_url_is_rejected_before_connecting(backend: str) -> None:
     """A malformed URL raises InvalidRegistryURLError from open_store()."""
     scheme = "zk" if backend == "zookeeper" else "etcd"
@@ -1219,6 +1315,7 @@ def test_unknown_scheme_is_rejected() -> None:
         open_store("consul://127.0.0.1:8500/ns")
 
 
+@real_backends
 def test_unreachable_store_fails_within_connection_timeout(backend: str) -> None:
     """start() on a port nobody listens on raises StoreUnavailableError naming the address
     within connection_timeout + 2 s."""

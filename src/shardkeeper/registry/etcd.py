@@ -1238,6 +1238,35 @@ class EtcdStore(CoordinationStore):
             with contextlib.suppress(Exception):
                 watcher.cancel(wid)
 
+    # -- fault hooks (registry.faults.SessionFaults), for tests ------------------------
+
+    def expire_session(self, timeout: float = 15.0) -> None:
+        """End the current session on the server: revoke its lease (etcd deletes every
+        key attached to it at once). The session thread is woken to find the lease
+        gone: LOST, then CONNECTED with a new lease."""
+        self._require_started()
+        with self._translated("expire_session: revoke lease"):
+            self._send(
+                "leasestub", "LeaseRevoke", rpc.LeaseRevokeRequest(ID=self._lease), timeout=timeout
+            )
+        self._check_session_now = True
+        self._wake.set()
+
+    def drop_connection(self) -> None:
+        """Close the gRPC channel in use and put a new one in its place: requests and
+        the watch stream in flight fail, the next ones connect again (the lease lives
+        on, the watches resume from their last revision)."""
+        self._require_started()
+        endpoint = self._client.endpoint_in_use
+        if endpoint is None:
+            raise StoreUnavailableError("drop_connection: the etcd store has no channel in use")
+        old = endpoint.channel
+        endpoint.channel = endpoint._mkchannel(_CHANNEL_OPTIONS)
+        with contextlib.suppress(Exception):
+            old.close()
+        self._check_session_now = True
+        self._wake.set()
+
 
 def _ancestors(path: str) -> list[str]:
     """Strict ancestors of ``path``, nearest first, without the root."""

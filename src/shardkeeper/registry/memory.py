@@ -492,6 +492,21 @@ class MemoryServer:
         """Whether :meth:`shutdown` was called."""
         return self._closed
 
+    def url(self, namespace: str = "default", **options: float | str) -> str:
+        """A ``memory://`` registry URL on this server (it must be the one
+        :func:`named_server` gives for its name), e.g. ``url("t1", session_timeout=2)``;
+        ``options`` become query parameters (see :mod:`shardkeeper.registry.url`)."""
+        with _NAMED_LOCK:
+            if not self.name or _NAMED.get(self.name) is not self:
+                raise ConfigError(
+                    f"{self!r} has no URL: only a server from named_server(name) is "
+                    "reachable through memory:// URLs"
+                )
+        query = "&".join(
+            f"{k}={v:g}" if isinstance(v, float | int) else f"{k}={v}" for k, v in options.items()
+        )
+        return f"memory://{self.name}/{namespace.strip('/')}" + (f"?{query}" if query else "")
+
     def store(self, namespace: str = "default", *, session_timeout: float = 2.0) -> MemoryStore:
         """A new (not started) :class:`MemoryStore` on this server."""
         return MemoryStore(self, namespace, session_timeout=session_timeout)

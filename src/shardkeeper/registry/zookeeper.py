@@ -1282,6 +1282,38 @@ class ZooKeeperStore(CoordinationStore):
             rev = max(revision, seen[1] + 1)
             self._emit(w, WatchEvent(EventKind.DELETED, path, None, rev))
 
+    # -- fault hooks (registry.faults.SessionFaults), for tests ------------------------
+
+    def expire_session(self, timeout: float = 15.0) -> None:
+        """End the current session on the server: a second client connects with the
+        same session id and password and closes it, so the server ends the session
+        and deletes its ephemeral nodes; this store learns it at its next contact
+        (LOST, then CONNECTED with a new session)."""
+        client = self._zk
+        client_id = client.client_id
+        if client_id is None:
+            raise StoreUnavailableError("expire_session: the ZooKeeper store has no session now")
+        with self._errors("expire_session"):
+            twin = KazooClient(
+                hosts=self._settings.hosts_string, client_id=client_id, timeout=timeout
+            )
+            try:
+                twin.start(timeout=timeout)
+                twin.stop()
+            finally:
+                twin.close()
+
+    def drop_connection(self) -> None:
+        """Shut the client's socket down: kazoo sees the connection drop and reconnects
+        (SUSPENDED, then RECONNECTED while the session lives)."""
+        import socket
+
+        sock = getattr(getattr(self._zk, "_connection", None), "_socket", None)
+        if sock is None:
+            raise StoreUnavailableError("drop_connection: the ZooKeeper store is not connected")
+        with suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
 
 def _first_error(results: list[Any]) -> tuple[int, Exception] | None:
     """The failing operation of a multi: ZooKeeper marks the ones before it rolled back

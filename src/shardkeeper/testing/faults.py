@@ -1,13 +1,16 @@
 """Fault helpers for tests: real server-side session expiry, and polling with a deadline.
 
 :func:`expire_session` ends a store's session *on the server*, the way a long GC pause
-or a network partition would, rather than faking the event on the client side:
+or a network partition would, rather than faking the event on the client side. It
+goes through the stores' fault-hook protocol
+(:class:`~shardkeeper.registry.faults.SessionFaults`):
 
 * ZooKeeper: a second client connects with the same session id and password, then
   closes it; the server ends the session and deletes its ephemeral nodes, and the
   original client learns on its next contact that its session has expired.
-* etcd: the store's lease is revoked through a separate client; every key attached to
-  it is deleted and the store's next keep-alive finds the lease gone.
+* etcd: the store's lease is revoked; every key attached to it is deleted and the
+  store's session thread finds the lease gone.
+* memory: the in-process server ends the session at once.
 
 :func:`wait_until` is the standard way tests wait for a condition: poll with a
 deadline and fail with a message that says what was awaited; never sleep as
@@ -18,9 +21,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from shardkeeper.registry.base import CoordinationStore
+from shardkeeper.registry.faults import SessionFaults
 from shardkeeper.registry.url import RegistrySettings
 
 __all__ = ["expire_session", "wait_until"]
@@ -52,20 +56,6 @@ def wait_until(
         time.sleep(interval)
 
 
-def _settings_of(
-    store: CoordinationStore, url: str | RegistrySettings | None
-) -> RegistrySettings | None:
-    if isinstance(url, RegistrySettings):
-        return url
-    if url is not None:
-        return RegistrySettings.from_url(url)
-    for name in ("settings", "_settings"):
-        settings = getattr(store, name, None)
-        if isinstance(settings, RegistrySettings):
-            return settings
-    return None
-
-
 def _session_id(store: CoordinationStore) -> str | None:
     try:
         return store.session_id
@@ -82,31 +72,23 @@ def expire_session(
 ) -> str:
     """Expire ``store``'s current session on the server; return the expired session id.
 
-    ``url`` (or settings) says where the server is and which credentials to use; by
-    default it is taken from ``store.settings`` (and for ZooKeeper, failing that, from
-    the store's kazoo client). With ``wait`` (default) returns only once the store has
-    a *new* session (so it has been through LOST and CONNECTED), within ``timeout``.
+    Works on every store that implements
+    :class:`~shardkeeper.registry.faults.SessionFaults` (both real backends and the
+    in-memory store): the store ends its own session on the server side. With ``wait``
+    (default) returns only once the store has a *new* session (so it has been through
+    LOST and CONNECTED), within ``timeout``.
 
-    Works on the backends' test hooks: ``store.kazoo_client`` (ZooKeeper) and
-    ``store.lease_id`` (etcd).
+    ``url`` is accepted for the callers written before the protocol existed and is not
+    needed: a store knows its server and credentials.
     """
-    old = _session_id(store)
-    settings = _settings_of(store, url)
-    kazoo_client: Any = getattr(store, "kazoo_client", None)
-    if kazoo_client is not None:
-        _expire_zookeeper(kazoo_client, settings, timeout)
-    elif hasattr(store, "lease_id"):
-        if settings is None:
-            raise ValueError(
-                "expire_session on etcd needs the server address: pass url= or give the "
-                "store a .settings attribute"
-            )
-        _revoke_etcd_lease(int(store.lease_id), settings, timeout)
-    else:
+    del url  # the store knows where its server is
+    if not isinstance(store, SessionFaults):
         raise TypeError(
-            f"{type(store).__name__} exposes neither kazoo_client (ZooKeeper) nor lease_id "
-            "(etcd): cannot expire its session"
+            f"{type(store).__name__} does not implement SessionFaults (expire_session, "
+            "drop_connection): cannot expire its session"
         )
+    old = _session_id(store)
+    store.expire_session(timeout)
     if wait:
         wait_until(
             lambda: (sid := _session_id(store)) is not None and sid != old,
@@ -117,48 +99,3 @@ def expire_session(
             ),
         )
     return old or ""
-
-
-def _expire_zookeeper(client: Any, settings: RegistrySettings | None, timeout: float) -> None:
-    from kazoo.client import KazooClient
-
-    client_id = client.client_id
-    if client_id is None:
-        raise RuntimeError("the store's kazoo client has no session to expire")
-    if settings is not None:
-        hosts = settings.hosts_string
-    else:
-        hosts = ",".join(f"{h}:{p}" for h, p in client.hosts)
-    # Same session id and password: the server hands the session over to this
-    # connection, and closing it ends the session for everybody.
-    twin = KazooClient(hosts=hosts, client_id=client_id, timeout=timeout)
-    try:
-        twin.start(timeout=timeout)
-        twin.stop()
-    finally:
-        twin.close()
-
-
-def _revoke_etcd_lease(lease_id: int, settings: RegistrySettings, timeout: float) -> None:
-    import etcd3
-    from etcd3 import etcdrpc
-
-    endpoints = [
-        etcd3.Endpoint(host, port, secure=False, time_retry=0.5) for host, port in settings.hosts
-    ]
-    # No user/password to the client: it would attach the token as gRPC call
-    # credentials, which grpc refuses on a plaintext channel. Send it as metadata.
-    client = etcd3.MultiEndpointEtcd3Client(endpoints=endpoints, timeout=timeout, failover=True)
-    try:
-        metadata = None
-        if settings.username is not None:
-            auth = client.authstub.Authenticate(
-                etcdrpc.AuthenticateRequest(name=settings.username, password=settings.password),
-                timeout,
-            )
-            metadata = (("token", auth.token),)
-        client.leasestub.LeaseRevoke(
-            etcdrpc.LeaseRevokeRequest(ID=lease_id), timeout, metadata=metadata
-        )
-    finally:
-        client.close()
