@@ -48,6 +48,7 @@ from shardkeeper.registry import (
     open_store,
     parse_registry_url,
 )
+from shardkeeper.registry.faults import SessionFaults
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.testing.faults import expire_session, wait_until
 from shardkeeper.testing.servers import EtcdCluster, ZooKeeperCluster, free_ports
@@ -1218,6 +1219,38 @@ def test_brief_pause_gives_suspended_then_reconnected(
             assert seen.index(ConnectionState.SUSPENDED) < seen.index(ConnectionState.RECONNECTED)
             assert store.session_id == session
             assert store.get("/pz/eph").ephemeral is True  # type: ignore[union-attr]
+
+
+def test_drop_connection_keeps_the_session(
+    store: CoordinationStore, store_factory: StoreFactory
+) -> None:
+    """SessionFaults.drop_connection() cuts the client's connection: SUSPENDED, then
+    RECONNECTED with the same session; ephemerals kept; the watch keeps delivering."""
+    observer = store_factory()
+    assert isinstance(store, SessionFaults)
+    states = Recorder()
+    store.add_state_listener(states)
+    store.put("/dc/eph", b"1", ephemeral=True)
+    rec = Recorder()
+    store.watch("/dc", rec)
+    session = store.session_id
+    store.drop_connection()
+    wait_until(
+        lambda: ConnectionState.RECONNECTED in states.snapshot(),
+        timeout=15,
+        message=lambda: f"no RECONNECTED after the drop; states: {states.snapshot()}",
+    )
+    seen = states.snapshot()
+    assert ConnectionState.LOST not in seen, f"session lost: {seen}"
+    assert seen.index(ConnectionState.SUSPENDED) < seen.index(ConnectionState.RECONNECTED)
+    assert store.session_id == session
+    assert observer.get("/dc/eph").ephemeral is True  # type: ignore[union-attr]
+    observer.put("/dc/after", b"2")
+    wait_until(
+        lambda: "/dc/after" in rec.paths(),
+        timeout=15,
+        message=lambda: f"watch dead after the drop; events: {rec.paths()}",
+    )
 
 
 def _connected_member(store: CoordinationStore, cluster: Any) -> int | None:

@@ -1254,8 +1254,9 @@ class EtcdStore(CoordinationStore):
 
     def drop_connection(self) -> None:
         """Close the gRPC channel in use and put a new one in its place: requests and
-        the watch stream in flight fail, the next ones connect again (the lease lives
-        on, the watches resume from their last revision)."""
+        the watch stream in flight fail, the next ones connect again. The store reports
+        SUSPENDED now and RECONNECTED at its next keep-alive (the lease lives on, the
+        watches resume from their last revision)."""
         self._require_started()
         endpoint = self._client.endpoint_in_use
         if endpoint is None:
@@ -1264,6 +1265,8 @@ class EtcdStore(CoordinationStore):
         endpoint.channel = endpoint._mkchannel(_CHANNEL_OPTIONS)
         with contextlib.suppress(Exception):
             old.close()
+        if self._state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
+            self._set_state(ConnectionState.SUSPENDED)
         self._check_session_now = True
         self._wake.set()
 
