@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
-from kazoo.security import OPEN_ACL_UNSAFE
+from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from shardkeeper.config import JobConfig
 from shardkeeper.errors import InvalidRegistryURLError, StoreAuthError
@@ -191,6 +191,29 @@ def test_acl_repair_locks_out_clients_without_credentials(
     again = started(zk_url(zk_server, namespace))
     assert isinstance(again, ZooKeeperStore) and again.acl_repaired == 0
     assert again.get("/jobs/j1/config") is not None
+
+
+def test_repair_stops_at_a_node_of_another_user(
+    zk_server: ZooKeeperCluster, namespace: str, started: _Started
+) -> None:
+    """A node the user may not administer (bob's) stops the repair with an error
+    naming it; bob's node keeps bob's ACL."""
+    open_namespace(zk_server, namespace, started)
+    bob = KazooClient(hosts=zk_server.hosts_string, timeout=5, auth_data=[("digest", "bob:b")])
+    bob.start(timeout=10)
+    try:
+        bob.create(f"/{namespace}/bobs", b"", acl=[make_digest_acl("bob", "b", all=True)])
+        store = open_store(zk_url(zk_server, namespace) + "&acl_repair=true")
+        with pytest.raises(
+            StoreAuthError, match=f"cannot repair the ACL of node /{namespace}/bobs"
+        ):
+            store.start()
+        store.close()
+        acls, _ = bob.get_acls(f"/{namespace}/bobs")
+        assert [(a.id.scheme, a.id.id.split(":")[0]) for a in acls] == [("digest", "bob")]
+    finally:
+        bob.stop()
+        bob.close()
 
 
 def test_store_without_credentials_is_not_checked(

@@ -21,7 +21,7 @@ Credentials go in the user-info part (``zk://user:secret@host:2181/ns``) or as
 
 One switch (``true``/``false``), ZooKeeper with credentials only:
 
-* ``acl_repair`` (default false): when :meth:`start` finds nodes of an existing
+* ``acl_repair`` (default false): when the store's ``start()`` finds nodes of an existing
   namespace readable or writable by any client (``world:anyone``, e.g. a namespace
   first created without credentials), set the user's digest ACL on the whole
   namespace instead of refusing to start (see ``docs/operations.md``).

@@ -157,13 +157,18 @@ def _child(path: str, name: str) -> str:
     return f"{path.rstrip('/')}/{name}"
 
 
-def _gather(sent: list[tuple[str, Any]], deadline: float) -> list[tuple[str, Any]]:
-    """Wait for pipelined requests; a node deleted meanwhile is left out."""
+def _gather(
+    sent: list[tuple[str, Any]],
+    deadline: float,
+    skip: tuple[type[Exception], ...] = (kz.NoNodeError,),
+) -> list[tuple[str, Any]]:
+    """Wait for pipelined requests; a node deleted meanwhile (or failing with another
+    error of ``skip``) is left out."""
     out = []
     for path, ar in sent:
         try:
             out.append((path, ar.get(timeout=max(deadline - time.monotonic(), 0.0))))
-        except kz.NoNodeError:
+        except skip:
             continue
     return out
 
@@ -172,11 +177,15 @@ def find_open_nodes(
     client: KazooClient, root: str, timeout: float
 ) -> tuple[list[tuple[str, list[Any]]], int]:
     """The nodes among ``root`` and its direct children whose ACL is open to any
-    client, with their ACLs, and how many nodes were checked."""
+    client, with their ACLs, and how many nodes were checked.
+
+    A node whose ACL we may not read (neither READ nor ADMIN for us, so not for
+    ``world:anyone`` either: another user's) is left out; a repair names it."""
     deadline = time.monotonic() + timeout
     kids = client.get_children_async(root).get(timeout=timeout)
     paths = [root, *(_child(root, k) for k in sorted(kids))]
-    found = _gather([(p, client.get_acls_async(p)) for p in paths], deadline)
+    sent = [(p, client.get_acls_async(p)) for p in paths]
+    found = _gather(sent, deadline, (kz.NoNodeError, kz.NoAuthError))
     return [(p, acls) for p, (acls, _stat) in found if is_open(acls)], len(found)
 
 
