@@ -174,6 +174,10 @@ class Member:
     peer_port: int
     election_port: int
     base_dir: Path
+    #: the address the member binds and clients dial (``host`` of the cluster)
+    host: str = LOOPBACK
+    #: command prefix the member is launched with (e.g. ``ip netns exec NAME``)
+    prefix: tuple[str, ...] = ()
     pid: int | None = None
     paused: bool = False
     #: where the latest launch's output starts in the log (earlier launches are above)
@@ -245,7 +249,11 @@ class ServerCluster:
     ``member-N`` sub-directories are wiped at :meth:`start` unless ``keep_data``).
     ``detached``: the processes must outlive this Python process (the ``up`` command):
     no ``atexit`` stop and no parent-death signal. ``start_timeout``: seconds to wait
-    for readiness at start and restart.
+    for readiness at start and restart. ``host``: the address every member binds and
+    clients dial (default ``127.0.0.1``), or one address per member, e.g. the addresses
+    of network namespaces made by :class:`shardkeeper.testing.netns.NetworkLab`.
+    ``prefixes``: one command prefix per member, prepended to its server command
+    (``NetworkLab.store_members`` gives ``ip netns exec NAME`` ones).
     """
 
     backend: ClassVar[Backend]
@@ -259,10 +267,22 @@ class ServerCluster:
         detached: bool = False,
         start_timeout: float = 30.0,
         keep_data: bool = False,
+        host: str | Sequence[str] = LOOPBACK,
+        prefixes: Sequence[Sequence[str]] | None = None,
     ) -> None:
         if size not in (1, 3, 5):
             raise ValueError(f"size must be 1, 3 or 5 members, not {size!r}")
         self.size = size
+        hosts = [host] * size if isinstance(host, str) else list(host)
+        if len(hosts) != size or not all(isinstance(h, str) and h for h in hosts):
+            raise ValueError(f"host must be one address or one per member ({size}), not {host!r}")
+        if prefixes is not None and len(prefixes) != size:
+            raise ValueError(
+                f"prefixes must give one command prefix per member ({size}), not {prefixes!r}"
+            )
+        #: the bind address of each member (default loopback)
+        self.member_hosts = hosts
+        self._prefixes = [tuple(p) for p in prefixes] if prefixes is not None else [()] * size
         if base_dir is None:
             import tempfile
 
@@ -281,7 +301,7 @@ class ServerCluster:
     @property
     def hosts(self) -> list[tuple[str, int]]:
         """``(host, client_port)`` of every member, in member order."""
-        return [(LOOPBACK, m.client_port) for m in self.members]
+        return [(m.host, m.client_port) for m in self.members]
 
     @property
     def hosts_string(self) -> str:
@@ -465,6 +485,7 @@ class ServerCluster:
                     "client_port": m.client_port,
                     "peer_port": m.peer_port,
                     "election_port": m.election_port,
+                    "host": m.host,
                     "dir": str(m.base_dir),
                 }
                 for m in self.members
@@ -490,6 +511,7 @@ class ServerCluster:
                 peer_port=int(raw["peer_port"]),
                 election_port=int(raw["election_port"]),
                 base_dir=Path(raw["dir"]),
+                host=str(raw.get("host") or LOOPBACK),
             )
             pid = raw.get("pid")
             if isinstance(pid, int) and pid_alive(pid) and str(m.base_dir) in _proc_cmdline(pid):
@@ -540,6 +562,8 @@ class ServerCluster:
                     peer_port=ports[3 * i + 1],
                     election_port=ports[3 * i + 2],
                     base_dir=mdir,
+                    host=self.member_hosts[i],
+                    prefix=self._prefixes[i],
                 )
             )
         for m in self.members:
@@ -547,7 +571,8 @@ class ServerCluster:
             self._write_config(m)
 
     def _launch(self, m: Member) -> None:
-        cmd = self._command(m)
+        # a prefix such as ``ip netns exec NAME`` execs the server: the pid stays its own
+        cmd = [*m.prefix, *self._command(m)]
         # The parent-death signal kills the server if this Python process dies without
         # running atexit (SIGKILL, OOM). The kernel sends it when the spawning *thread*
         # exits, so it is only safe from the main thread, and never for detached servers.
@@ -701,9 +726,17 @@ class ZooKeeperCluster(ServerCluster):
         keep_data: bool = False,
         heap_mb: int = 96,
         tick_ms: int = 200,
+        host: str | Sequence[str] = LOOPBACK,
+        prefixes: Sequence[Sequence[str]] | None = None,
     ) -> None:
         super().__init__(
-            size, base_dir, detached=detached, start_timeout=start_timeout, keep_data=keep_data
+            size,
+            base_dir,
+            detached=detached,
+            start_timeout=start_timeout,
+            keep_data=keep_data,
+            host=host,
+            prefixes=prefixes,
         )
         self.heap_mb = heap_mb
         self.tick_ms = tick_ms
@@ -731,7 +764,7 @@ class ZooKeeperCluster(ServerCluster):
             "syncLimit=5",
             f"dataDir={m.data_dir}",
             f"clientPort={m.client_port}",
-            f"clientPortAddress={LOOPBACK}",
+            f"clientPortAddress={m.host}",
             # the session timeouts tests need: 2 tickTimes minimum, and far above the
             # default cap of 20 x tickTime (4 s) so session_timeout=10 is honoured
             f"minSessionTimeout={2 * self.tick_ms}",
@@ -746,7 +779,7 @@ class ZooKeeperCluster(ServerCluster):
         if self.size > 1:
             for other in self.members:
                 lines.append(
-                    f"server.{other.index + 1}={LOOPBACK}:{other.peer_port}:{other.election_port}"
+                    f"server.{other.index + 1}={other.host}:{other.peer_port}:{other.election_port}"
                 )
         return "\n".join(lines) + "\n"
 
@@ -776,7 +809,7 @@ class ZooKeeperCluster(ServerCluster):
         ]
 
     def _probe(self, m: Member) -> str:
-        return zookeeper_mode(LOOPBACK, m.client_port, timeout=0.5)
+        return zookeeper_mode(m.host, m.client_port, timeout=0.5)
 
     def _cluster_ready(self) -> bool:
         if self.size == 1:
@@ -822,9 +855,17 @@ class EtcdCluster(ServerCluster):
         keep_data: bool = False,
         heartbeat_ms: int = 20,
         election_ms: int = 200,
+        host: str | Sequence[str] = LOOPBACK,
+        prefixes: Sequence[Sequence[str]] | None = None,
     ) -> None:
         super().__init__(
-            size, base_dir, detached=detached, start_timeout=start_timeout, keep_data=keep_data
+            size,
+            base_dir,
+            detached=detached,
+            start_timeout=start_timeout,
+            keep_data=keep_data,
+            host=host,
+            prefixes=prefixes,
         )
         self.auth = auth
         #: user name of the root account when ``auth`` is on
@@ -844,7 +885,7 @@ class EtcdCluster(ServerCluster):
     @property
     def endpoints(self) -> list[str]:
         """Client URLs (``http://127.0.0.1:PORT``) of every member."""
-        return [f"http://{LOOPBACK}:{m.client_port}" for m in self.members]
+        return [f"http://{m.host}:{m.client_port}" for m in self.members]
 
     def leader(self) -> int:
         """Index of the current raft leader."""
@@ -898,11 +939,9 @@ class EtcdCluster(ServerCluster):
 
     def _command(self, m: Member) -> list[str]:
         name = f"member-{m.index}"
-        client = f"http://{LOOPBACK}:{m.client_port}"
-        peer = f"http://{LOOPBACK}:{m.peer_port}"
-        initial = ",".join(
-            f"member-{o.index}=http://{LOOPBACK}:{o.peer_port}" for o in self.members
-        )
+        client = f"http://{m.host}:{m.client_port}"
+        peer = f"http://{m.host}:{m.peer_port}"
+        initial = ",".join(f"member-{o.index}=http://{o.host}:{o.peer_port}" for o in self.members)
         return [
             ETCD_BINARY,
             f"--name={name}",
@@ -924,7 +963,7 @@ class EtcdCluster(ServerCluster):
         ]
 
     def _probe(self, m: Member) -> str:
-        if not etcd_health(LOOPBACK, m.client_port, timeout=0.5):
+        if not etcd_health(m.host, m.client_port, timeout=0.5):
             return ""
         return self._role(m) or "member"
 
@@ -933,7 +972,7 @@ class EtcdCluster(ServerCluster):
         # and it works without credentials even when auth is enabled
         try:
             req = urllib.request.Request(
-                f"http://{LOOPBACK}:{m.client_port}/v3/maintenance/status",
+                f"http://{m.host}:{m.client_port}/v3/maintenance/status",
                 data=b"{}",
                 method="POST",
             )
