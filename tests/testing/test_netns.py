@@ -27,7 +27,8 @@ REASON = unavailable_reason()
 needs_netns = pytest.mark.skipif(REASON is not None, reason=f"no network namespaces: {REASON}")
 
 # A client in a namespace: prints every connection state change of its store, one per
-# line, keeps an ephemeral node /alive while it has a session, and exits by itself after 120 s (or when its stdin closes).
+# line, keeps an ephemeral node /alive while it has a session, and exits by itself
+# after 120 s (or when its stdin closes).
 CLIENT = """
 import sys, threading, time
 from shardkeeper.registry import open_store
