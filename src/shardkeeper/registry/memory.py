@@ -426,6 +426,9 @@ class _EventItem:
 
 @dataclass(frozen=True)
 class _StateItem:
+    """A connection-state change in a store's queue, placed in the server's order."""
+
+    seq: int
     state: ConnectionState
 
 
@@ -605,9 +608,11 @@ class MemoryServer:
         thread = threading.current_thread().name
         store._count()
         self._hold_at(store, op, paths, thread, "before")
-        failure = store._take_failure(op, paths)
         with self._lock:
             store._require_connected(op)
+            # taken only by a call that reached the server (not one refused as
+            # disconnected), so a rule armed for the next call really hits it
+            failure = store._take_failure(op, paths)
             if failure is not None and not failure.applied:
                 failure.raise_it(op, paths)
             result = apply(self._tree(store.namespace))
@@ -864,7 +869,8 @@ class MemoryStore(CoordinationStore):
         self._round_trips = 0
         self._failures: list[_Failure] = []
         self._watches: list[_Watch] = []
-        self._state_listeners: dict[int, StateListener] = {}
+        #: id -> (listener, the server's sequence number when it was added)
+        self._state_listeners: dict[int, tuple[StateListener, int]] = {}
         self._next_listener = 0
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -1077,11 +1083,12 @@ class MemoryStore(CoordinationStore):
                 self._watches.remove(w)
 
     def add_state_listener(self, listener: StateListener) -> Subscription:
-        """Deliver connection-state changes to ``listener`` on the event thread."""
-        with self._lock:
+        """Deliver the connection-state changes made after this call to ``listener`` on
+        the event thread (not the CONNECTED of a store started earlier)."""
+        with self._server._lock, self._lock:
             lid = self._next_listener
             self._next_listener += 1
-            self._state_listeners[lid] = listener
+            self._state_listeners[lid] = (listener, self._server._seq)
         return Subscription(functools.partial(self._remove_state_listener, lid))
 
     def _remove_state_listener(self, lid: int) -> None:
@@ -1212,7 +1219,8 @@ class MemoryStore(CoordinationStore):
     def _set_state(self, state: ConnectionState) -> None:
         """Under the server lock: record and queue a state change."""
         self._state = state
-        self._queue.put(_StateItem(state))
+        self._server._seq += 1
+        self._queue.put(_StateItem(self._server._seq, state))
 
     def _enqueue(self, item: _EventItem) -> None:
         """Under the server lock: queue a watch event (held back while suspended)."""
@@ -1247,7 +1255,9 @@ class MemoryStore(CoordinationStore):
                 return
             if isinstance(item, _StateItem):
                 with self._lock:
-                    listeners = list(self._state_listeners.values())
+                    listeners = [
+                        f for f, since in self._state_listeners.values() if since < item.seq
+                    ]
                 for listener in listeners:
                     try:
                         listener(item.state)
