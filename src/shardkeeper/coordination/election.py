@@ -51,6 +51,20 @@ class LeaderElection:
                 log.info("%s: %s is now the leader", self._paths.job, self._me)
             return self._leading and not was
 
+    def sync(self, holder: str | None) -> bool:
+        """Align the belief with the leader node as just read (``holder``: its value,
+        None when absent): lead iff it names this instance. Returns whether this
+        instance leads now. The housekeeping pass calls it so that a failed read on
+        RECONNECTED never leaves a job without a leader acting."""
+        with self._lock:
+            was = self._leading
+            self._leading = holder == self._me
+            if self._leading and not was:
+                log.info("%s: %s leads again (the leader node names it)", self._paths.job, self._me)
+            elif was and not self._leading:
+                log.warning("%s: %s is no longer the leader", self._paths.job, self._me)
+            return self._leading
+
     def current_leader(self) -> str | None:
         """The id of the current leader as stored, or None."""
         node = self._store.get(self._paths.leader)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from shardkeeper.coordination.model import DocumentError, RunningMark
 from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.errors import StoreError
 from shardkeeper.registry.base import Check, CoordinationStore, Create, Delete, Op, Put
 
 __all__ = ["ExecutionService", "StartResult"]
@@ -28,7 +29,10 @@ class StartResult:
     """Outcome of marking items running.
 
     ``marked`` are the items now ours, ``tokens`` their fencing tokens, ``reason``
-    why the commit was refused (``"reshard"``, ``"assignment"``, ``"running"``) or None.
+    why the commit was refused (``"reshard"``, ``"assignment"``, ``"running"``,
+    ``"membership"`` when this instance's membership is not the one it registered, or
+    ``"unknown"`` when the store did not answer and reading back found nothing of ours)
+    or None.
     """
 
     marked: tuple[int, ...]
@@ -58,10 +62,20 @@ class ExecutionService:
         assignment_version: int,
         persistent: bool,
         monitor: bool,
+        membership: Check | None = None,
     ) -> StartResult:
-        """Mark ``items`` running for this instance, if no reshard is pending and the
-        assignment is unchanged. With ``monitor`` off only the checks are committed."""
+        """Mark ``items`` running for this instance, if no reshard is pending, the
+        assignment is unchanged and (``membership``) this instance is still the member
+        it registered as. With ``monitor`` off only the checks are committed.
+
+        A commit whose reply is lost may have been applied: the marks are then read
+        back, and those that carry this instance and the execution ids it wrote are
+        adopted (their created_revision is the token). What cannot be read back now is
+        found by the housekeeping pass (a mark naming this instance without a local
+        execution is handed to failover), so an unknown outcome never strands a mark.
+        """
         fixed: list[Op] = [
+            *([membership] if membership is not None else []),
             Check(self._paths.necessary, exists=False),
             Check(self._paths.sharding, version=assignment_version),
             # tells a leader about to reshard that this fire already started here
@@ -78,9 +92,33 @@ class ExecutionService:
         marked: list[int] = []
         tokens: dict[int, int] = {}
         for n, chunk in enumerate(self._chunks(ops, fixed)):
-            result = self._store.commit(chunk)
+            chunk_items = list(items[len(marked) : len(marked) + len(chunk) - len(fixed)])
+            try:
+                result = self._store.commit(chunk)
+            except StoreError as exc:
+                adopted = self.read_back(chunk_items, execution_ids) if monitor else {}
+                if not adopted:
+                    if n == 0:
+                        log.warning(
+                            "%s: start commit outcome unknown (%s); nothing of ours found",
+                            self._paths.job,
+                            exc,
+                        )
+                        return StartResult((), "unknown")
+                    break
+                log.info(
+                    "%s: start commit outcome unknown (%s); marks of items %s were applied",
+                    self._paths.job,
+                    exc,
+                    sorted(adopted),
+                )
+                marked.extend(i for i in chunk_items if i in adopted)
+                tokens.update(adopted)
+                if len(adopted) < len(chunk_items):
+                    break
+                continue
             if not result:
-                reason = self._why(result.failed_path)
+                reason = self._why(result.failed_path, membership)
                 if n == 0:
                     return StartResult((), reason)
                 # A later chunk failed: items of earlier chunks stay marked and run.
@@ -93,14 +131,35 @@ class ExecutionService:
                 )
                 break
             token = token or result.revision
-            chunk_items = items[len(marked) : len(marked) + len(chunk) - len(fixed)]
             marked.extend(chunk_items)
             tokens.update(dict.fromkeys(chunk_items, result.revision))
         if not monitor:
             return StartResult(tuple(items), tokens=dict.fromkeys(items, token))
         return StartResult(tuple(marked), tokens=tokens)
 
-    def _why(self, failed_path: str | None) -> str:
+    def read_back(self, items: Sequence[int], execution_ids: dict[int, str]) -> dict[int, int]:
+        """Items whose mark is ours (this instance, this execution id) -> its token
+        (what a start commit whose reply was lost applied). Never raises: what cannot
+        be read is left to the housekeeping pass."""
+        found: dict[int, int] = {}
+        try:
+            for item in items:
+                node = self._store.get(self._paths.running(item))
+                if node is None:
+                    continue
+                try:
+                    mark = RunningMark.from_bytes(node.value, node.path)
+                except DocumentError:
+                    continue
+                if mark.instance_id == self._me and mark.execution_id == execution_ids[item]:
+                    found[item] = node.created_revision
+        except StoreError:
+            return found
+        return found
+
+    def _why(self, failed_path: str | None, membership: Check | None = None) -> str:
+        if membership is not None and failed_path == membership.path:
+            return "membership"
         if failed_path == self._paths.necessary:
             return "reshard"
         if failed_path == self._paths.sharding:
@@ -116,6 +175,8 @@ class ExecutionService:
         """Items marked running anywhere in the cluster, with their marks."""
         out: dict[int, RunningMark] = {}
         for name in self._store.children(self._paths.running_root):
+            if not name.isdigit():
+                continue  # a stray node: not a mark
             node = self._store.get(self._paths.running(int(name)))
             if node is None:
                 continue

@@ -1,9 +1,14 @@
 """Failover: orphaned running items are queued and claimed by idle instances.
 
 When an instance dies with failover on, its running marks (persistent) stay. The
-leader (and every new leader when it takes over, and the first instance back
-after a whole-cluster outage) moves each orphaned mark to the failover queue in
-one conditional commit per item. Idle instances claim a queued item with ONE
+leader (at every housekeeping pass, when it takes over, and when a member leaves)
+moves each orphaned mark to the failover queue in one conditional commit per item:
+conditional on the mark being the one read (created_revision) AND on its owner's
+membership node being absent, so a requeue decided from a stale view of the
+members can never move the live mark of an instance that came back under the same
+id. An instance hands its own marks over the same way when it fences a batch or
+finds a mark of its own that no local execution owns (a commit whose reply was
+lost, an earlier session). Idle instances claim a queued item with ONE
 atomic commit that removes the queue entry and creates the running mark: no lock
 that could be left behind, and exactly one claimer wins. The mark's Create also
 fails while the item runs elsewhere, so a claim never overlaps a normal run.
@@ -17,7 +22,8 @@ from dataclasses import dataclass
 
 from shardkeeper.coordination.model import DocumentError, FailoverEntry, RunningMark
 from shardkeeper.coordination.paths import JobPaths
-from shardkeeper.registry.base import Check, CoordinationStore, Create, Delete, Op, Put
+from shardkeeper.errors import ConfigError
+from shardkeeper.registry.base import Check, CoordinationStore, Create, Delete, Op, Put, check_path
 
 __all__ = ["Claim", "FailoverService"]
 
@@ -41,33 +47,87 @@ class FailoverService:
         self._paths = paths
         self._me = instance_id
 
-    def requeue_orphans(self, live: Collection[str]) -> list[int]:
-        """Queue every item whose running mark names an instance not in ``live``.
-        Returns the items queued by this call."""
-        queued = self._move_marks(lambda mark, item: mark.instance_id not in live, keep=True)
+    def requeue_orphans(self, live: Collection[str], *, keep: bool = True) -> list[int]:
+        """Queue (``keep``) or drop every item whose running mark names an instance not
+        in ``live``, or is unreadable. Returns the items moved by this call."""
+        queued = self._move_marks(
+            lambda mark, item: mark.instance_id not in live, keep=keep, owner_absent=True
+        )
         if queued:
             log.info("%s: queued orphaned items %s for failover", self._paths.job, queued)
         return queued
 
-    def requeue_own(self, active: Collection[int], *, keep: bool) -> list[int]:
-        """Marks naming this instance for items it does not run now (left by a lost
-        session): queue them for failover when ``keep``, else just delete them."""
-        return self._move_marks(
-            lambda mark, item: mark.instance_id == self._me and item not in active, keep=keep
-        )
+    def requeue_own(
+        self, known: Callable[[int, RunningMark], bool] | Collection[int], *, keep: bool
+    ) -> list[int]:
+        """Marks naming this instance that no local execution owns (``known(item,
+        mark)`` False, or the item not in ``known`` when a collection is given): queue
+        them for failover when ``keep``, else delete them. Such a mark was left by a
+        commit whose reply was lost, or by an earlier session."""
+        is_known: Callable[[int, RunningMark], bool]
+        if callable(known):
+            is_known = known
+        else:
+            active = set(known)
 
-    def _move_marks(self, select: Callable[[RunningMark, int], bool], *, keep: bool) -> list[int]:
+            def is_known(item: int, mark: RunningMark) -> bool:
+                return item in active
+
+        moved = self._move_marks(
+            lambda mark, item: mark.instance_id == self._me and not is_known(item, mark),
+            keep=keep,
+            owner_absent=False,
+        )
+        if moved:
+            log.warning(
+                "%s: running marks of items %s named this instance without an execution here; %s",
+                self._paths.job,
+                moved,
+                "queued for failover" if keep else "cleared",
+            )
+        return moved
+
+    def hand_off(self, marks: dict[int, tuple[int, FailoverEntry]], *, keep: bool) -> list[int]:
+        """Move this instance's own marks of ``marks`` (item -> (token, queue entry)) to
+        the failover queue (``keep``) or delete them, each only while it still carries
+        its token. Used for items of a fenced batch that never started. Returns the
+        items moved; a mark that is gone or replaced is left alone."""
+        moved: list[int] = []
+        for item, (token, entry) in sorted(marks.items()):
+            path = self._paths.running(item)
+            ops: list[Op] = [Check(path, created_revision=token), Delete(path)]
+            if keep:
+                ops.append(Put(self._paths.failover_item(item), entry.to_bytes()))
+            if self._store.commit(ops):
+                moved.append(item)
+        if moved:
+            log.info(
+                "%s: items %s of a fenced execution %s",
+                self._paths.job,
+                moved,
+                "handed to failover" if keep else "unmarked",
+            )
+        return moved
+
+    def _move_marks(
+        self, select: Callable[[RunningMark, int], bool], *, keep: bool, owner_absent: bool
+    ) -> list[int]:
         # One conditional commit per mark: it moves only the mark we read (same
-        # created_revision), so racing leaders and the mark's owner never clash.
+        # created_revision), so racing leaders and the mark's owner never clash; and
+        # (owner_absent) only while the owner's membership node is absent.
         moved: list[int] = []
         for name in self._store.children(self._paths.running_root):
+            if not name.isdigit():
+                continue  # a stray node under running/: not a mark
             item = int(name)
             node = self._store.get(self._paths.running(item))
             if node is None:
                 continue
+            readable = True
             try:
                 mark = RunningMark.from_bytes(node.value, node.path)
             except DocumentError:
+                readable = False
                 mark = RunningMark("?", 0.0, f"{self._paths.job}@unknown#{item}")
             if not select(mark, item):
                 continue
@@ -75,6 +135,8 @@ class FailoverService:
                 Check(node.path, created_revision=node.created_revision),
                 Delete(node.path),
             ]
+            if owner_absent and readable and _valid_segment(mark.instance_id):
+                ops.append(Check(self._paths.instance(mark.instance_id), exists=False))
             if keep:
                 entry = FailoverEntry(mark.fire_time, mark.execution_id, mark.instance_id)
                 ops.append(Put(self._paths.failover_item(item), entry.to_bytes()))
@@ -84,10 +146,16 @@ class FailoverService:
 
     def queued(self) -> list[int]:
         """Items waiting in the failover queue."""
-        return sorted(int(n) for n in self._store.children(self._paths.failover_queue))
+        return sorted(
+            int(n) for n in self._store.children(self._paths.failover_queue) if n.isdigit()
+        )
 
-    def claim(self, exclude: Collection[int] = ()) -> Claim | None:
-        """Claim one queued item (lowest first) for this instance, or None."""
+    def claim(
+        self, exclude: Collection[int] = (), *, membership: Check | None = None
+    ) -> Claim | None:
+        """Claim one queued item (lowest first) for this instance, or None. The claim
+        commit also holds ``membership`` (this instance is still the member it
+        registered as), so a process whose session ended cannot claim."""
         for item in self.queued():
             if item in exclude:
                 continue
@@ -101,6 +169,7 @@ class FailoverService:
             mark = RunningMark(self._me, entry.fire_time, entry.execution_id, failover=True)
             result = self._store.commit(
                 [
+                    *([membership] if membership is not None else []),
                     Check(node.path, version=node.version),
                     Delete(node.path),
                     Create(self._paths.running(item), mark.to_bytes()),
@@ -117,3 +186,11 @@ class FailoverService:
                 )
                 return Claim(item, entry, result.revision)
         return None
+
+
+def _valid_segment(name: str) -> bool:
+    try:
+        check_path("/" + name)
+    except ConfigError:
+        return False
+    return "/" not in name

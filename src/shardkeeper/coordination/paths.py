@@ -36,10 +36,16 @@ __all__ = [
     "CONTROL",
     "INSTANCES",
     "JOBS",
+    "InstanceNode",
+    "JobNode",
     "JobPaths",
+    "ParsedNode",
+    "ShutdownNode",
+    "Unknown",
     "instance_path",
     "is_high_churn",
     "job_paths",
+    "parse",
     "parse_job_path",
     "shutdown_path",
 ]
@@ -201,3 +207,104 @@ def parse_job_path(path: str) -> tuple[str, list[str]] | None:
         return None
     segs = path[len(JOBS) + 1 :].split("/")
     return segs[0], segs[1:]
+
+
+# ---- parsing: path -> typed node ------------------------------------------------------
+#
+# The runtime, the operations API and tools read the tree through parse(): one place
+# knows the layout both ways. A name that fits no known node is an Unknown node, never
+# an exception: a stray node (an operator's typo, a newer version's node) must not crash
+# an event handler.
+
+
+@dataclass(frozen=True)
+class InstanceNode:
+    """``/instances/{instance}``."""
+
+    instance: str
+
+
+@dataclass(frozen=True)
+class ShutdownNode:
+    """``/control/shutdown/{instance}``."""
+
+    instance: str
+
+
+@dataclass(frozen=True)
+class JobNode:
+    """A node of one job's subtree: ``kind`` names it (``config``, ``member``, ``leader``,
+    ``sharding``, ``necessary``, ``running``, ``failover``, ``misfire``, ``disabled_job``,
+    ``disabled_item``, ``disabled_instance``, ``trigger``, ``once``, ``fired``, or
+    ``root`` for ``/jobs/{job}`` and ``subtree`` for a bare parent such as
+    ``/jobs/{job}/running``). ``item`` is set for per-item nodes, ``instance`` for
+    per-instance nodes, ``name`` for once markers and bare parents."""
+
+    job: str
+    kind: str
+    item: int | None = None
+    instance: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A path that is not part of the layout (or ``/``, ``/jobs``, ``/instances``)."""
+
+    path: str
+
+
+ParsedNode = InstanceNode | ShutdownNode | JobNode | Unknown
+
+_ITEM_KINDS = {"running": "running", "misfire": "misfire"}
+_INSTANCE_KINDS = {"instances": "member", "trigger": "trigger", "fired": "fired"}
+_SINGLE_KINDS = {"config", "leader", "sharding", "necessary"}
+_PARENTS = {"instances", "running", "misfire", "trigger", "fired", "once", "failover", "disabled"}
+
+
+def _item(name: str) -> int | None:
+    return int(name) if name.isdigit() and len(name) < 10 else None
+
+
+def parse(path: str) -> ParsedNode:
+    """The node ``path`` names in the layout drawn in the module docstring."""
+    segs = path.strip("/").split("/") if path.strip("/") else []
+    if len(segs) == 2 and segs[0] == INSTANCES[1:]:
+        return InstanceNode(segs[1])
+    if len(segs) == 3 and segs[:2] == ["control", "shutdown"]:
+        return ShutdownNode(segs[2])
+    if len(segs) < 2 or segs[0] != JOBS[1:]:
+        return Unknown(path)
+    job, rest = segs[1], segs[2:]
+    if not rest:
+        return JobNode(job, "root")
+    head = rest[0]
+    if len(rest) == 1:
+        if head in _SINGLE_KINDS:
+            return JobNode(job, head)
+        if head in _PARENTS:
+            return JobNode(job, "subtree", name=head)
+        return Unknown(path)
+    if len(rest) == 2:
+        if head in _ITEM_KINDS:
+            item = _item(rest[1])
+            return Unknown(path) if item is None else JobNode(job, _ITEM_KINDS[head], item=item)
+        if head in _INSTANCE_KINDS:
+            return JobNode(job, _INSTANCE_KINDS[head], instance=rest[1])
+        if head == "once":
+            return JobNode(job, "once", name=rest[1])
+        if head == "disabled" and rest[1] == "job":
+            return JobNode(job, "disabled_job")
+        if head in ("disabled", "failover"):
+            return JobNode(job, "subtree", name=f"{head}/{rest[1]}")
+        return Unknown(path)
+    if len(rest) == 3:
+        if rest[:2] == ["failover", "queue"]:
+            item = _item(rest[2])
+            return Unknown(path) if item is None else JobNode(job, "failover", item=item)
+        if rest[:2] == ["disabled", "items"]:
+            item = _item(rest[2])
+            return Unknown(path) if item is None else JobNode(job, "disabled_item", item=item)
+        if rest[:2] == ["disabled", "instances"]:
+            return JobNode(job, "disabled_instance", instance=rest[2])
+    return Unknown(path)

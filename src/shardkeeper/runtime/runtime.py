@@ -2,31 +2,39 @@
 
 Threads, whatever the number of jobs: the store's own (one session, one event
 thread, one watch on the whole namespace), the trigger scheduler's, a small
-coordinator pool for registry work at triggers and events, a bounded worker pool
-for the items, and one housekeeping thread (reconcile, failover retries). Start it
-inside a service (``with Runtime(url) as rt: ...`` or ``rt.start()`` /
-``rt.stop()``) or as a process (``shardkeeper run`` / :meth:`Runtime.run_forever`).
+coordinator pool on which every job has its own serial *lane* (runtime/pool.py),
+a lanes timer, a bounded worker pool for the items, and one housekeeping thread.
+Start it inside a service (``rt.add_job(...)`` then ``with rt: ...`` or
+``rt.start()`` / ``rt.stop()``) or as a process (``shardkeeper run`` /
+:meth:`Runtime.run_forever`).
+
+Housekeeping ticks every T/3 (T = the session timeout): it probes the store (the
+freshness clock of runtime/liveness.py; executions are fenced when it goes stale),
+re-creates the instance node if it is gone, and queues the level-triggered repair
+pass (runtime/repair.py) of the jobs due: every job whose state is suspect at once,
+the others round-robin so that each is checked at least every few seconds.
 
 Graceful stop: triggers stop, running items get ``shutdown_grace`` seconds to
 finish, then the instance leaves every job (the others reshard at their next
-trigger) and closes its session. A second SIGTERM/SIGINT stops at once; the
-items still running are then covered by failover.
+trigger) and closes its session. A second SIGTERM/SIGINT stops at once and ends the
+process even while an ``execute()`` hangs (worker threads are daemons): its running
+mark stays (persistent with failover on) and, the instance's membership being gone,
+the leader hands the item to failover.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import signal
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from types import FrameType
-from typing import Any
 
 from shardkeeper._imports import import_object
 from shardkeeper._version import __version__
@@ -39,7 +47,7 @@ from shardkeeper.coordination.paths import (
     parse_job_path,
     shutdown_path,
 )
-from shardkeeper.errors import ConfigError, JobConfigError, StoreError
+from shardkeeper.errors import ConfigError, JobConfigError, JobConflictError, StoreError
 from shardkeeper.job import JobListener, ShardedJob
 from shardkeeper.registry import open_store
 from shardkeeper.registry.base import (
@@ -49,7 +57,11 @@ from shardkeeper.registry.base import (
     WatchEvent,
 )
 from shardkeeper.registry.url import RegistrySettings
+from shardkeeper.runtime.liveness import Liveness, check_session_timeout
+from shardkeeper.runtime.pool import Lanes, WorkerPool, guarded
 from shardkeeper.runtime.runner import JobRunner
+from shardkeeper.runtime.services import JobServices
+from shardkeeper.runtime.skiplog import SkipLog
 from shardkeeper.scheduling.scheduler import TriggerScheduler
 
 __all__ = ["Runtime"]
@@ -94,12 +106,16 @@ class Runtime:
         self._stopping = False
         self._subs: list[Subscription] = []
         self._sessions = 0
-        self._workers: ThreadPoolExecutor | None = None
-        self._coordinator: ThreadPoolExecutor | None = None
+        self._workers: WorkerPool | None = None
+        self._coordinator: WorkerPool | None = None
+        self._lanes: Lanes | None = None
         self._scheduler: TriggerScheduler | None = None
         self._housekeeper: threading.Thread | None = None
         self._signals = 0
-        self._last_contact = time.monotonic()
+        self.liveness = Liveness(self.store)
+        self.skips = SkipLog()
+        self._hard = False
+        self._rr = 0  # round-robin position of the housekeeping sweep
 
     # -- jobs ---------------------------------------------------------------------
 
@@ -140,53 +156,68 @@ class Runtime:
 
     def start(self) -> Runtime:
         """Connect, register every job, arm triggers. Raises on a bad config, a job
-        conflict or an unreachable store (nothing is left running then)."""
+        conflict, a session timeout too short, or an unreachable store (nothing is
+        left running then). A job whose registration fails on a store error is
+        retried by housekeeping instead."""
         if self._started.is_set():
             return self
         if not self._specs:
             raise ConfigError("no job to run: add at least one job before start()")
-        self._workers = ThreadPoolExecutor(self._worker_threads, thread_name_prefix="sk-worker")
-        self._coordinator = ThreadPoolExecutor(
-            self._coordinator_threads, thread_name_prefix="sk-coord"
-        )
+        self._workers = WorkerPool(self._worker_threads, "sk-worker")
+        self._coordinator = WorkerPool(self._coordinator_threads, "sk-coord")
+        self._lanes = Lanes(self._coordinator)
         self._scheduler = TriggerScheduler(self._on_fire)
         try:
             self.store.start()
+            check_session_timeout(self.store.session_timeout)
+            self.liveness.contact()
             self._sessions = 1
             info = self._info()
             for name, (cfg, job, listeners) in self._specs.items():
-                self._runners[name] = JobRunner(
-                    store=self.store,
+                runner = JobRunner(
+                    services=JobServices.build(self.store, name, self.instance_id),
                     job=job,
                     config=cfg,
                     instance=info,
                     workers=self._workers,
-                    submit=self._submit,
+                    lanes=self._lanes,
                     listeners=listeners,
-                    liveness=self._session_fresh,
+                    fresh=self.liveness.fresh,
+                    session=self._session_id,
+                    on_skip=self.skips.record,
                 )
-                self._runners[name].on_config_change = self._config_changed
+                runner.on_config_change = self._config_changed
+                self._runners[name] = runner
             # One watch for the whole namespace, established before we register so
             # that no change made after our registration can be missed. The
             # high-churn subtrees are left out (see paths.is_high_churn).
             self._subs.append(self.store.watch("/", self._on_event, exclude=is_high_churn))
             self._subs.append(self.store.add_state_listener(self._on_state))
+            # Housekeeping runs from now on: registering many jobs can take longer
+            # than the session timeout, and without probes meanwhile the freshness
+            # clock would fence every execution started during start-up.
+            self._housekeeper = threading.Thread(
+                target=self._housekeeping, name="sk-housekeeping", daemon=True
+            )
+            self._housekeeper.start()
             # Triggers are armed BEFORE we join: every fire after our membership's
             # join time is one we fire (the leader relies on it when resharding).
             self._scheduler.start()
             for runner in self.runners.values():
                 self._scheduler.add_job(runner.config.name, runner.config)
-            self._register_all()
+            self._register_all(initial=True)
         except BaseException:
             self._teardown()
             raise
         self._started.set()
-        self._housekeeper = threading.Thread(
-            target=self._housekeeping, name="sk-housekeeping", daemon=True
-        )
-        self._housekeeper.start()
         log.info("instance %s started with jobs %s", self.instance_id, sorted(self._specs))
         return self
+
+    def _session_id(self) -> str:
+        try:
+            return self.store.session_id
+        except Exception:  # between sessions: no identity
+            return ""
 
     def _info(self) -> InstanceInfo:
         return InstanceInfo(
@@ -199,10 +230,26 @@ class Runtime:
             jobs=sorted(self._specs),
         )
 
-    def _register_all(self) -> None:
-        self.store.put(instance_path(self.instance_id), encode(self._info()), ephemeral=True)
+    def _register_all(self, *, initial: bool = False) -> None:
+        """Register the instance and every job. A store failure of one job leaves it
+        to the housekeeping pass and goes on with the next; at start-up a job that
+        can never run (conflict, invalid stored config) is an error."""
+        with contextlib.suppress(StoreError):
+            self._put_instance()
         for runner in self.runners.values():
-            runner.register()
+            try:
+                runner.register()
+            except (JobConflictError, JobConfigError):
+                if initial:
+                    raise
+                log.exception("%s: registration refused", runner.name)
+            except StoreError as exc:
+                log.warning(
+                    "%s: registration failed (retried by housekeeping): %s", runner.name, exc
+                )
+
+    def _put_instance(self) -> None:
+        self.store.put(instance_path(self.instance_id), encode(self._info()), ephemeral=True)
 
     def stop(self, grace: float | None = None) -> None:
         """Stop gracefully (idempotent; blocks up to the grace period + a few seconds)."""
@@ -222,7 +269,8 @@ class Runtime:
             runner.begin_stop()
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(r.running_count() for r in self.runners.values()):
-            time.sleep(0.05)  # bounded by the grace period; items report through counters
+            if self._stopped.wait(0.05):  # bounded by the grace period
+                return
         hard = any(r.running_count() for r in self.runners.values())
         if hard:
             log.warning(
@@ -247,10 +295,13 @@ class Runtime:
         self._subs.clear()
         if self._scheduler:
             self._scheduler.shutdown()
+        if self._lanes:
+            self._lanes.close()
         if self._coordinator:
-            self._coordinator.shutdown(wait=False, cancel_futures=True)
+            self._coordinator.shutdown()
         if self._workers:
-            self._workers.shutdown(wait=False, cancel_futures=True)
+            self._workers.shutdown()
+        self.skips.flush(force=True)
         self.store.close()
         self._stopped.set()
         log.info("instance %s stopped", self.instance_id)
@@ -272,7 +323,8 @@ class Runtime:
 
     def run_forever(self, *, install_signal_handlers: bool = True) -> None:
         """Start (if needed) and block until stopped. SIGTERM/SIGINT stop gracefully;
-        a second signal stops at once."""
+        a second signal stops at once (the process can then exit even while an item
+        hangs: worker threads are daemons)."""
         if install_signal_handlers:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
@@ -284,75 +336,79 @@ class Runtime:
         self._signals += 1
         hard = self._signals > 1
         log.info("signal %d: %s stop", signum, "immediate" if hard else "graceful")
-        target: Callable[[], None] = self.stop_now if hard else self.stop
         if hard:
+            self._hard = True
             for runner in self.runners.values():
                 runner.begin_stop(hard=True)
             self.shutdown_grace = 0
+            if self._stopping:
+                # the graceful stop is under way (maybe waiting on a hung item):
+                # finish it now from here; nothing else will
+                threading.Thread(target=self._finish_now, name="sk-stop", daemon=True).start()
+                return
+        target: Callable[[], None] = self.stop_now if hard else self.stop
         threading.Thread(target=target, name="sk-stop", daemon=True).start()
 
+    def _finish_now(self) -> None:
+        if self.store.state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
+            for runner in self.runners.values():
+                runner.unregister()
+            with contextlib.suppress(StoreError):
+                self.store.delete(instance_path(self.instance_id), recursive=False)
+        self._teardown()
+
     # -- plumbing -----------------------------------------------------------------
-
-    def _submit(self, fn: Callable[[], None]) -> None:
-        if self._coordinator is None or self._stopped.is_set():
-            return
-        # the pool may be shutting down while we stop: the task is then moot
-        with contextlib.suppress(RuntimeError):
-            self._coordinator.submit(self._guard, fn)
-
-    @staticmethod
-    def _guard(fn: Callable[[], Any]) -> None:
-        # A store failure or a bug in one task must never kill the instance.
-        try:
-            fn()
-        except StoreError as exc:
-            log.warning("registry operation failed (will be retried later): %s", exc)
-        except Exception:
-            log.exception("coordination task failed")
 
     def _on_fire(self, job_name: str, fire_time: datetime) -> None:
         runner = self.runners.get(job_name)
         if runner is not None:
-            self._submit(lambda: runner.on_trigger(fire_time))
+            runner.on_trigger(fire_time)
 
     def _on_event(self, event: WatchEvent) -> None:
         parsed = parse_job_path(event.path)
         if parsed is not None:
             runner = self.runners.get(parsed[0])
             if runner is not None:
-                runner.on_event(parsed[1], event)
+                runner.on_event(event)
             return
         if event.path == shutdown_path(self.instance_id) and event.value is not None:
             log.info("remote shutdown requested for %s", self.instance_id)
-            self._submit(lambda: self.store.delete(shutdown_path(self.instance_id)))
+            self._spawn(lambda: self.store.delete(shutdown_path(self.instance_id)))
             threading.Thread(target=self.stop, name="sk-stop", daemon=True).start()
         elif event.path == instance_path(self.instance_id) and event.value is None:
             if self.running and not self._stopping:
-                self._submit(self._reput_instance)
+                self._spawn(self._reput_instance)
         elif event.path == "/" or event.path == INSTANCES:
             for runner in self.runners.values():
-                runner.on_event([], event)
+                runner.request_repair()
+
+    def _spawn(self, fn: Callable[[], None]) -> None:
+        """Process-level work (not of one job) on the coordinator pool."""
+        if self._coordinator is not None and not self._stopped.is_set():
+            self._coordinator.submit(lambda: guarded(fn, "instance"))
 
     def _reput_instance(self) -> None:
         if self.store.state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
-            self.store.put(instance_path(self.instance_id), encode(self._info()), ephemeral=True)
+            self._put_instance()
 
     def _on_state(self, state: ConnectionState) -> None:
         log.info("store connection: %s", state.value)
+        if state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
+            # The server just answered with a live session. Executions of a lost
+            # session stay fenced (LOST fenced them, and fencing is sticky; a batch
+            # also remembers the session it started in).
+            self.liveness.contact()
         for runner in self.runners.values():
             runner.on_state(state)
-        if state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
-            # The server just answered with a live session. Without this, executions
-            # started under a new session (after a freeze) were fenced until the next
-            # probe: the last contact still dated from before the freeze. Executions
-            # of the lost session stay fenced (LOST fenced them, and fencing is sticky).
-            self._last_contact = time.monotonic()
         if state is ConnectionState.CONNECTED:
             self._sessions += 1
             if self._sessions > 1 and not self._stopping:
-                # ElasticJob shuts down here; we re-register and resume.
+                # ElasticJob shuts down here; we re-register and resume. Each job
+                # registers on its own lane and is retried until it succeeds.
                 log.warning("new store session: re-registering %s", self.instance_id)
-                self._submit(self._register_all)
+                self._spawn(self._reput_instance)
+                for runner in self.runners.values():
+                    runner.request_repair()
 
     def _config_changed(self, runner: JobRunner, old: JobConfig) -> None:
         new = runner.config
@@ -363,45 +419,57 @@ class Runtime:
             self._scheduler.add_job(new.name, new)
 
     def _session_fresh(self) -> bool:
-        """False when the store has not answered for a whole session timeout: the
-        session may have expired without us knowing yet (a frozen process, a long GC
-        pause), so executions must assume they are fenced off."""
-        return time.monotonic() - self._last_contact < self.store.session_timeout
-
-    def _probe(self) -> None:
-        before = time.monotonic()
-        if self.store.state not in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
-            return
-        session = self.store.session_id
-        try:
-            self.store.exists(instance_path(self.instance_id))
-        except StoreError:
-            return
-        if self.store.session_id == session:
-            self._last_contact = before
+        """Whether executions may still trust the session (runtime/liveness.py)."""
+        return self.liveness.fresh()
 
     def _housekeeping(self) -> None:
         tick = 0
-        prev = time.monotonic()
-        while not self._stopped.wait(1.0):
+        while not self._stopped.wait(self.liveness.cadence):
             tick += 1
-            now = time.monotonic()
-            if now - prev >= self.store.session_timeout:
-                # We were frozen for a session timeout: assume the worst first.
-                for runner in self.runners.values():
-                    runner.fence_all()
-                self._last_contact = min(self._last_contact, prev)
-            prev = now
-            self._probe()
+            try:
+                self._housekeeping_tick(tick)
+            except Exception:  # a tick must never end the loop
+                log.exception("housekeeping tick failed")
+
+    def _housekeeping_tick(self, tick: int) -> None:
+        if self._stopping:
+            return
+        sent = time.monotonic()
+        present: bool | None = None
+        if self.store.state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
+            session = self._session_id()
+            try:
+                present = self.store.exists(instance_path(self.instance_id))
+            except StoreError:
+                present = None
+            if present is not None and self._session_id() == session:
+                self.liveness.contact(sent)
+        if not self.liveness.fresh():
             for runner in self.runners.values():
-                if runner.reconcile_due():
-                    self._submit(runner.reconcile)
-                if runner.finish_pending():
-                    self._submit(runner.retry_finish)
-                if runner.claim_wanted():
-                    self._submit(runner.try_claim)
-                if tick % 600 == 0 and runner.election.is_leader:
-                    self._submit(runner.prune_once_markers)
+                runner.fence_all()
+        if present is False and self._started.is_set():
+            self._spawn(self._reput_instance)
+        if present is None:
+            return  # the store does not answer: repairs would only fail
+        runners = list(self.runners.values())
+        if not runners:
+            return
+        # Every job is checked at least once per sweep (3 session timeouts, at least
+        # 5 s); jobs whose state is suspect are checked at every tick.
+        sweep = max(3 * self.store.session_timeout, 5.0)
+        per_tick = max(1, math.ceil(len(runners) * self.liveness.cadence / sweep))
+        chosen = {id(r): r for r in runners if r.needs_repair()}
+        for n in range(per_tick):
+            r = runners[(self._rr + n) % len(runners)]
+            chosen[id(r)] = r
+        self._rr = (self._rr + per_tick) % len(runners)
+        for runner in chosen.values():
+            runner.request_repair()
+            if runner.leader.reconcile_due():
+                runner.submit("reconcile", runner.leader.reconcile)
+            if tick % 1800 == 0:
+                runner.submit("prune", runner.leader.prune_once_markers)
+        self.skips.flush()
 
     def next_fire_time(self, job_name: str) -> datetime | None:
         """When the job fires next on this instance (None when unknown)."""

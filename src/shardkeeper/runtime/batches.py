@@ -1,0 +1,318 @@
+"""Batches: the items one trigger (or one failover claim) runs here, from launch to
+the completion commit.
+
+Items run on the shared worker pool, at most ``max_threads`` of a batch at once.
+When the last item of a batch is done, ONE commit per fencing token deletes the
+marks of the items that ran, each only while it still carries the batch's token.
+Items that never started because the batch was fenced are handed to failover by a
+conditional commit (never left marked: a live instance must not keep a mark it will
+not clear). A commit that fails is remembered and retried by every housekeeping pass
+until it succeeds; until then those marks count as this instance's own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from shardkeeper.coordination.model import FailoverEntry
+from shardkeeper.errors import StoreError
+from shardkeeper.job import ClusterOnceListener, JobListener, ShardedJob, ShardingContext
+from shardkeeper.runtime.jobstate import JobState
+from shardkeeper.runtime.pool import WorkerPool
+from shardkeeper.runtime.services import JobServices
+
+__all__ = ["Batch", "Batches", "execution_id"]
+
+log = logging.getLogger(__name__)
+
+OK, FAILED, FENCED = "ok", "failed", "fenced"
+
+
+def execution_id(job: str, fire_time: float, item: int) -> str:
+    """Stable id of (job, fire time, item): the same for every re-run of it."""
+    return f"{job}@{round(fire_time * 1000)}#{item}"
+
+
+@dataclass
+class Batch:
+    """The items this instance runs for one trigger (or one failover claim)."""
+
+    fire_time: float
+    items: list[int]
+    #: fencing token of each item (one per commit: a large batch spans several)
+    tokens: dict[int, int]
+    execution_ids: dict[int, str]
+    contexts: dict[int, ShardingContext] = field(default_factory=dict)
+    failover: bool = False
+    misfire: bool = False
+    fenced: bool = False
+    #: the store session the batch started in: another session means it is fenced
+    session: str = ""
+    pending: deque[int] = field(default_factory=deque)
+    running: int = 0
+    outcomes: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Unfinished:
+    """Marks a failed commit left behind: cleared (ran) or handed off (never started)."""
+
+    fire_time: float
+    ran: dict[int, int]  # item -> token
+    handoff: dict[int, int]  # item -> token
+    execution_ids: dict[int, str]
+
+
+class Batches:
+    """Runs and completes the batches of one job (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        services: JobServices,
+        state: JobState,
+        job: ShardedJob,
+        workers: WorkerPool,
+        listeners: list[JobListener],
+        valid: Callable[[Batch], bool],
+        should_stop: Callable[[], bool],
+        on_idle: Callable[[], None],
+    ) -> None:
+        self._s = services
+        self._state = state
+        self._job = job
+        self._workers = workers
+        self._listeners = listeners
+        self._valid = valid
+        self._should_stop = should_stop
+        self._on_idle = on_idle
+        self._lock = threading.RLock()
+        self._batches: list[Batch] = []
+        self._unfinished: list[_Unfinished] = []
+
+    # -- inspection -------------------------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        """No batch in progress."""
+        with self._lock:
+            return not self._batches
+
+    def running_count(self) -> int:
+        """Items executing or queued to execute here."""
+        with self._lock:
+            return sum(b.running + len(b.pending) for b in self._batches)
+
+    def busy_items(self, *, include_failover: bool = True) -> set[int]:
+        """Items of batches in progress (and of marks a failed commit left)."""
+        with self._lock:
+            items = {
+                i for b in self._batches if include_failover or not b.failover for i in b.items
+            }
+            items |= {i for u in self._unfinished for i in (*u.ran, *u.handoff)}
+            return items
+
+    def owns(self, item: int, execution: str) -> bool:
+        """Whether a local batch (or a pending retry) holds ``item`` for ``execution``."""
+        with self._lock:
+            for b in self._batches:
+                if item in b.execution_ids and b.execution_ids[item] == execution:
+                    return True
+            return any(
+                u.execution_ids.get(item) == execution
+                for u in self._unfinished
+                if item in u.ran or item in u.handoff
+            )
+
+    def unfinished(self) -> bool:
+        """Whether marks of finished batches still wait to be cleared or handed off."""
+        with self._lock:
+            return bool(self._unfinished)
+
+    # -- running ------------------------------------------------------------------
+
+    def launch(self, batch: Batch, make_context: Callable[[Batch, int], ShardingContext]) -> None:
+        """Start ``batch`` (its marks are committed)."""
+        for item in batch.items:
+            batch.contexts[item] = make_context(batch, item)
+        batch.pending.extend(batch.items)
+        with self._lock:
+            self._batches.append(batch)
+        self._call_listeners("before", [batch.contexts[i] for i in batch.items], batch.fire_time)
+        limit = self._state.config.max_threads or len(batch.items)
+        with self._lock:
+            first = [batch.pending.popleft() for _ in range(min(limit, len(batch.pending)))]
+            batch.running += len(first)
+        for item in first:
+            self._submit_item(batch, item)
+
+    def _submit_item(self, batch: Batch, item: int) -> None:
+        if not self._workers.submit(lambda: self._run_item(batch, item)):
+            # the pool is shut down (hard stop): the item never starts
+            self._item_done(batch, item, FENCED)
+
+    def _run_item(self, batch: Batch, item: int) -> None:
+        ctx = batch.contexts[item]
+        outcome = OK
+        if batch.fenced or self._state.hard_stop or not self._valid(batch):
+            outcome = FENCED
+        else:
+            try:
+                self._job.run_item(ctx)
+            except BaseException as exc:  # user code: never let it kill the instance
+                outcome = FAILED
+                self._state.count("failed")
+                try:
+                    self._state.on_error(self._state.config.name, item, exc)
+                except BaseException as handler_exc:
+                    log.error(
+                        "%s: item %d failed (%s); error handler raised: %r",
+                        self._state.config.name,
+                        item,
+                        exc,
+                        handler_exc,
+                    )
+            self._state.count("executed")
+        self._item_done(batch, item, outcome)
+
+    def _item_done(self, batch: Batch, item: int, outcome: str) -> None:
+        nxt: int | None = None
+        with self._lock:
+            batch.outcomes[item] = outcome
+            batch.running -= 1
+            if batch.pending and not self._state.hard_stop:
+                nxt = batch.pending.popleft()
+                batch.running += 1
+            elif self._state.hard_stop:
+                for never in batch.pending:
+                    batch.outcomes[never] = FENCED
+                batch.pending.clear()
+            complete = batch.running == 0 and not batch.pending
+        if nxt is not None:
+            self._submit_item(batch, nxt)
+        elif complete:
+            self._complete(batch)
+
+    def fence_all(self) -> list[int]:
+        """Fence every batch in progress (ctx.is_valid() turns false for good); the
+        items not yet started will not start. Returns the items fenced now."""
+        with self._lock:
+            fresh = [b for b in self._batches if not b.fenced]
+            for b in fresh:
+                b.fenced = True
+        items = sorted(i for b in fresh for i in b.items)
+        if items:
+            self._state.count("fenced", len(items))
+            log.warning(
+                "%s: executions of items %s fenced off (session may be lost)",
+                self._state.config.name,
+                items,
+            )
+        return items
+
+    # -- completion ---------------------------------------------------------------
+
+    def _complete(self, batch: Batch) -> None:
+        monitor = self._state.config.monitor_execution
+        ran = {i: batch.tokens.get(i, 0) for i in batch.items if batch.outcomes.get(i) != FENCED}
+        never = {i: batch.tokens.get(i, 0) for i in batch.items if batch.outcomes.get(i) == FENCED}
+        entry = _Unfinished(
+            batch.fire_time,
+            {i: t for i, t in ran.items() if t} if monitor else {},
+            {i: t for i, t in never.items() if t} if monitor else {},
+            dict(batch.execution_ids),
+        )
+        try:
+            self._settle(entry)
+        except Exception as exc:  # StoreError, or a bug: the retry must not be lost
+            log.warning(
+                "%s: could not clear the marks of items %s (retried by housekeeping): %s",
+                self._state.config.name,
+                sorted({*entry.ran, *entry.handoff}),
+                exc,
+            )
+            with self._lock:
+                self._unfinished.append(entry)
+        finally:
+            with self._lock:
+                if batch in self._batches:
+                    self._batches.remove(batch)
+        try:
+            self._call_listeners("after", [batch.contexts[i] for i in batch.items], batch.fire_time)
+        finally:
+            self._on_idle()
+
+    def _settle(self, entry: _Unfinished) -> None:
+        """Clear the marks of items that ran, hand off those that never started.
+        Raises on a store failure with ``entry`` trimmed to what is left."""
+        groups: dict[int, list[int]] = {}
+        for item, token in entry.ran.items():
+            groups.setdefault(token, []).append(item)
+        for token, items in sorted(groups.items()):
+            fenced = self._s.execution.finish(sorted(items), token)
+            self._state.count("fenced", len(fenced))
+            for item in items:
+                entry.ran.pop(item, None)
+        if entry.handoff:
+            keep = self._state.config.failover
+            marks = {
+                item: (
+                    token,
+                    FailoverEntry(
+                        entry.fire_time,
+                        entry.execution_ids.get(item)
+                        or execution_id(self._state.config.name, entry.fire_time, item),
+                        self._s.instance_id,
+                    ),
+                )
+                for item, token in entry.handoff.items()
+            }
+            self._s.failover.hand_off(marks, keep=keep)
+            entry.handoff.clear()
+
+    def retry_unfinished(self) -> bool:
+        """Housekeeping: settle what failed commits left. True when something was
+        settled now (a misfire re-run or a claim may be due)."""
+        with self._lock:
+            pending = list(self._unfinished)
+        settled = False
+        for entry in pending:
+            try:
+                self._settle(entry)
+            except StoreError:
+                continue
+            with self._lock:
+                if entry in self._unfinished:
+                    self._unfinished.remove(entry)
+            settled = True
+        return settled
+
+    # -- listeners ----------------------------------------------------------------
+
+    def _call_listeners(self, when: str, contexts: list[ShardingContext], ft: float) -> None:
+        for listener in self._listeners:
+            try:
+                if when == "before":
+                    listener.before_job(contexts)
+                    if isinstance(listener, ClusterOnceListener) and self._once(ft, "before"):
+                        listener.before_all(datetime.fromtimestamp(ft, UTC))
+                else:
+                    listener.after_job(contexts)
+                    if (
+                        isinstance(listener, ClusterOnceListener)
+                        and not self._s.execution.any_running()
+                        and self._once(ft, "after")
+                    ):
+                        listener.after_all(datetime.fromtimestamp(ft, UTC))
+            except Exception:
+                log.exception("%s: listener %r failed", self._state.config.name, listener)
+
+    def _once(self, ft: float, phase: str) -> bool:
+        marker = f"{round(ft * 1000)}-{phase}"
+        node = self._s.store.create(self._s.paths.once(marker), self._s.instance_id.encode())
+        return node is not None

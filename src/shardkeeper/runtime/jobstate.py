@@ -1,0 +1,102 @@
+"""What one job's runner knows locally, shared by its parts (trigger, batches, leader,
+repair). Only flags and counters: every part re-reads the store for the truth."""
+
+from __future__ import annotations
+
+import enum
+import threading
+from dataclasses import dataclass, field
+
+from shardkeeper.config import JobConfig
+from shardkeeper.coordination.strategies import ShardingStrategy, resolve_strategy
+from shardkeeper.errorhandlers import ErrorHandler, resolve_error_handler
+from shardkeeper.registry.base import Check
+
+__all__ = ["STAT_KEYS", "JobState", "SkipReason"]
+
+STAT_KEYS = (
+    "triggers",
+    "executed",
+    "failed",
+    "skipped",
+    "misfires",
+    "failovers",
+    "fenced",
+    "reshards",
+    "repairs",
+)
+
+
+class SkipReason(enum.Enum):
+    """Why a trigger started no item here."""
+
+    NOT_REGISTERED = "not registered in the job (registration is retried)"
+    SUSPENDED = "connection to the store suspended"
+    STOPPING = "instance stopping"
+    DISABLED = "job disabled"
+    NO_ITEMS = "no items assigned to this instance"
+    RESHARD_TIMEOUT = "resharding did not finish in time"
+    RUNNING_ELSEWHERE = "items still run elsewhere"
+    BUSY = "previous items still running here (misfire off)"
+    CHANGING = "assignment kept changing"
+    MEMBERSHIP = "membership changed since registration (re-registering)"
+    STORE = "store did not answer"
+
+
+@dataclass
+class JobState:
+    """Local flags of one job on this instance (guarded by ``lock`` where noted)."""
+
+    config: JobConfig
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    registered: bool = False
+    joined: bool = False
+    #: why the last registration failed (None when it did not)
+    register_error: str | None = None
+    suspended: bool = False
+    stopping: bool = False
+    hard_stop: bool = False
+    disabled_job: bool = False
+    disabled_items: set[int] = field(default_factory=set)
+    queue_hint: set[int] = field(default_factory=set)
+    #: created_revision of our membership node: start and claim commits check it
+    member_revision: int = 0
+    #: earliest fire missed while items ran here (under ``lock``)
+    misfire_at: float | None = None
+    #: triggers and claims between their check of ``stopping`` and their batch
+    starting: int = 0
+    stats: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STAT_KEYS, 0))
+
+    def __post_init__(self) -> None:
+        self.strategy: ShardingStrategy = resolve_strategy(self.config.sharding_strategy)
+        self.on_error: ErrorHandler = resolve_error_handler(self.config.error_handler)
+
+    def set_config(self, config: JobConfig) -> None:
+        """Adopt ``config`` (strategy and error handler follow it)."""
+        self.config = config
+        self.strategy = resolve_strategy(config.sharding_strategy)
+        self.on_error = resolve_error_handler(config.error_handler)
+
+    def skip_reason(self) -> SkipReason | None:
+        """Why a trigger cannot start items now, or None when it can."""
+        if self.stopping:
+            return SkipReason.STOPPING
+        if self.suspended:
+            return SkipReason.SUSPENDED
+        if not self.registered:
+            return SkipReason.NOT_REGISTERED
+        if self.disabled_job or self.config.disabled:
+            return SkipReason.DISABLED
+        return None
+
+    def membership_check(self, path: str) -> Check | None:
+        """The commit condition "still the member we registered as" (None before the
+        first registration)."""
+        if not self.member_revision:
+            return None
+        return Check(path, created_revision=self.member_revision)
+
+    def count(self, key: str, n: int = 1) -> None:
+        """Bump a counter (tests and benchmarks read ``stats``)."""
+        with self.lock:
+            self.stats[key] = self.stats.get(key, 0) + n

@@ -1,0 +1,143 @@
+"""What the leader of a job does: take over, reconcile, requeue orphans, reshard.
+
+Every duty re-reads the store and is safe to repeat: the housekeeping pass runs
+them at its cadence whatever events were seen, so a member-left event missed by the
+leader (suspended, one failed store call) delays the requeue of that member's marks
+by one pass instead of stopping the job.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+
+from shardkeeper.runtime.jobstate import JobState
+from shardkeeper.runtime.services import JobServices
+
+__all__ = ["LeaderDuties", "ReshardStep"]
+
+log = logging.getLogger(__name__)
+
+
+class ReshardStep(enum.Enum):
+    """Where a leader's reshard at a trigger stands."""
+
+    DONE = "done"  # committed, or nothing to do (no flag, not leader)
+    WAIT = "wait"  # items still run: try again shortly (bounded by the caller)
+    POSTPONED = "postponed"  # gave up for this trigger (items ran too long)
+
+
+class LeaderDuties:
+    """The leader's repairs and resharding for one job (module docstring)."""
+
+    def __init__(self, services: JobServices, state: JobState) -> None:
+        self._s = services
+        self._state = state
+        self._last_reconcile = time.monotonic()
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this instance leads the job now."""
+        return self._s.election.is_leader
+
+    def elect(self) -> bool:
+        """Try to become leader; True when this instance just became it (then it has
+        taken over already)."""
+        if not self._state.registered or self._state.stopping:
+            return False
+        if self._s.election.try_acquire():
+            self.take_over()
+            return True
+        return False
+
+    def take_over(self) -> None:
+        """What a new leader does: repair state a dead leader may have left behind."""
+        self.requeue_orphans()
+        self.reconcile()
+
+    def requeue_orphans(self) -> list[int]:
+        """Move the marks of owners that are not live members to the failover queue
+        (or drop them without failover); conditional on each owner being absent."""
+        if not self.is_leader or not self._state.config.monitor_execution:
+            return []
+        if not self._s.execution.any_running():
+            return []
+        live = set(self._s.sharding.live_instances())
+        return self._s.failover.requeue_orphans(live, keep=self._state.config.failover)
+
+    def member_left(self, instance_id: str) -> None:
+        """A member's node went: requeue its marks, reshard at the next trigger."""
+        log.info("%s: instance %s left", self._state.config.name, instance_id)
+        self.requeue_orphans()
+        self._s.sharding.set_necessary(f"instance left: {instance_id}")
+
+    def reconcile(self) -> None:
+        """Set the reshard flag when the assignment does not fit the live enabled
+        instances (e.g. it names only dead ones, or an item has no owner)."""
+        self._last_reconcile = time.monotonic()
+        if not self.is_leader:
+            return
+        assignment, _ = self._s.sharding.read()
+        enabled = self._s.sharding.enabled_instances()
+        total = self._state.config.sharding_total_count
+        if (
+            not self._s.sharding.is_consistent(assignment, enabled, total)
+            and not self._s.sharding.is_necessary()
+        ):
+            self._s.sharding.set_necessary("reconcile: assignment does not fit live instances")
+
+    def reconcile_due(self) -> bool:
+        """Whether the periodic full reconcile should run now."""
+        interval = self._state.config.reconcile_interval
+        return interval > 0 and time.monotonic() - self._last_reconcile >= interval
+
+    def serve_reshard(self, fire: float, waited_since: float) -> ReshardStep:
+        """Reshard for the trigger at ``fire`` if the flag is set: once no item runs
+        (marks of dead owners are requeued first, so they never block it), in one
+        commit checked against leadership and the flag's version."""
+        cfg = self._state.config
+        if not self.is_leader or not self._s.sharding.is_necessary():
+            return ReshardStep.DONE
+        if cfg.monitor_execution:
+            self.requeue_orphans()
+            if self._s.execution.any_running():
+                if time.monotonic() - waited_since < cfg.execution_wait_timeout:
+                    return ReshardStep.WAIT
+                log.warning(
+                    "%s: reshard postponed: items still running after %.1fs",
+                    cfg.name,
+                    cfg.execution_wait_timeout,
+                )
+                return ReshardStep.POSTPONED
+        for _attempt in range(3):  # the flag may be set again while we compute
+            flag = self._s.store.get(self._s.paths.necessary)
+            if flag is None:
+                return ReshardStep.DONE
+            current, _ = self._s.sharding.read()
+            generation = (current.generation + 1) if current else 1
+            done = self._s.sharding.reshard(
+                self._state.strategy,
+                cfg.sharding_total_count,
+                self._s.election.leader_check(),
+                generation,
+                fire=fire,
+                previous=current,
+                flag_version=flag.version,
+            )
+            if done:
+                self._state.count("reshards")
+                return ReshardStep.DONE
+            if not self.is_leader:
+                return ReshardStep.DONE
+        return ReshardStep.DONE
+
+    def prune_once_markers(self, keep_seconds: float = 3600.0) -> None:
+        """Forget cluster-once markers older than ``keep_seconds``."""
+        if not self.is_leader:
+            return
+        cutoff = (time.time() - keep_seconds) * 1000
+        for name in self._s.store.children(self._s.paths.once_root):
+            stamp = name.split("-", 1)[0]
+            if stamp.isdigit() and int(stamp) < cutoff:
+                self._s.store.delete(self._s.paths.once(name), recursive=False)

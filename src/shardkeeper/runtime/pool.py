@@ -1,0 +1,207 @@
+"""A fixed pool of daemon threads, and per-job serial lanes on top of one.
+
+Why not ``concurrent.futures.ThreadPoolExecutor``: its threads are joined at
+interpreter exit, so one ``execute()`` that never returns kept ``shardkeeper run``
+alive after a second SIGTERM (it had already left the cluster). These threads are
+daemons: a hard stop ends the process whatever user code is doing.
+
+:class:`Lanes` serialises coordination work per job: at most one task of a job is in
+flight, tasks queued for a job run in order, and a task submitted under a key that
+is already queued is merged into it (a burst of events costs one re-read). So a slow
+job, a long bounded wait or a slow store delays only that job's own work, never
+another job's triggers, and the thread count stays fixed whatever the job count.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from shardkeeper.errors import StoreError
+
+__all__ = ["Lanes", "WorkerPool", "guarded"]
+
+log = logging.getLogger(__name__)
+
+Task = Callable[[], None]
+
+
+def guarded(fn: Task, what: str) -> None:
+    """Run ``fn``; a store failure or a bug in it is logged, never raised: coordination
+    work must not kill a thread of the fixed budget. Level-triggered repair makes a
+    failed task harmless: the next housekeeping pass finds what is still wrong."""
+    try:
+        fn()
+    except StoreError as exc:
+        log.warning("%s: registry operation failed (repaired by the next pass): %s", what, exc)
+    except Exception:
+        log.exception("%s: coordination task failed", what)
+
+
+class WorkerPool:
+    """``size`` daemon threads running submitted callables in FIFO order."""
+
+    def __init__(self, size: int, name: str) -> None:
+        self._queue: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+        self._closed = False
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"{name}-{n}", daemon=True)
+            for n in range(size)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, fn: Task) -> bool:
+        """Queue ``fn``; False (and not queued) once the pool is shut down."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._queue.put(fn)
+            return True
+
+    @property
+    def busy(self) -> int:
+        """Threads running a task now."""
+        with self._lock:
+            return self._busy
+
+    def shutdown(self) -> None:
+        """Run nothing more that is queued; running tasks finish on their own (the
+        threads are daemons, so they never hold the process up)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        # drain what has not started, then wake every thread to exit
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        for _ in self._threads:
+            self._queue.put(None)
+
+    def _loop(self) -> None:
+        while True:
+            fn = self._queue.get()
+            if fn is None:
+                return
+            with self._lock:
+                if self._closed:
+                    continue
+                self._busy += 1
+            try:
+                fn()
+            except BaseException:  # never lose a thread of the budget
+                log.exception("task failed on %s", threading.current_thread().name)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+
+
+@dataclass
+class _Lane:
+    tasks: OrderedDict[str, Task] = field(default_factory=OrderedDict)
+    active: bool = False
+
+
+class Lanes:
+    """Per-job serial execution on a shared :class:`WorkerPool` (module docstring)."""
+
+    def __init__(self, pool: WorkerPool) -> None:
+        self._pool = pool
+        self._lock = threading.Lock()
+        self._lanes: dict[str, _Lane] = {}
+        self._seq = 0
+        # delayed submissions: (due, seq, lane, key, fn), served by one timer thread
+        self._timers: list[tuple[float, int, str, str | None, Task]] = []
+        self._tick = itertools.count()
+        self._wake = threading.Condition(self._lock)
+        self._closed = False
+        self._timer = threading.Thread(target=self._timer_loop, name="sk-lanes-timer", daemon=True)
+        self._timer.start()
+
+    def submit_after(self, lane: str, key: str | None, fn: Task, delay: float) -> None:
+        """Queue ``fn`` on ``lane`` after ``delay`` seconds (no thread waits for it: a
+        bounded wait of one job re-submits itself instead of holding a pool thread)."""
+        with self._lock:
+            if self._closed:
+                return
+            heapq.heappush(
+                self._timers, (time.monotonic() + max(0.0, delay), next(self._tick), lane, key, fn)
+            )
+            self._wake.notify()
+
+    def close(self) -> None:
+        """Stop the timer; queued tasks are dropped with the pool's shutdown."""
+        with self._lock:
+            self._closed = True
+            self._timers.clear()
+            self._wake.notify()
+
+    def _timer_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._closed and (
+                    not self._timers or self._timers[0][0] > time.monotonic()
+                ):
+                    timeout = self._timers[0][0] - time.monotonic() if self._timers else None
+                    self._wake.wait(timeout)
+                if self._closed:
+                    return
+                _due, _n, lane, key, fn = heapq.heappop(self._timers)
+            self.submit(lane, key, fn)
+
+    def submit(self, lane: str, key: str | None, fn: Task) -> None:
+        """Queue ``fn`` on ``lane``. With a ``key`` already queued (not yet running) on
+        that lane, the newer task replaces the queued one in its place: the work is
+        level-triggered, so running it once with the newest state is enough."""
+        with self._lock:
+            state = self._lanes.setdefault(lane, _Lane())
+            if key is None:
+                self._seq += 1
+                key = f"#{self._seq}"
+            state.tasks[key] = fn
+            if state.active:
+                return
+            state.active = True
+        if not self._pool.submit(lambda: self._drain(lane)):
+            with self._lock:
+                state.active = False
+                state.tasks.clear()
+
+    def pending(self, lane: str) -> int:
+        """Tasks queued (not running) on ``lane``."""
+        with self._lock:
+            state = self._lanes.get(lane)
+            return len(state.tasks) if state else 0
+
+    def _drain(self, lane: str) -> None:
+        # One task per pool slot, then hand the lane back to the pool: a lane with
+        # a long queue must not starve the other lanes of the shared threads.
+        with self._lock:
+            state = self._lanes[lane]
+            if not state.tasks:
+                state.active = False
+                return
+            _key, fn = state.tasks.popitem(last=False)
+        try:
+            guarded(fn, lane)
+        finally:
+            with self._lock:
+                more = bool(state.tasks)
+                if not more:
+                    state.active = False
+            if more and not self._pool.submit(lambda: self._drain(lane)):
+                with self._lock:
+                    state.active = False
+                    state.tasks.clear()

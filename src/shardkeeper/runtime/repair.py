@@ -1,0 +1,125 @@
+"""The level-triggered housekeeping pass of one job.
+
+Each pass re-derives from a fresh read what must be true and repairs it; events only
+make the next pass come sooner (docs/architecture.md, "Self-repair"):
+
+1. registered in the job? (retried at every pass until it succeeds; one job's
+   failure never holds up another's)
+2. still the member we registered as? (our membership node exists and is the one we
+   created; if not, our executions are fenced and we register again)
+3. a leader exists? If the node is missing, elect; if it names us, act as leader; if
+   it names another, do not;
+4. as leader: marks of owners that are not live are requeued (conditionally on the
+   owner being absent), and the assignment is reconciled with the live members;
+5. marks naming us that no local execution owns (a start commit whose reply was lost,
+   an earlier session) are handed to failover (or cleared without failover);
+6. marks that a failed completion commit left are cleared;
+7. the switches and the config are re-read (a lost event must not keep a stale view);
+8. an orphaned item waits in the failover queue and we are idle: claim it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from shardkeeper.coordination.model import RunningMark
+from shardkeeper.errors import StoreError
+from shardkeeper.runtime.batches import Batches
+from shardkeeper.runtime.jobstate import JobState
+from shardkeeper.runtime.leader import LeaderDuties
+from shardkeeper.runtime.services import JobServices
+
+__all__ = ["RepairHooks", "RepairPass"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RepairHooks:
+    """What the pass asks of the runner."""
+
+    register: Callable[[], None]
+    reload: Callable[[], None]
+    claim: Callable[[], None]
+    on_idle: Callable[[], None]
+    fence: Callable[[str], None]
+
+
+class RepairPass:
+    """One job's housekeeping pass (module docstring)."""
+
+    def __init__(
+        self,
+        services: JobServices,
+        state: JobState,
+        leader: LeaderDuties,
+        batches: Batches,
+        hooks: RepairHooks,
+    ) -> None:
+        self._s = services
+        self._state = state
+        self._leader = leader
+        self._batches = batches
+        self._hooks = hooks
+        self.passes = 0
+
+    def run(self) -> list[str]:
+        """One pass; returns what it repaired (for logs and tests)."""
+        self.passes += 1
+        done: list[str] = []
+        st = self._state
+        if st.stopping:
+            return done
+        if st.suspended:
+            return done
+        if not st.registered:
+            self._hooks.register()
+            done.append("registered")
+        else:
+            member = self._s.store.get(self._s.paths.instance(self._s.instance_id))
+            if member is None or member.created_revision != st.member_revision:
+                self._hooks.fence("membership node gone or replaced")
+                st.registered = False
+                self._hooks.register()
+                done.append("re-registered")
+        leader = self._s.store.get(self._s.paths.leader)
+        holder = leader.value.decode(errors="replace") if leader is not None else None
+        if holder is None or (holder == self._s.instance_id) != self._leader.is_leader:
+            if holder is None or holder == self._s.instance_id:
+                if self._leader.elect():
+                    done.append("took leadership")
+                elif holder == self._s.instance_id and self._s.election.sync(holder):
+                    self._leader.take_over()
+                    done.append("resumed leadership")
+            else:
+                self._s.election.sync(holder)
+        if self._leader.is_leader:
+            if self._leader.requeue_orphans():
+                done.append("requeued orphans")
+            self._leader.reconcile()
+        if st.config.monitor_execution and self._s.execution.any_running():
+            moved = self._s.failover.requeue_own(self._known, keep=st.config.failover)
+            if moved:
+                done.append(f"handed off own stray marks {moved}")
+        if self._batches.unfinished():
+            try:
+                if self._batches.retry_unfinished():
+                    done.append("cleared marks of a failed completion")
+                    self._hooks.on_idle()
+            except StoreError:
+                pass
+        self._hooks.reload()
+        if st.config.failover and self._batches.idle and st.skip_reason() is None:
+            queued = self._s.failover.queued()
+            st.queue_hint = set(queued)
+            if queued:
+                self._hooks.claim()
+        if done:
+            st.count("repairs")
+            log.info("%s: housekeeping: %s", st.config.name, "; ".join(done))
+        return done
+
+    def _known(self, item: int, mark: RunningMark) -> bool:
+        return self._batches.owns(item, mark.execution_id)

@@ -1,0 +1,241 @@
+"""One fire of one job on this instance: items launched, a typed skip, or "wait".
+
+The flow (docs/concepts.md):
+
+1. a fire that finds this instance's previous items still running is a misfire: the
+   items are marked and run once more when that batch ends;
+2. the leader reshards if the flag is set (once no item runs);
+3. the instance reads the assignment and marks its enabled items running in one
+   commit that checks its own membership, that no reshard is pending and that the
+   assignment is the one it read;
+4. the batch is launched (runtime/batches.py).
+
+:meth:`TriggerFlow.step` never blocks: where the old flow waited (for a reshard, for
+the leader's running items) it returns :class:`Wait`, and the runner re-submits the
+fire on its job's lane after the delay. So no pool thread is held by a waiting job,
+and every wait is bounded by the fire's deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from shardkeeper.runtime.batches import Batch, execution_id
+from shardkeeper.runtime.jobstate import JobState, SkipReason
+from shardkeeper.runtime.leader import LeaderDuties, ReshardStep
+from shardkeeper.runtime.services import JobServices
+
+__all__ = ["Fire", "Launched", "Skipped", "StepResult", "TriggerFlow", "Wait", "fmt_fire"]
+
+log = logging.getLogger(__name__)
+
+#: how often a waiting fire looks again (events wake it sooner through the lane)
+POLL = 0.05
+#: retries of the decision when the store moved under it (assignment changed, ...)
+MAX_RETRIES = 6
+
+
+@dataclass
+class Fire:
+    """A fire in progress on this instance."""
+
+    fire_time: float
+    misfire: bool = False
+    #: monotonic deadline of the whole fire (sharding_wait_timeout after it began)
+    deadline: float = 0.0
+    #: when the leader started waiting for running items before resharding (0: not yet)
+    reshard_wait_since: float = 0.0
+    retries: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class Launched:
+    """Items marked and handed to the batch runner."""
+
+    items: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """No item started; ``reason`` says why (``items`` it concerned, if any)."""
+
+    reason: SkipReason
+    items: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Look again after ``delay`` seconds (bounded by the fire's deadline)."""
+
+    delay: float
+    why: str
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """The items are held by an earlier batch here: recorded as a misfire."""
+
+    items: tuple[int, ...]
+
+
+StepResult = Launched | Skipped | Wait | Deferred
+
+
+class TriggerFlow:
+    """Decides and commits one fire at a time for one job (module docstring)."""
+
+    def __init__(
+        self,
+        services: JobServices,
+        state: JobState,
+        leader: LeaderDuties,
+        *,
+        local_items: Callable[[], set[int]],
+        launch: Callable[[Batch], None],
+        session: Callable[[], str],
+    ) -> None:
+        self._s = services
+        self._state = state
+        self._leader = leader
+        self._local_items = local_items
+        self._launch = launch
+        self._session = session
+
+    def step(self, fire: Fire) -> StepResult:
+        """One non-blocking attempt at ``fire`` (see module docstring)."""
+        cfg = self._state.config
+        if not fire.deadline:
+            fire.deadline = time.monotonic() + cfg.sharding_wait_timeout
+        reason = self._state.skip_reason()
+        if reason is not None:
+            return Skipped(reason)
+        ft = fire.fire_time
+        if self._leader.is_leader:
+            if not fire.reshard_wait_since:
+                fire.reshard_wait_since = time.monotonic()
+            step = self._leader.serve_reshard(ft, fire.reshard_wait_since)
+            if step is ReshardStep.WAIT:
+                return Wait(POLL * 2, "leader waits for running items before resharding")
+        assignment, version = self._s.sharding.read()
+        if assignment is None or assignment.total != cfg.sharding_total_count:
+            if self._leader.is_leader:
+                self._s.sharding.set_necessary("no assignment for the current count")
+                return self._retry(fire, "no assignment yet")
+            return self._wait_reshard(fire)
+        items = [
+            i
+            for i in assignment.items_of(self._s.instance_id, ft)
+            if i not in self._state.disabled_items and i < cfg.sharding_total_count
+        ]
+        if not items:
+            # An instance without items in the old assignment must still wait for a
+            # pending reshard: the new assignment may give it items for this fire.
+            if not self._leader.is_leader and self._s.sharding.is_necessary():
+                return self._wait_reshard(fire)
+            # The flag may have been cleared by a reshard committed between our read
+            # and the check (a joiner's first trigger): read again then.
+            if self._s.sharding.read()[1] != version:
+                return self._retry(fire, "assignment changed")
+            return Skipped(SkipReason.NO_ITEMS)
+        held = self._local_items() & set(items)
+        if held:
+            return Deferred(tuple(sorted(held)))
+        return self._start(fire, items, version)
+
+    def _start(self, fire: Fire, items: list[int], version: int) -> StepResult:
+        cfg = self._state.config
+        ft = fire.fire_time
+        ids = {i: execution_id(cfg.name, ft, i) for i in items}
+        membership = self._state.membership_check(self._s.paths.instance(self._s.instance_id))
+        session = self._session()
+        result = self._s.execution.start(
+            items,
+            fire_time=ft,
+            execution_ids=ids,
+            assignment_version=version,
+            persistent=cfg.failover,
+            monitor=cfg.monitor_execution,
+            membership=membership,
+        )
+        if result.marked:
+            if fire.misfire:
+                self._s.execution.clear_misfire(list(result.marked))
+            batch = Batch(
+                fire_time=ft,
+                items=list(result.marked),
+                tokens=dict(result.tokens),
+                execution_ids={i: ids[i] for i in result.marked},
+                misfire=fire.misfire,
+                session=session,
+            )
+            self._launch(batch)
+            return Launched(tuple(result.marked))
+        if result.reason == "reshard":
+            return self._wait_reshard(fire)
+        if result.reason == "membership":
+            self._state.registered = False
+            return Skipped(SkipReason.MEMBERSHIP)
+        if result.reason in ("assignment", "unknown"):
+            return self._retry(fire, f"start commit: {result.reason}")
+        # "running": some item is marked already
+        held = self._local_items() & set(items)
+        if held:
+            return Deferred(tuple(sorted(held)))
+        # Marks of this very fire written by an earlier attempt whose reply was lost
+        # are ours: adopt them instead of calling them "running elsewhere".
+        adopted = self._s.execution.read_back(items, ids) if cfg.monitor_execution else {}
+        if adopted:
+            batch = Batch(
+                fire_time=ft,
+                items=sorted(adopted),
+                tokens=adopted,
+                execution_ids={i: ids[i] for i in adopted},
+                misfire=fire.misfire,
+                session=session,
+            )
+            self._launch(batch)
+            rest = [i for i in items if i not in adopted]
+            if rest:
+                self._start(fire, rest, version)
+            return Launched(tuple(sorted(adopted)))
+        elsewhere = set(self._s.execution.running_items())
+        left = [i for i in items if i not in elsewhere]
+        if not left:
+            return Skipped(SkipReason.RUNNING_ELSEWHERE, tuple(items))
+        if left == items:
+            return self._retry(fire, "marks changed")
+        return self._start(fire, left, version)
+
+    def _wait_reshard(self, fire: Fire) -> StepResult:
+        if time.monotonic() >= fire.deadline:
+            log.warning(
+                "%s: trigger at %s skipped: resharding did not finish within %.1fs (leader: %s)",
+                self._state.config.name,
+                fmt_fire(fire.fire_time),
+                self._state.config.sharding_wait_timeout,
+                self._s.election.current_leader(),
+            )
+            return Skipped(SkipReason.RESHARD_TIMEOUT)
+        return Wait(POLL, "waiting for the leader to reshard")
+
+    def _retry(self, fire: Fire, why: str) -> StepResult:
+        fire.retries += 1
+        if fire.retries > MAX_RETRIES or time.monotonic() >= fire.deadline:
+            log.warning(
+                "%s: trigger at %s skipped: %s",
+                self._state.config.name,
+                fmt_fire(fire.fire_time),
+                why,
+            )
+            return Skipped(SkipReason.CHANGING)
+        return Wait(0.0 if fire.retries < 3 else POLL, why)
+
+
+def fmt_fire(ft: float) -> str:
+    """A fire time for log lines."""
+    return datetime.fromtimestamp(ft, UTC).isoformat(timespec="milliseconds")
