@@ -1,77 +1,98 @@
-"""History checker for the chaos runs: no lost work, no overlap, no stuck state.
+"""History checker for the chaos runs: no lost work, no unfenced overlap, no stuck state.
 
 Inputs (all written by the chaos driver into one directory, see :func:`load_history`):
 
 * ``exec-*.jsonl``: one file per worker process (tests/jobs/worker.py). Each execution
   appends a ``start`` record and, if the process lives long enough, an ``end`` record
-  (with ``valid`` = what ``ctx.is_valid()`` said at the end). Records carry instance,
-  item, fire time, fencing token, execution id, failover and misfire flags.
+  with ``valid`` (what ``ctx.is_valid()`` said at the end), ``valid_through`` (the
+  time just before the last check of ``ctx.is_valid()`` that said true; the worker
+  checks it every 50 ms while it works) and ``invalid_at`` (the first check that said
+  false). Records carry instance, item, fire time, fencing token, execution id,
+  failover and misfire flags. The worker also appends ``state`` records (every
+  connection-state change of its store, with its time) and an ``exit`` record when its
+  runtime stopped (by itself or asked to).
 * ``events.jsonl``: the driver's log, one JSON object per line with ``t`` (wall clock,
-  the same clock the workers use) and ``kind``:
-  ``up`` (instance, pid: READY), ``kill`` (kill -9), ``freeze`` / ``thaw`` (SIGSTOP /
-  SIGCONT), ``term`` (graceful stop asked), ``down`` (the process is gone),
-  ``store_kill`` / ``store_up`` (member index), ``quiet`` (faults are over and every
-  instance and member is back), ``stop`` (the driver stops the cluster).
+  the same clock the workers use) and ``kind``: ``up`` (instance READY), ``kill``
+  (kill -9), ``freeze`` / ``thaw`` (SIGSTOP / SIGCONT), ``partition`` / ``heal``
+  (the instance's network namespace cut off / reconnected), ``slow`` / ``fast`` (its
+  link through the slow proxy on / off), ``term`` (graceful stop asked), ``down`` (the
+  process is gone), ``self_exit`` (the driver found the process gone without having
+  stopped it), ``store_kill`` / ``store_up`` and ``store_isolate`` / ``store_rejoin``
+  (member index; ``leader`` says whether it led), ``store_leader`` (a leader is
+  serving again after a leader's loss), ``quiet`` (faults are over and every instance
+  and member is back), ``stop`` (the driver stops the cluster).
 * ``snapshots.jsonl``: registry reads taken during the quiet period: the assignment
   (owner of each item), the job's registered instances, running marks
   (item -> instance) and failover-queue entries (item -> instance it came from).
 
-Definitions (``st`` = session timeout, ``P`` = trigger period, ``PRE`` and ``SLACK``
-are :class:`Params` fields, printed in the report):
+Definitions (``st`` = session timeout, ``P`` = trigger period; ``PRE``, ``SLACK``,
+``WAIT`` (the sharding wait timeout) and ``OP`` (the operation timeout) are
+:class:`Params` fields, printed in the report):
 
-* Fire times are ``k * P`` (interval triggers are anchored at the epoch). The
-  checked fire times are those in ``[first up + st + P, stop - PRE]``; the items are
-  ``0..count-1``.
+* Fire times are ``k * P``. The checked fire times are those in ``[first up + st + P,
+  stop - PRE]``; the items are ``0..count-1``.
 * An execution "ran" when it has an ``end`` record; it is "valid" when that record
   says ``valid=true``. An execution without an ``end`` record was interrupted; its
   interval ends when its process went ``down``.
 * Owner of item ``i`` at time ``t``: the instance of the latest non-failover
-  execution of ``i`` that started before ``t`` (the assignment is only observable
-  through what instances run; failover runs do not move ownership).
-* Fault windows. A fault of instance X at ``f`` (kill, freeze or graceful stop) makes
-  the fire times in ``[f - PRE, f + recover]`` unhealthy for every item owned by X at
-  ``f``: ``recover`` is ``st + P + SLACK`` for kill and freeze (the store notices the
-  death after one session timeout, the leader reshards at the next trigger), and
-  ``(down - f) + P + SLACK`` for a graceful stop (the instance leaves once its items
-  finished; the others reshard at the next trigger). ``PRE`` covers a trigger that
-  fired just before the fault but whose items the owner had not yet marked running:
-  nobody else knows such a fire happened. While an item stays orphaned (no run of it
-  with a later fire has started), any further fault (of the leader, say) extends its
-  window by that fault's ``recover``. A store member kill makes ``[f - PRE, f + st +
-  P + SLACK]`` unhealthy for every item (clients of that member are SUSPENDED and do
-  not start items until they reconnect; a leader election leaves the store without
-  quorum; a request caught in it ends at the operation timeout, which the driver
-  keeps at the session timeout). A fire time with no instance up and unfrozen is
-  unhealthy for all items.
-  A fire time at which an earlier fire of the item had not finished (its run was
-  executing, or its trigger was still waiting, e.g. for a reshard held up by a dead
-  instance's running marks, so the run started after ``t``) is coalesced by the
-  misfire rule (the item runs once more, not once per missed fire; an item running
-  elsewhere is skipped): excused and counted.
+  execution of ``i`` that started before ``t``.
+* Disconnected: an instance's store is disconnected from a ``suspended`` or ``lost``
+  state record until the next ``connected``/``reconnected`` one (measured by the
+  instance itself).
 
-Assertions:
+Excuses, each counted by reason and in total (the report prints the excused fraction
+of the run's (fire, item) pairs). Only what the evidence supports is excused:
 
-1. no lost work: every (fire, item) at a healthy fire time has a valid run; and every
-   (fire, item) that ever started (even in an unhealthy window) has a valid run
-   somewhere, because a started execution leaves a running mark that failover must
-   pick up. A run that ended with ``valid=false`` on an instance that was never
-   frozen while it ran (fenced because the store was silent, session kept) is
-   accepted only inside a store-fault window; it is counted as "fenced, no takeover".
-2. no overlap: no two executions of one item overlap in time unless one of them ended
-   with ``valid=false`` (a zombie whose session was lost: it was told so); those are
-   counted and listed. Fencing tokens of non-overlapping executions of an item grow
-   in start order.
-3. no stuck state: after ``quiet``, within ``st + 2 P + SLACK`` a snapshot shows every
-   item owned by a live instance, the registered instances equal the live ones, and
-   no running mark or failover-queue entry names a dead instance; every later
-   snapshot too.
-4. failover latency per kill -9 (reported, not asserted): for each execution the
-   victim had started and not ended, the time from the kill to the first start of
-   the same (fire, item) on another instance. Same for freezes (takeover latency).
+* Instance fault windows. A kill, freeze or partition of instance X at ``f`` makes
+  the fire times in ``[f - PRE, f + st + P + SLACK]`` unhealthy for every item owned
+  by X at ``f`` (the store notices the death after one session timeout, the leader
+  reshards at the next trigger); a graceful stop ``[f - PRE, down + P + SLACK]``.
+  While the item stays orphaned, further faults extend the window. A heal, a thaw or
+  a restart excuses nothing: rejoining must not lose fires.
+* Store faults, narrowed to the evidence: (a) the owner's store was disconnected at
+  the fire, or became disconnected within ``OP`` after it (its start commit was in
+  flight when the member died or lost its peers); (b) while the store had no leader:
+  from a leader's kill or isolation to the ``store_leader`` event (measured by the
+  driver), plus ``PRE`` on both sides. A follower's loss excuses only (a).
+* No instance up, unfrozen and not partitioned at the fire: all items.
+* Coalesced: at the fire, an earlier fire of the item was demonstrably executing (a
+  run with an earlier fire time covers the fire time), or its trigger was waiting (a
+  normal or misfire run of an earlier fire started after the fire time, within
+  ``WAIT + P + SLACK`` of its fire time). A late failover run is not evidence: the
+  fires between an orphaned fire and its failover run had nothing running.
+
+Findings (each one fails the run):
+
+1. Lost work: a (fire, item) at a checked fire time without a valid run and without
+   an excuse; a (fire, item) that started somewhere and never ended validly (a
+   fenced run without takeover is accepted, counted and listed only when its
+   instance's store was disconnected during the run).
+2. Unfenced overlaps: two executions of one item overlap in time and both sides said
+   ``ctx.is_valid()`` true during the overlap (checked against ``valid_through``):
+   a partitioned or frozen instance must see the flag turn false before another
+   instance starts its item. Overlaps in which one side had already seen false are
+   fenced zombies: counted and listed as explained.
+3. Fencing tokens of non-overlapping valid executions of an item grow in start order.
+4. Unexplained duplicates: a (fire, item) with two valid runs where the later one is
+   not a failover re-run after a fault of the earlier run's instance (kill, freeze,
+   partition, graceful stop, its store disconnected, or a store member fault) between
+   the two starts. Explained duplicates are counted and listed.
+5. Stuck state after quiet: from ``3 st + 2 P + SLACK`` after ``quiet`` (long enough
+   for session expiry, a failover pass and a repair), every snapshot must show every
+   item owned by a live instance, registered instances equal to the live ones, no
+   running mark or failover-queue entry naming a dead instance, and no phantom mark:
+   a running mark naming a live instance that has no execution of that item in
+   progress (within ``SLACK``).
+6. Self-shutdowns: an instance that stopped without the driver asking.
+
+Reported: failover latency per kill -9 (time from the kill to the first start of an
+orphaned (fire, item) on another instance), takeover latency after freezes and after
+partitions (p50/p95/max).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import defaultdict
@@ -92,8 +113,13 @@ __all__ = [
     "percentile",
 ]
 
-INSTANCE_FAULTS = ("kill", "freeze", "term")
-STORE_FAULTS = ("store_kill",)
+INSTANCE_FAULTS = ("kill", "freeze", "term", "partition")
+STORE_FAULTS = ("store_kill", "store_isolate")
+#: events after which an instance is not healthy until it is back
+UNHEALTHY = ("kill", "freeze", "term", "down", "partition", "self_exit")
+#: events after which it is healthy again
+HEALTHY = ("up", "thaw", "heal")
+DISCONNECTED = ("suspended", "lost")
 
 
 @dataclass(frozen=True)
@@ -107,11 +133,20 @@ class Params:
     pre: float = 0.5
     #: scheduling slack on a loaded machine (event delivery, JVM/etcd pauses)
     slack: float = 1.0
+    #: the job's sharding_wait_timeout: how long a trigger may wait for a reshard
+    wait_timeout: float = 5.0
+    #: the registry's operation timeout: how long a commit may stay in flight
+    operation_timeout: float = 2.0
 
     @property
     def crash_recover(self) -> float:
-        """Seconds after a kill/freeze/store fault until its items must run again."""
+        """Seconds after a kill/freeze/partition until its items must run again."""
         return self.session_timeout + self.period + self.slack
+
+    @property
+    def quiet_deadline(self) -> float:
+        """Seconds after quiet from which the registry must be clean."""
+        return 3 * self.session_timeout + 2 * self.period + self.slack
 
 
 @dataclass
@@ -130,19 +165,34 @@ class Execution:
     valid: bool | None = None
     #: end of the interval used for overlap checks (end, or when the process died)
     until: float = math.inf
+    #: time just before the last ctx.is_valid() check that said true (None: unknown)
+    valid_through: float | None = None
+    #: time of the first ctx.is_valid() check that said false (None: never)
+    invalid_at: float | None = None
 
     @property
     def key(self) -> tuple[float, int]:
         """(fire time rounded to ms, item)."""
         return (round(self.fire, 3), self.item)
 
+    @property
+    def believed_valid_until(self) -> float:
+        """Until when the execution believed it was valid (and could act on it)."""
+        if self.valid_through is not None:
+            return self.valid_through
+        if self.end is None:
+            return self.until  # interrupted: it could act until it died
+        # a record without the periodic checks: its only check was at the end
+        return self.end if self.valid else -math.inf
+
     def describe(self) -> str:
         """One line for the report."""
         end = f"{self.end:.3f}" if self.end is not None else f"(died {self.until:.3f})"
         kind = "failover" if self.failover else "misfire" if self.misfire else "normal"
+        fenced = f" invalid_at {self.invalid_at:.3f}" if self.invalid_at is not None else ""
         return (
             f"item {self.item} fire {self.fire:.3f} on {self.instance} [{kind}] "
-            f"{self.start:.3f}..{end} token {self.token} valid={self.valid}"
+            f"{self.start:.3f}..{end} token {self.token} valid={self.valid}{fenced}"
         )
 
 
@@ -176,6 +226,10 @@ class History:
     executions: list[Execution]
     events: list[Event]
     snapshots: list[Snapshot] = field(default_factory=list)
+    #: per instance: (time, state) of every connection-state change of its store
+    states: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
+    #: (instance, time) of every runtime stop the workers recorded
+    exits: list[tuple[str, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -188,17 +242,35 @@ class Report:
     zombie_overlaps: list[str] = field(default_factory=list)
     token_order: list[str] = field(default_factory=list)
     stuck: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+    explained_duplicates: list[str] = field(default_factory=list)
+    self_shutdowns: list[str] = field(default_factory=list)
     fenced_no_takeover: list[str] = field(default_factory=list)
     failover_latency: list[float] = field(default_factory=list)
     takeover_latency: list[float] = field(default_factory=list)
+    partition_latency: list[float] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
     excused: dict[str, int] = field(default_factory=dict)
     faults: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """No lost work, no unexcused overlap, no token disorder, no stuck state."""
-        return not (self.lost or self.overlaps or self.token_order or self.stuck)
+        """No lost work, no unfenced overlap, no token disorder, no unexplained
+        duplicate, no stuck state, no self-shutdown."""
+        return not (
+            self.lost
+            or self.overlaps
+            or self.token_order
+            or self.stuck
+            or self.duplicates
+            or self.self_shutdowns
+        )
+
+    @property
+    def excused_fraction(self) -> float:
+        """Excused (fire, item) pairs over all checked pairs."""
+        pairs = int(self.stats.get("pairs", 0))
+        return sum(self.excused.values()) / pairs if pairs else 0.0
 
     def render(self, limit: int = 25) -> str:
         """A readable multi-line report."""
@@ -207,32 +279,43 @@ class Report:
         lines = [
             "== chaos history check ==",
             f"params: items={p.count} period={p.period:g}s session_timeout="
-            f"{p.session_timeout:g}s pre={p.pre:g}s slack={p.slack:g}s",
+            f"{p.session_timeout:g}s pre={p.pre:g}s slack={p.slack:g}s "
+            f"wait={p.wait_timeout:g}s op={p.operation_timeout:g}s",
             f"fire times checked: {s.get('fires', 0)} ({s.get('first_fire', 0):.0f}.."
             f"{s.get('last_fire', 0):.0f}); (fire, item) pairs: {s.get('pairs', 0)}, "
             f"with a valid run: {s.get('covered', 0)}",
+            f"SUMMARY pairs={s.get('pairs', 0)} lost={len(self.lost)} "
+            f"duplicated={s.get('duplicates', 0)} (unexplained {len(self.duplicates)}) "
+            f"overlaps: unfenced={len(self.overlaps)} fenced-zombie="
+            f"{len(self.zombie_overlaps)} stuck-after-quiet={len(self.stuck)} "
+            f"self-shutdowns={len(self.self_shutdowns)} "
+            f"excused={100 * self.excused_fraction:.1f}% of pairs",
             f"executions: {s.get('executions', 0)} started, {s.get('ended', 0)} ended "
             f"({s.get('normal', 0)} normal, {s.get('failover', 0)} failover, "
             f"{s.get('misfire', 0)} misfire), {s.get('interrupted', 0)} interrupted by "
-            f"kill -9, {s.get('invalid', 0)} ended with valid=false; "
-            f"duplicated (fire, item): {s.get('duplicates', 0)}",
+            f"kill -9, {s.get('invalid', 0)} ended with valid=false",
             "faults: " + (", ".join(f"{k}={v}" for k, v in s.get("fault_counts", {}).items())),
-            "excused (fire, item) pairs: "
+            f"excused (fire, item) pairs: {sum(self.excused.values())} of "
+            f"{s.get('pairs', 0)} ({100 * self.excused_fraction:.1f}%): "
             + (", ".join(f"{k}={v}" for k, v in sorted(self.excused.items())) or "none"),
             _latency_line("failover latency after kill -9", self.failover_latency),
             _latency_line("takeover latency after freeze", self.takeover_latency),
-            f"overlaps excused (zombie, valid=false): {len(self.zombie_overlaps)}",
-            f"fenced without takeover (inside store-fault windows): {len(self.fenced_no_takeover)}",
+            _latency_line("takeover latency after partition", self.partition_latency),
+            f"fenced without takeover (store disconnected during the run): "
+            f"{len(self.fenced_no_takeover)}",
         ]
         if s.get("stuck_clean_after") is not None:
             lines.append(f"registry clean {s['stuck_clean_after']:.2f}s after quiet")
         sections = [
             ("LOST WORK", self.lost),
-            ("OVERLAPS", self.overlaps),
+            ("UNFENCED OVERLAPS (both sides valid)", self.overlaps),
             ("FENCING TOKEN ORDER", self.token_order),
+            ("UNEXPLAINED DUPLICATES", self.duplicates),
             ("STUCK STATE", self.stuck),
-            ("zombie overlaps (excused)", self.zombie_overlaps),
-            ("fenced without takeover (excused)", self.fenced_no_takeover),
+            ("SELF-SHUTDOWNS", self.self_shutdowns),
+            ("fenced-zombie overlaps (explained)", self.zombie_overlaps),
+            ("duplicates (explained)", self.explained_duplicates),
+            ("fenced without takeover (explained)", self.fenced_no_takeover),
             ("fault timeline", self.faults),
         ]
         for title, items in sections:
@@ -311,7 +394,27 @@ def load_history(workdir: Path, params: Params) -> History:
                     queued={int(k): str(v) for k, v in rec.get("queued", {}).items()},
                 )
             )
-    return History(params, executions_from_records(records, events), events, snapshots)
+    states: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    exits: list[tuple[str, float]] = []
+    for rec in records:
+        if rec.get("phase") == "state":
+            states[str(rec["instance"])].append((float(rec["t"]), str(rec["state"])))
+        elif rec.get("phase") == "exit":
+            exits.append((str(rec["instance"]), float(rec["t"])))
+    for seq in states.values():
+        seq.sort()
+    return History(
+        params,
+        executions_from_records(records, events),
+        events,
+        snapshots,
+        states=dict(states),
+        exits=exits,
+    )
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def executions_from_records(
@@ -339,9 +442,9 @@ def executions_from_records(
             ends.append(rec)
     for rec in ends:
         k = (str(rec["instance"]), str(rec.get("execution_id", "")), float(rec["start"]))
-        ex = out.get(k)
-        if ex is None:  # the start line was torn: rebuild from the end record
-            ex = Execution(
+        found = out.get(k)
+        if found is None:  # the start line was torn: rebuild from the end record
+            found = Execution(
                 instance=k[0],
                 item=int(rec["item"]),
                 fire=float(rec["fire"]),
@@ -351,9 +454,11 @@ def executions_from_records(
                 misfire=bool(rec.get("misfire", False)),
                 start=k[2],
             )
-            out[k] = ex
-        ex.end = float(rec["end"])
-        ex.valid = bool(rec.get("valid", True))
+            out[k] = found
+        found.end = float(rec["end"])
+        found.valid = bool(rec.get("valid", True))
+        found.valid_through = _opt_float(rec.get("valid_through"))
+        found.invalid_at = _opt_float(rec.get("invalid_at"))
     for ex in out.values():
         ex.until = ex.end if ex.end is not None else down.get(ex.instance, math.inf)
     return sorted(out.values(), key=lambda e: (e.start, e.instance))
@@ -390,7 +495,7 @@ def check(history: History) -> Report:
     report.faults = [_describe_event(ev) for ev in events if ev.kind not in ("up",)]
     counts: dict[str, int] = defaultdict(int)
     for ev in events:
-        if ev.kind in (*INSTANCE_FAULTS, *STORE_FAULTS):
+        if ev.kind in (*INSTANCE_FAULTS, *STORE_FAULTS, "slow", "self_exit"):
             counts[ev.kind] += 1
     report.stats["fault_counts"] = dict(counts)
 
@@ -400,17 +505,15 @@ def check(history: History) -> Report:
         by_key[ex.key].append(ex)
         by_item[ex.item].append(ex)
 
-    frozen = _frozen_intervals(events)
-    store_windows = [
-        _Window(ev.t - p.pre, ev.t + p.crash_recover, f"store member {ev.member} killed")
-        for ev in events
-        if ev.kind in STORE_FAULTS
-    ]
+    disconnected = _disconnected_intervals(history.states, events)
+    leaderless = _leaderless_windows(p, events)
 
-    _check_started_work(report, by_key, frozen, store_windows)
-    _check_fired_work(report, history, events, by_key, by_item, store_windows)
+    _check_started_work(report, by_key, disconnected, leaderless, _fault_intervals(events))
+    _check_fired_work(report, history, events, by_key, by_item, disconnected, leaderless)
     _check_overlaps(report, by_item)
+    _check_duplicates(report, events, by_key, disconnected)
     _check_stuck(report, history, events)
+    _check_self_shutdowns(report, history, events)
     _latencies(report, events, execs, by_key)
 
     ended = [e for e in execs if e.end is not None]
@@ -422,9 +525,6 @@ def check(history: History) -> Report:
         misfire=sum(1 for e in ended if e.misfire),
         interrupted=sum(1 for e in execs if e.end is None),
         invalid=sum(1 for e in ended if e.valid is False),
-        duplicates=sum(
-            1 for runs in by_key.values() if sum(1 for e in runs if e.valid is True) > 1
-        ),
     )
     return report
 
@@ -435,15 +535,53 @@ def _describe_event(ev: Event) -> str:
     return f"{ev.t:.3f} {ev.kind} {who} {extra}".rstrip()
 
 
-def _frozen_intervals(events: list[Event]) -> dict[str, list[tuple[float, float]]]:
+def _disconnected_intervals(
+    states: dict[str, list[tuple[float, str]]], events: list[Event]
+) -> dict[str, list[tuple[float, float]]]:
+    """Per instance: when its store was not connected, from its own state records.
+    An interval still open ends when the instance went down."""
+    down = _first_down(events)
     out: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    since: dict[str, float] = {}
+    for inst, seq in states.items():
+        since: float | None = None
+        for t, state in seq:
+            if state in DISCONNECTED:
+                if since is None:
+                    since = t
+            elif since is not None:
+                out[inst].append((since, t))
+                since = None
+        if since is not None:
+            out[inst].append((since, down.get(inst, math.inf)))
+    return out
+
+
+def _leaderless_windows(p: Params, events: list[Event]) -> list[_Window]:
+    """From the loss of the store's leader (killed or isolated) until the driver saw a
+    leader serving again (or st + P + SLACK when it logged none), PRE on both sides."""
+    out: list[_Window] = []
+    for n, ev in enumerate(events):
+        if ev.kind not in STORE_FAULTS or not ev.extra.get("leader"):
+            continue
+        back = next(
+            (e.t for e in events[n + 1 :] if e.kind == "store_leader"), ev.t + p.crash_recover
+        )
+        out.append(_Window(ev.t - p.pre, back + p.pre, "store without a leader"))
+    return out
+
+
+def _fault_intervals(events: list[Event]) -> dict[str, list[tuple[float, float]]]:
+    """Per instance: frozen (freeze..thaw) and partitioned (partition..heal) intervals."""
+    out: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    since: dict[tuple[str, str], float] = {}
     for ev in events:
-        if ev.kind == "freeze":
-            since[ev.instance] = ev.t
-        elif ev.kind == "thaw" and ev.instance in since:
-            out[ev.instance].append((since.pop(ev.instance), ev.t))
-    for inst, t in since.items():
+        if ev.kind in ("freeze", "partition"):
+            since[(ev.instance, ev.kind)] = ev.t
+        elif ev.kind == "thaw" and (ev.instance, "freeze") in since:
+            out[ev.instance].append((since.pop((ev.instance, "freeze")), ev.t))
+        elif ev.kind == "heal" and (ev.instance, "partition") in since:
+            out[ev.instance].append((since.pop((ev.instance, "partition")), ev.t))
+    for (inst, _kind), t in since.items():
         out[inst].append((t, math.inf))
     return out
 
@@ -455,24 +593,36 @@ def _inside(t: float, windows: Iterable[_Window]) -> _Window | None:
     return None
 
 
+def _overlaps(a: float, b: float, intervals: Iterable[tuple[float, float]]) -> bool:
+    return any(x < b and a < y for x, y in intervals)
+
+
 def _check_started_work(
     report: Report,
     by_key: dict[tuple[float, int], list[Execution]],
-    frozen: dict[str, list[tuple[float, float]]],
-    store_windows: list[_Window],
+    disconnected: dict[str, list[tuple[float, float]]],
+    leaderless: list[_Window],
+    faulted: dict[str, list[tuple[float, float]]],
 ) -> None:
-    """A started (fire, item) left a running mark: it must end validly somewhere."""
+    """A started (fire, item) left a running mark: it must end validly somewhere. A
+    run fenced while its own store was disconnected (the session kept, nobody took
+    over) is accepted and listed, unless its instance was frozen or partitioned then
+    (its session expired: failover had to take the item over)."""
     for key, runs in sorted(by_key.items()):
         if any(e.valid is True for e in runs):
             continue
         fenced = [e for e in runs if e.valid is False]
-        spurious = [
+        explained = [
             e
             for e in fenced
-            if not any(a < (e.end or math.inf) and e.start < b for a, b in frozen[e.instance])
+            if not _overlaps(e.start, e.end or math.inf, faulted.get(e.instance, []))
+            and (
+                _overlaps(e.start, e.end or math.inf, disconnected.get(e.instance, []))
+                or any(e.start < w.end and w.start < (e.end or math.inf) for w in leaderless)
+            )
         ]
-        if spurious and all(_inside(e.start, store_windows) for e in spurious):
-            report.fenced_no_takeover += [e.describe() for e in spurious]
+        if fenced and len(explained) == len(runs):
+            report.fenced_no_takeover += [e.describe() for e in explained]
             continue
         report.lost.append(
             f"started but never completed validly: fire {key[0]:.3f} item {key[1]}: "
@@ -495,7 +645,7 @@ def _instance_windows(
 ) -> dict[int, list[_Window]]:
     """Per item: the unhealthy windows caused by faults of its owner (chained)."""
     downs = _first_down(events)
-    faults = [ev for ev in events if ev.kind in (*INSTANCE_FAULTS, *STORE_FAULTS)]
+    faults = [ev for ev in events if ev.kind in INSTANCE_FAULTS]
 
     def recover(ev: Event) -> float:
         if ev.kind == "term":
@@ -505,7 +655,7 @@ def _instance_windows(
     out: dict[int, list[_Window]] = defaultdict(list)
     for item, runs in by_item.items():
         for ev in faults:
-            if ev.kind in STORE_FAULTS or _owner_at(runs, ev.t) != ev.instance:
+            if _owner_at(runs, ev.t) != ev.instance:
                 continue
             end = ev.t + recover(ev)
             # the item stays orphaned until a run of it with a later fire starts
@@ -525,18 +675,16 @@ def _instance_windows(
 
 
 def _nobody_healthy(events: list[Event]) -> list[_Window]:
-    """Intervals in which no instance was up and unfrozen."""
+    """Intervals in which no instance was up, unfrozen and not partitioned."""
     healthy: set[str] = set()
     out: list[_Window] = []
     since: float | None = None
     seen_up = False
     for ev in events:
-        if ev.kind == "up":
+        if ev.kind in HEALTHY:
             healthy.add(ev.instance)
-            seen_up = True
-        elif ev.kind == "thaw":
-            healthy.add(ev.instance)
-        elif ev.kind in ("kill", "freeze", "term", "down"):
+            seen_up = seen_up or ev.kind == "up"
+        elif ev.kind in UNHEALTHY:
             healthy.discard(ev.instance)
         if seen_up and not healthy and since is None:
             since = ev.t
@@ -554,7 +702,8 @@ def _check_fired_work(
     events: list[Event],
     by_key: dict[tuple[float, int], list[Execution]],
     by_item: dict[int, list[Execution]],
-    store_windows: list[_Window],
+    disconnected: dict[str, list[tuple[float, float]]],
+    leaderless: list[_Window],
 ) -> None:
     p = history.params
     ups = [ev.t for ev in events if ev.kind == "up"]
@@ -579,16 +728,20 @@ def _check_fired_work(
                 continue
             if runs:
                 continue  # started: judged by _check_started_work
+            owner = _owner_at(by_item.get(item, []), t)
             if _inside(t, nobody):
                 excused["no healthy instance"] += 1
-            elif _inside(t, store_windows):
-                excused["store member fault"] += 1
+            elif _inside(t, leaderless):
+                excused["store without a leader (measured)"] += 1
+            elif owner is not None and _overlaps(
+                t, t + p.operation_timeout, disconnected.get(owner, [])
+            ):
+                excused["owner's store disconnected (measured)"] += 1
             elif w := _inside(t, per_item.get(item, [])):
                 excused[w.reason.split(" of ")[0] + " of owner"] += 1
-            elif _busy(by_item.get(item, []), t):
-                excused["coalesced: earlier fire still pending or running"] += 1
+            elif _busy(p, by_item.get(item, []), t):
+                excused["coalesced: earlier fire running or waiting"] += 1
             else:
-                owner = _owner_at(by_item.get(item, []), t)
                 report.lost.append(
                     f"never ran: fire {t:.3f} item {item} (last owner {owner}; "
                     f"{_context(t, events)})"
@@ -603,11 +756,20 @@ def _check_fired_work(
     )
 
 
-def _busy(runs: list[Execution], t: float) -> bool:
-    """Whether an earlier fire of the item had not finished at ``t``: it was running,
-    or it had fired and its run had not started yet (its trigger was waiting for a
-    reshard). The misfire rule then coalesces the fire at ``t``."""
-    return any(e.fire < t and (e.start > t or e.start < t < e.until) for e in runs)
+def _busy(p: Params, runs: list[Execution], t: float) -> bool:
+    """Whether an earlier fire of the item demonstrably had not finished at ``t``: a
+    run of it was executing at ``t``, or its trigger was waiting at ``t`` (a normal or
+    misfire run of it started after ``t``, within the sharding wait of its fire). A
+    failover run is no evidence: it re-runs an orphan, nothing ran in between."""
+    bound = p.wait_timeout + p.period + p.slack
+    for e in runs:
+        if e.fire >= t:
+            continue
+        if e.start < t < e.until:
+            return True
+        if not e.failover and e.start > t and e.start - e.fire <= bound:
+            return True
+    return False
 
 
 def _context(t: float, events: list[Event]) -> str:
@@ -617,6 +779,8 @@ def _context(t: float, events: list[Event]) -> str:
 
 
 def _check_overlaps(report: Report, by_item: dict[int, list[Execution]]) -> None:
+    """Unfenced overlap: both sides believed they were valid at some moment of the
+    overlap. Otherwise the side that had already seen false is a fenced zombie."""
     for _item, runs in sorted(by_item.items()):
         ordered = sorted(runs, key=lambda e: e.start)
         for i, a in enumerate(ordered):
@@ -627,11 +791,74 @@ def _check_overlaps(report: Report, by_item: dict[int, list[Execution]]) -> None
                             f"token did not grow: {a.describe()} then {b.describe()}"
                         )
                     continue
+                overlap_start = b.start
                 line = f"{a.describe()} || {b.describe()}"
-                if a.valid is False or b.valid is False:
-                    report.zombie_overlaps.append(line)
-                else:
+                both_valid = (
+                    a.believed_valid_until >= overlap_start
+                    and b.believed_valid_until >= overlap_start
+                )
+                if both_valid:
                     report.overlaps.append(line)
+                else:
+                    report.zombie_overlaps.append(line)
+
+
+def _instance_faulted(
+    inst: str,
+    a: float,
+    b: float,
+    events: list[Event],
+    disconnected: dict[str, list[tuple[float, float]]],
+) -> str | None:
+    """Why ``inst`` may have lost track of a run between ``a`` and ``b`` (or None)."""
+    for ev in events:
+        if a <= ev.t <= b and (
+            (ev.instance == inst and ev.kind in (*INSTANCE_FAULTS, "self_exit"))
+            or ev.kind in STORE_FAULTS
+        ):
+            return f"{ev.kind}@{ev.t:.3f}"
+    if _overlaps(a, b, disconnected.get(inst, [])):
+        return "its store disconnected"
+    return None
+
+
+def _check_duplicates(
+    report: Report,
+    events: list[Event],
+    by_key: dict[tuple[float, int], list[Execution]],
+    disconnected: dict[str, list[tuple[float, float]]],
+) -> None:
+    """A (fire, item) that ran more than once (fenced runs included) is listed; it is
+    explained by a fenced zombie, or by a failover re-run after a fault of the first
+    run's instance. Two valid runs without such a fault are unexplained."""
+    count = 0
+    for key, runs in sorted(by_key.items()):
+        ran = sorted((e for e in runs if e.end is not None), key=lambda e: e.start)
+        if len(ran) < 2:
+            continue
+        count += 1
+        valid = [e for e in ran if e.valid is True]
+        reasons: list[str] = []
+        if any(e.valid is False for e in ran):
+            reasons.append("fenced zombie")
+        for earlier, later in itertools.pairwise(valid):
+            why = (
+                _instance_faulted(
+                    earlier.instance, earlier.start, later.start, events, disconnected
+                )
+                if later.failover
+                else None
+            )
+            if why is None:
+                reasons = []
+                break
+            reasons.append(f"failover after {why}")
+        line = f"fire {key[0]:.3f} item {key[1]}: " + "; ".join(e.describe() for e in ran)
+        if reasons or len(valid) < 2:
+            report.explained_duplicates.append(f"{line} [{', '.join(reasons) or 'fenced'}]")
+        else:
+            report.duplicates.append(line)
+    report.stats["duplicates"] = count
 
 
 def _live_at(events: list[Event], t: float) -> set[str]:
@@ -639,9 +866,9 @@ def _live_at(events: list[Event], t: float) -> set[str]:
     for ev in events:
         if ev.t > t:
             break
-        if ev.kind in ("up", "thaw"):
+        if ev.kind in HEALTHY:
             live.add(ev.instance)
-        elif ev.kind in ("kill", "freeze", "term", "down"):
+        elif ev.kind in UNHEALTHY:
             live.discard(ev.instance)
     return live
 
@@ -653,7 +880,7 @@ def _check_stuck(report: Report, history: History, events: list[Event]) -> None:
         return
     q = max(quiet)
     live = _live_at(events, q)
-    deadline = q + p.session_timeout + 2 * p.period + p.slack
+    deadline = q + p.quiet_deadline
     snaps = sorted((s for s in history.snapshots if s.t >= q), key=lambda s: s.t)
     if not snaps or snaps[-1].t < deadline:
         report.stuck.append(
@@ -661,10 +888,13 @@ def _check_stuck(report: Report, history: History, events: list[Event]) -> None:
             "(the quiet period was too short to judge)"
         )
         return
+    in_progress: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)
+    for ex in history.executions:
+        in_progress[(ex.instance, ex.item)].append((ex.start - p.slack, ex.until + p.slack))
     clean_since: float | None = None
     last_problems: list[str] = []
     for snap in snaps:
-        problems = _snapshot_problems(snap, live, p.count)
+        problems = _snapshot_problems(snap, live, p.count, in_progress)
         if problems:
             if snap.t > deadline or clean_since is not None:
                 report.stuck.append(
@@ -680,20 +910,55 @@ def _check_stuck(report: Report, history: History, events: list[Event]) -> None:
         report.stats["stuck_clean_after"] = clean_since - q
 
 
-def _snapshot_problems(snap: Snapshot, live: set[str], count: int) -> list[str]:
+def _snapshot_problems(
+    snap: Snapshot,
+    live: set[str],
+    count: int,
+    in_progress: dict[tuple[str, int], list[tuple[float, float]]],
+) -> list[str]:
     out: list[str] = []
     unowned = [i for i in range(count) if snap.owners.get(i) not in live]
     if unowned:
         out.append(f"items {unowned} not owned by a live instance ({snap.owners})")
+    if snap.owners and not set(snap.owners.values()) & live:
+        out.append("the assignment names only dead instances")
     if snap.registered != live:
         out.append(f"registered {sorted(snap.registered)} != live {sorted(live)}")
     dead_running = {i: o for i, o in snap.running.items() if o not in live}
     if dead_running:
         out.append(f"running marks of dead instances {dead_running}")
+    phantom = {
+        i: o
+        for i, o in snap.running.items()
+        if o in live and not any(a <= snap.t <= b for a, b in in_progress.get((o, i), []))
+    }
+    if phantom:
+        out.append(f"phantom running marks of live instances (nothing in progress) {phantom}")
     dead_queued = {i: o for i, o in snap.queued.items() if o not in live}
     if dead_queued:
         out.append(f"failover queue entries from dead instances {dead_queued}")
     return out
+
+
+def _check_self_shutdowns(report: Report, history: History, events: list[Event]) -> None:
+    """An instance whose runtime stopped (exit record, or the driver found it gone)
+    without the driver asking (term, or the final stop)."""
+    asked: dict[str, float] = {}
+    stop = min((ev.t for ev in events if ev.kind == "stop"), default=math.inf)
+    for ev in events:
+        if ev.kind in ("term", "kill"):
+            asked.setdefault(ev.instance, ev.t)
+    seen: set[str] = set()
+    for inst, t in history.exits:
+        if t < stop and not asked.get(inst, math.inf) <= t and inst not in seen:
+            seen.add(inst)
+            report.self_shutdowns.append(f"{inst} stopped by itself at {t:.3f}")
+    for ev in events:
+        if ev.kind == "self_exit" and ev.instance not in seen:
+            seen.add(ev.instance)
+            report.self_shutdowns.append(
+                f"{ev.instance} found gone at {ev.t:.3f} (exit code {ev.extra.get('code')})"
+            )
 
 
 def _latencies(
@@ -702,8 +967,13 @@ def _latencies(
     execs: list[Execution],
     by_key: dict[tuple[float, int], list[Execution]],
 ) -> None:
+    targets = {
+        "kill": report.failover_latency,
+        "freeze": report.takeover_latency,
+        "partition": report.partition_latency,
+    }
     for ev in events:
-        if ev.kind not in ("kill", "freeze"):
+        if ev.kind not in targets:
             continue
         orphans = [
             e
@@ -715,5 +985,4 @@ def _latencies(
                 e.start for e in by_key[orphan.key] if e.instance != ev.instance and e.start > ev.t
             ]
             if later:
-                target = report.failover_latency if ev.kind == "kill" else report.takeover_latency
-                target.append(min(later) - ev.t)
+                targets[ev.kind].append(min(later) - ev.t)

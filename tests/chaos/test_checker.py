@@ -1,4 +1,8 @@
-"""The chaos history checker on synthetic histories (no servers, fast)."""
+"""The chaos history checker on synthetic histories (no servers, fast).
+
+Each rule has a history it must reject; the rules added for issue 15 (item 14) and
+issue 10 each have a history that the previous checker accepted (named in the test's
+docstring)."""
 
 from __future__ import annotations
 
@@ -21,15 +25,19 @@ from tests.chaos.checker import (
 T0 = 1_000_000.0  # a whole number of periods: fire times are k * period
 PARAMS = Params(count=2, period=1.0, session_timeout=2.0, pre=0.5, slack=1.0)
 A, B, C = "host@1@a", "host@2@b", "host@3@c"
+#: the steady histories run fires T0 .. T0 + END - 1; quiet at T0 + 24, stop at T0 + END
+END = 37
 
 
 @dataclass
 class Builder:
-    """A two-item job: item 0 on A and item 1 on B, every second, from T0 to T0+30."""
+    """A two-item job: item 0 on A and item 1 on B, every second, from T0 to T0+36."""
 
     executions: list[Execution] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     snapshots: list[Snapshot] = field(default_factory=list)
+    states: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
+    exits: list[tuple[str, float]] = field(default_factory=list)
 
     def run(
         self,
@@ -42,6 +50,8 @@ class Builder:
         valid: bool = True,
         failover: bool = False,
         ended: bool = True,
+        valid_through: float | None = None,
+        invalid_at: float | None = None,
     ) -> Execution:
         """Add one execution (start defaults to fire + 0.01, end to start + 0.3)."""
         s = fire + 0.01 if start is None else start
@@ -58,29 +68,39 @@ class Builder:
             end=e if ended else None,
             valid=valid if ended else None,
             until=e if ended else math.inf,
+            valid_through=valid_through,
+            invalid_at=invalid_at,
         )
         self.executions.append(ex)
         return ex
 
-    def event(self, t: float, kind: str, instance: str = "", member: int = -1) -> None:
+    def event(
+        self, t: float, kind: str, instance: str = "", member: int = -1, **extra: object
+    ) -> None:
         """Add one driver event."""
-        self.events.append(Event(t=t, kind=kind, instance=instance, member=member))
+        self.events.append(
+            Event(t=t, kind=kind, instance=instance, member=member, extra=dict(extra))
+        )
+
+    def state(self, instance: str, t: float, state: str) -> None:
+        """Add one connection-state record of an instance's store."""
+        self.states.setdefault(instance, []).append((t, state))
 
     def steady(self, skip: set[tuple[float, int]] = frozenset()) -> None:  # type: ignore[assignment]
-        """Every (fire, item) from T0 to T0+30 on its owner, except ``skip``."""
-        for k in range(31):
+        """Every (fire, item) from T0 to T0+36 on its owner, except ``skip``."""
+        for k in range(END):
             for item, owner in ((0, A), (1, B)):
                 if (T0 + k, item) not in skip:
                     self.run(owner, item, T0 + k)
 
     def frame(self, live: tuple[str, ...] = (A, B)) -> None:
-        """Ups at T0, quiet at T0+24, clean snapshots, stop at T0+31."""
+        """Ups at T0, quiet at T0+24, clean snapshots until T0+35, stop at T0+37."""
         self.event(T0 - 0.5, "up", A)
         self.event(T0 - 0.4, "up", B)
         self.event(T0 + 24, "quiet")
-        for n in range(12):
+        for n in range(23):
             self.snap(T0 + 24 + n * 0.5, live)
-        self.event(T0 + 31, "stop")
+        self.event(T0 + END, "stop")
 
     def snap(
         self,
@@ -107,7 +127,9 @@ class Builder:
         for n, ex in enumerate(self.executions, start=1):
             ex.token = n
         self.events.sort(key=lambda e: e.t)
-        return History(PARAMS, self.executions, self.events, self.snapshots)
+        return History(
+            PARAMS, self.executions, self.events, self.snapshots, dict(self.states), self.exits
+        )
 
 
 def test_clean_history_passes() -> None:
@@ -153,11 +175,22 @@ def test_zombie_overlap_with_valid_false_is_excused_and_counted() -> None:
     freeze, thaw = T0 + 10.1, T0 + 14.0
     # A is frozen in the middle of (T0+10, item 0); B takes it over after the session
     # timeout and owns item 0 from the reshard at T0+13 on
-    skip = {(T0 + k, 0) for k in range(10, 31)}
+    skip = {(T0 + k, 0) for k in range(10, END)}
     b.steady(skip=skip)
-    b.run(A, 0, T0 + 10, start=T0 + 10.01, end=thaw + 0.2, valid=False)
+    # A's last check that said valid was before the freeze; its first check after the
+    # thaw says false
+    b.run(
+        A,
+        0,
+        T0 + 10,
+        start=T0 + 10.01,
+        end=thaw + 0.2,
+        valid=False,
+        valid_through=T0 + 10.05,
+        invalid_at=thaw + 0.01,
+    )
     b.run(B, 0, T0 + 10, start=T0 + 12.2, failover=True)
-    for k in range(13, 31):
+    for k in range(13, END):
         b.run(B, 0, T0 + k, start=T0 + k + 0.02)
     b.event(freeze, "freeze", A)
     b.event(thaw, "thaw", A)
@@ -168,16 +201,18 @@ def test_zombie_overlap_with_valid_false_is_excused_and_counted() -> None:
     assert len(report.zombie_overlaps) == 3
     assert report.excused.get("freeze of owner") == 2  # T0+11 and T0+12
     assert report.takeover_latency == [T0 + 12.2 - freeze]
-    assert "overlaps excused (zombie, valid=false): 3" in report.render()
+    assert "fenced-zombie=3" in report.render()
+    # the zombie's fenced run and B's failover run of (T0+10, 0): an explained duplicate
+    assert len(report.explained_duplicates) == 1 and not report.duplicates
 
 
 def test_zombie_that_claims_valid_is_an_overlap() -> None:
     """The same zombie overlap is rejected when the zombie was not fenced (valid=true)."""
     b = Builder()
-    b.steady(skip={(T0 + k, 0) for k in range(10, 31)})
+    b.steady(skip={(T0 + k, 0) for k in range(10, END)})
     b.run(A, 0, T0 + 10, start=T0 + 10.01, end=T0 + 14.2, valid=True)
     b.run(B, 0, T0 + 10, start=T0 + 12.2, failover=True)
-    for k in range(13, 31):
+    for k in range(13, END):
         b.run(B, 0, T0 + k, start=T0 + k + 0.02)
     b.event(T0 + 10.1, "freeze", A)
     b.event(T0 + 14.0, "thaw", A)
@@ -189,11 +224,11 @@ def test_zombie_that_claims_valid_is_an_overlap() -> None:
 def _killed_history(with_failover: bool) -> Builder:
     """A is killed mid-run at T0+10.2; B owns both items from T0+13 on."""
     b = Builder()
-    b.steady(skip={(T0 + k, 0) for k in range(10, 31)})
+    b.steady(skip={(T0 + k, 0) for k in range(10, END)})
     b.run(A, 0, T0 + 10, ended=False)
     if with_failover:
         b.run(B, 0, T0 + 10, start=T0 + 12.3, failover=True)
-    for k in range(13, 31):
+    for k in range(13, END):
         b.run(B, 0, T0 + k, start=T0 + k + 0.02)
     b.event(T0 + 10.2, "kill", A)
     b.event(T0 + 10.2, "down", A)
@@ -231,7 +266,7 @@ def test_stuck_running_mark_of_dead_instance_is_rejected() -> None:
     """A running mark naming a dead instance that outlives the quiet deadline is stuck."""
     b = _killed_history(with_failover=True)
     b.snapshots = []
-    for n in range(12):
+    for n in range(23):
         b.snap(T0 + 24 + n * 0.5, live=(B,), running={0: A})
     report = check(b.history())
     assert not report.ok
@@ -243,24 +278,77 @@ def test_registry_clean_in_time_passes() -> None:
     b = _killed_history(with_failover=True)
     b.snapshots = []
     b.snap(T0 + 24.2, live=(B,), queued={0: A})
-    for n in range(1, 12):
+    for n in range(1, 23):
         b.snap(T0 + 24 + n * 0.5, live=(B,))
     report = check(b.history())
     assert report.ok, report.render()
     assert report.stats["stuck_clean_after"] == 0.5
 
 
-def test_store_member_kill_excuses_every_item_briefly() -> None:
-    """Fires right after a store member kill may be skipped by any instance (SUSPENDED),
-    but not later ones."""
+def test_store_follower_kill_excuses_only_measured_disconnects() -> None:
+    """A follower's kill excuses only the fires of owners whose store measured itself
+    disconnected at the fire (or within the operation timeout after it: a start commit
+    in flight). The old checker excused every item for 4.5 s after any member kill,
+    so it accepted the lost (T0+11, item 1) below, whose owner B stayed connected."""
     b = Builder()
     b.steady(skip={(T0 + 10, 0), (T0 + 11, 1), (T0 + 20, 1)})
-    b.event(T0 + 9.8, "store_kill", member=1)
+    b.event(T0 + 9.8, "store_kill", member=1, leader=False)
     b.event(T0 + 12.0, "store_up", member=1)
+    b.state(A, T0 + 10.3, "suspended")  # A's start commit for T0+10 was in flight
+    b.state(A, T0 + 10.9, "reconnected")
     b.frame()
     report = check(b.history())
-    assert report.excused.get("store member fault") == 2
-    assert len(report.lost) == 1 and f"fire {T0 + 20:.3f} item 1" in report.lost[0]
+    assert report.excused == {"owner's store disconnected (measured)": 1}
+    lost = sorted(report.lost)
+    assert len(lost) == 2, report.render()
+    assert f"fire {T0 + 11:.3f} item 1" in lost[0] and f"fire {T0 + 20:.3f} item 1" in lost[1]
+    assert "excused (fire, item) pairs: 1 of" in report.render()
+
+
+def test_store_leader_loss_excuses_the_measured_leaderless_time() -> None:
+    """A leader's kill excuses every item from the kill until the driver saw a new
+    leader (plus PRE), not the fixed 4.5 s."""
+    b = Builder()
+    b.steady(skip={(T0 + 10, 0), (T0 + 10, 1), (T0 + 12, 0)})
+    b.event(T0 + 9.8, "store_kill", member=0, leader=True)
+    b.event(T0 + 10.6, "store_leader")
+    b.event(T0 + 12.5, "store_up", member=0)
+    b.frame()
+    report = check(b.history())
+    assert report.excused == {"store without a leader (measured)": 2}
+    assert len(report.lost) == 1 and f"fire {T0 + 12:.3f} item 0" in report.lost[0]
+
+
+def test_fenced_without_takeover_needs_a_measured_disconnect() -> None:
+    """A run fenced (valid=false) with nobody taking it over is accepted only when its
+    instance's store was disconnected during the run. The old checker accepted it for
+    any run started within 4.5 s of a member kill."""
+    b = Builder()
+    b.steady(skip={(T0 + 10, 0), (T0 + 10, 1)})
+    b.run(A, 0, T0 + 10, valid=False)
+    b.run(B, 1, T0 + 10, valid=False)
+    b.event(T0 + 9.9, "store_kill", member=2, leader=False)
+    b.event(T0 + 11.0, "store_up", member=2)
+    b.state(A, T0 + 10.1, "suspended")
+    b.state(A, T0 + 10.8, "reconnected")
+    b.frame()
+    report = check(b.history())
+    assert len(report.fenced_no_takeover) == 1 and A in report.fenced_no_takeover[0]
+    assert len(report.lost) == 1 and "item 1" in report.lost[0] and B in report.lost[0]
+
+
+def test_late_failover_run_is_no_evidence_for_coalescing() -> None:
+    """Fires after an orphaned fire are not coalesced just because a failover run of
+    the orphan started late: nothing ran or waited in between. The old checker
+    excused these 5 pairs ("earlier fire still pending")."""
+    b = Builder()
+    b.steady(skip={(T0 + k, 0) for k in range(9, 15)})
+    b.run(A, 0, T0 + 9, start=T0 + 15.2, failover=True)  # the orphan, picked up late
+    b.frame()
+    report = check(b.history())
+    assert not report.ok
+    assert len(report.lost) == 5, report.render()
+    assert not report.excused
 
 
 def test_coalesced_fire_behind_a_delayed_trigger_is_excused() -> None:
@@ -272,7 +360,7 @@ def test_coalesced_fire_behind_a_delayed_trigger_is_excused() -> None:
     b.frame()
     report = check(b.history())
     assert report.ok, report.render()
-    assert report.excused == {"coalesced: earlier fire still pending or running": 1}
+    assert report.excused == {"coalesced: earlier fire running or waiting": 1}
 
 
 def test_token_must_grow_between_runs_of_an_item() -> None:
@@ -296,6 +384,12 @@ def test_load_history_reads_the_files(tmp_path: Path) -> None:
         {**base, "phase": "end", "start": T0 + 0.01, "end": T0 + 0.3, "valid": True},
         {**base, "phase": "start", "fire": T0 + 1, "start": T0 + 1.01, "execution_id": "j@2#0"},
     ]
+    lines += [
+        {"phase": "state", "instance": A, "state": "suspended", "t": T0 + 0.5},
+        {"phase": "state", "instance": A, "state": "reconnected", "t": T0 + 0.7},
+        {"phase": "exit", "instance": A, "t": T0 + 1.1},
+    ]
+    lines[1] = {**lines[1], "valid_through": T0 + 0.29, "invalid_at": None}
     text = "\n".join(json.dumps(x) for x in lines) + '\n{"phase": "end", "inst'
     (tmp_path / "exec-0.jsonl").write_text(text)
     events = [
@@ -311,6 +405,9 @@ def test_load_history_reads_the_files(tmp_path: Path) -> None:
         (T0 + 1, None, None),
     ]
     assert history.executions[1].until == T0 + 1.2
+    assert history.executions[0].valid_through == T0 + 0.29
+    assert history.states == {A: [(T0 + 0.5, "suspended"), (T0 + 0.7, "reconnected")]}
+    assert history.exits == [(A, T0 + 1.1)]
     assert history.snapshots[0].owners == {0: A}
     assert [e.kind for e in history.events] == ["up", "down"]
 
@@ -321,3 +418,141 @@ def test_percentile_nearest_rank() -> None:
     assert percentile(values, 0.5) == 10.0
     assert percentile(values, 0.95) == 19.0
     assert math.isnan(percentile([], 0.5))
+
+
+def test_phantom_mark_of_a_live_instance_is_stuck() -> None:
+    """A running mark naming a LIVE instance that runs nothing of that item, still
+    there after the quiet deadline, is stuck (a start commit applied whose reply was
+    lost). The old checker only flagged marks of dead instances."""
+    b = Builder()
+    b.steady()
+    b.frame()
+    b.snapshots = []
+    for n in range(23):
+        b.snap(T0 + 24 + n * 0.5, running={1: A})  # A owns item 0, not 1, and runs no 1
+    report = check(b.history())
+    assert not report.ok
+    assert report.stuck and "phantom running marks of live instances" in report.stuck[-1]
+
+
+def test_mark_of_a_live_instance_running_the_item_is_not_phantom() -> None:
+    """A mark of a live instance while that instance executes the item is fine."""
+    b = Builder()
+    b.steady()
+    b.frame()
+    b.snapshots = []
+    for n in range(23):
+        t = T0 + 24 + n * 0.5
+        b.snap(t, running={0: A} if t % 1 < 0.5 else None)  # during A's 0.3 s runs
+    report = check(b.history())
+    assert report.ok, report.render()
+
+
+def test_repair_must_come_within_the_quiet_deadline() -> None:
+    """A dead instance's mark that goes at +6 s passes (3 st + 2 P + slack = 9 s);
+    one that stays past the deadline fails."""
+    for gone_at, ok in ((6.0, True), (10.0, False)):
+        b = _killed_history(with_failover=True)
+        b.snapshots = []
+        for n in range(23):
+            t = 24 + n * 0.5
+            b.snap(T0 + t, live=(B,), running={0: A} if t - 24 < gone_at else None)
+        report = check(b.history())
+        assert report.ok is ok, report.render()
+
+
+def test_unexplained_duplicate_is_a_finding() -> None:
+    """Two valid runs of one (fire, item) with no fault anywhere: shown and failed.
+    The old checker only counted it."""
+    b = Builder()
+    b.steady()
+    b.run(B, 0, T0 + 10, start=T0 + 10.5)  # after A's run ended: no overlap
+    b.frame()
+    report = check(b.history())
+    assert not report.ok and not report.overlaps
+    assert len(report.duplicates) == 1 and f"fire {T0 + 10:.3f} item 0" in report.duplicates[0]
+    assert "UNEXPLAINED DUPLICATES: 1" in report.render()
+
+
+def test_failover_rerun_after_a_fault_is_an_explained_duplicate() -> None:
+    """A finished run re-run by failover because its instance was killed before
+    clearing the mark: listed as explained, not a failure."""
+    b = _killed_history(with_failover=True)
+    # A finished (T0+9, item 0) but died before clearing its mark: B re-runs it
+    b.run(B, 0, T0 + 9, start=T0 + 11.9, failover=True)
+    report = check(b.history())
+    assert report.ok, report.render()
+    assert (
+        len(report.explained_duplicates) == 1
+        and "failover after kill" in (report.explained_duplicates[0])
+    )
+
+
+def _partition_history(zombie_valid_through: float) -> Builder:
+    """A is partitioned at T0+10.1 for 6 s while running (T0+10, item 0); B takes the
+    item over at T0+12.4 and owns it from T0+13."""
+    b = Builder()
+    b.steady(skip={(T0 + k, 0) for k in range(10, END)})
+    b.run(
+        A,
+        0,
+        T0 + 10,
+        start=T0 + 10.01,
+        end=T0 + 13.0,  # a long item: it kept running while cut off
+        valid=False,
+        valid_through=zombie_valid_through,
+        invalid_at=zombie_valid_through + 0.05,
+    )
+    b.run(B, 0, T0 + 10, start=T0 + 12.4, failover=True)
+    for k in range(13, END):
+        b.run(B, 0, T0 + k, start=T0 + k + 0.02)
+    b.event(T0 + 10.1, "partition", A, hold=6.0)
+    b.event(T0 + 16.1, "heal", A)
+    b.frame()
+    return b
+
+
+def test_partitioned_zombie_fenced_before_takeover_passes() -> None:
+    """The partitioned instance saw is_valid() turn false (T0+12.05) before B started
+    the item (T0+12.4): a fenced zombie; takeover latency after partition measured."""
+    report = check(_partition_history(T0 + 12.0).history())
+    assert report.ok, report.render()
+    assert len(report.zombie_overlaps) == 1 and not report.overlaps
+    assert report.partition_latency == [T0 + 12.4 - (T0 + 10.1)]
+    assert "takeover latency after partition: n=1" in report.render()
+
+
+def test_overlap_where_both_sides_were_valid_fails_even_if_fenced_later() -> None:
+    """The zombie ended with valid=false, but it still said valid at T0+12.6, after B
+    had started (T0+12.4): both sides valid at once, an unfenced overlap. The old
+    checker excused any overlap with a valid=false side."""
+    report = check(_partition_history(T0 + 12.6).history())
+    assert not report.ok
+    assert len(report.overlaps) == 1 and "item 0 fire" in report.overlaps[0]
+
+
+def test_self_shutdown_is_a_finding() -> None:
+    """An instance whose runtime stopped without the driver asking fails the run; one
+    stopped by a term does not."""
+    b = Builder()
+    b.steady()
+    b.frame()
+    b.exits = [(A, T0 + 15.0)]
+    report = check(b.history())
+    assert not report.ok and len(report.self_shutdowns) == 1 and A in report.self_shutdowns[0]
+    b.event(T0 + 14.5, "term", A)
+    assert not check(b.history()).self_shutdowns
+
+
+def test_report_prints_the_summary_numbers() -> None:
+    """The summary line carries pairs, lost, duplicates, overlaps by kind, stuck,
+    self-shutdowns and the excused fraction."""
+    report = check(_partition_history(T0 + 12.0).history())
+    text = report.render()
+    summary = next(line for line in text.splitlines() if line.startswith("SUMMARY"))
+    pairs = report.stats["pairs"]
+    excused = sum(report.excused.values())
+    assert f"pairs={pairs} lost=0 duplicated=1 (unexplained 0)" in summary
+    assert "unfenced=0 fenced-zombie=1 stuck-after-quiet=0 self-shutdowns=0" in summary
+    assert f"excused={100 * excused / pairs:.1f}% of pairs" in summary
+    assert excused == report.excused.get("partition of owner") == 2
