@@ -48,6 +48,19 @@ def test_default_port_per_backend(scheme: str, port: int) -> None:
     assert settings.hosts == (("a", port), ("b", 1000))
 
 
+@pytest.mark.parametrize(
+    "host", ["zk-1.prod.example", "localhost", "10.0.0.3", "zk.example.", f"{'x' * 63}.org"]
+)
+def test_host_names_with_valid_labels(host: str) -> None:
+    """Host names, IPv4 addresses and a fully qualified name with its final dot pass."""
+    assert parse_registry_url(f"zk://{host}:2181/ns").hosts == ((host, 2181),)
+
+
+def test_longest_timeout_is_accepted() -> None:
+    """3600 s is the longest timeout a URL may give."""
+    assert parse_registry_url("etcd://h:1/ns?connection_timeout=3600").connection_timeout == 3600
+
+
 def test_defaults_for_timeouts_and_credentials() -> None:
     """Without options: session 4 s, connection 5 s, operation 5 s, no credentials."""
     settings = parse_registry_url("etcd://h:2379/ns")
@@ -169,6 +182,11 @@ def test_open_store_rejects_a_bad_url_without_connecting() -> None:
         ("zk:///ns", "no host"),
         ("zk://h:1,,h2:2/ns", "empty host"),
         ("zk://h 1:2/ns", "invalid host 'h 1'"),
+        ("zk://...:2181/ns", "invalid host '...'"),
+        ("etcd://.../ns", "invalid host '...'"),
+        ("zk://a..b:1/ns", "invalid host 'a..b'"),
+        ("zk://.h:1/ns", "invalid host '.h'"),
+        (f"zk://{'x' * 64}.com:1/ns", "invalid host"),
         ("zk://:secret@h:1/ns", "empty user name"),
         ("zk://h:1/ns#frag", "'#frag'"),
         # unknown scheme
@@ -191,6 +209,8 @@ def test_open_store_rejects_a_bad_url_without_connecting() -> None:
         ("zk://h:1/ns?operation_timeout=", "operation_timeout=''"),
         ("zk://h:1/ns?operation_timeout=nan", "operation_timeout='nan'"),
         ("etcd://h:1/ns?session_timeout=inf", "session_timeout='inf'"),
+        ("zk://h:1/ns?connection_timeout=1e12", "connection_timeout='1e12' is too long"),
+        ("etcd://h:1/ns?operation_timeout=3601", "at most 3600 seconds"),
         # options
         ("zk://h:1/ns?sesion_timeout=2", "unknown option 'sesion_timeout'"),
         ("etcd://h:1/ns?tls=1", "unknown option 'tls'"),

@@ -11,7 +11,7 @@ process-wide server called ``name``: for tests and experiments, never for severa
 processes. It takes no credentials; only ``session_timeout`` means anything to it.
 
 Credentials go in the user-info part (``zk://user:secret@host:2181/ns``) or as
-``username``/``password`` options. Options (seconds, floats > 0):
+``username``/``password`` options. Options (seconds, floats > 0 and at most 3600):
 
 * ``session_timeout`` (default 4): how long the store waits after the last
   heartbeat before it declares the session dead and deletes its ephemeral nodes.
@@ -42,9 +42,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shardkeeper.errors import InvalidRegistryURLError
 
-__all__ = ["ENV_VAR", "RegistrySettings", "parse_registry_url", "redact"]
+__all__ = ["ENV_VAR", "MAX_TIMEOUT_SECONDS", "RegistrySettings", "parse_registry_url", "redact"]
 
 ENV_VAR = "SHARDKEEPER_REGISTRY"
+
+MAX_TIMEOUT_SECONDS = 3600
+"""The longest session, connection or operation timeout a URL may give."""
 
 _SCHEMES = {"zk": "zookeeper", "zookeeper": "zookeeper", "etcd": "etcd", "memory": "memory"}
 _NS_SEGMENT = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -139,7 +142,24 @@ def _positive(url: str, name: str, raw: str) -> float:
         ) from None
     if not value > 0 or value != value or value == float("inf"):
         raise InvalidRegistryURLError(url, f"option {name}={raw!r} must be a number of seconds > 0")
+    if value > MAX_TIMEOUT_SECONDS:
+        # Past this the client libraries overflow their timers (a traceback, or a
+        # start() that never gives up); no store needs more than an hour anyway.
+        raise InvalidRegistryURLError(
+            url, f"option {name}={raw!r} is too long; give at most {MAX_TIMEOUT_SECONDS} seconds"
+        )
     return value
+
+
+def _valid_host(host: str) -> bool:
+    """A bracketed IPv6 address, or a DNS name / IPv4 address whose dot-separated
+    labels are 1-63 letters, digits or '-' (so no empty label: '...' is no host)."""
+    if not _HOST.match(host):
+        return False
+    if host.startswith("["):
+        return True
+    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+    return len(host) <= 253 and all(0 < len(label) <= 63 for label in labels)
 
 
 def _boolean(url: str, name: str, raw: str) -> bool:
@@ -211,8 +231,12 @@ def _parse(url: str) -> RegistrySettings:
             host, _, port_s = item.rpartition(":")
         else:
             host, port_s = item, str(_DEFAULT_PORT[backend])
-        if not host or not _HOST.match(host):
-            raise InvalidRegistryURLError(url, f"invalid host {host!r}")
+        if not host or not _valid_host(host):
+            raise InvalidRegistryURLError(
+                url,
+                f"invalid host {host!r}; expected a host name, an IPv4 address or "
+                "an [IPv6] address",
+            )
         if not _PORT.match(port_s):
             raise InvalidRegistryURLError(
                 url, f"invalid port {port_s!r} for host {host!r}; expected 1-65535"
