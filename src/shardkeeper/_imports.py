@@ -36,7 +36,8 @@ def import_object(path: str, what: str) -> object:
     """Import the object named by ``path``; errors name ``what`` it was for and why.
 
     Raises :class:`~shardkeeper.errors.JobConfigError` when the path is malformed, the
-    module cannot be imported, or the attribute does not exist.
+    module cannot be imported (not found, a syntax error, or its code raised), or the
+    attribute does not exist.
     """
     if not is_import_path(path):
         raise JobConfigError(
@@ -52,6 +53,20 @@ def import_object(path: str, what: str) -> object:
     except ImportError as exc:
         raise JobConfigError(
             f"{what} {path!r}: cannot import module {module_name!r} ({exc})"
+        ) from exc
+    except SyntaxError as exc:
+        where = f"{exc.filename}, line {exc.lineno}" if exc.filename else "unknown place"
+        raise JobConfigError(
+            f"{what} {path!r}: module {module_name!r} has a syntax error ({exc.msg}; {where})"
+        ) from exc
+    except JobConfigError:
+        raise  # e.g. the module builds an invalid JobConfig: that message says it all
+    except Exception as exc:
+        # The module's own top-level code failed: the user's error, reported as one
+        # line (the cause stays chained for a debugger).
+        raise JobConfigError(
+            f"{what} {path!r}: importing module {module_name!r} failed "
+            f"({type(exc).__name__}: {exc})"
         ) from exc
     for part in attr_path.split("."):
         try:

@@ -42,6 +42,7 @@ __all__ = [
     "BUILTIN_ERROR_HANDLER_NAMES",
     "BUILTIN_STRATEGY_NAMES",
     "MAX_SHARDING_TOTAL_COUNT",
+    "MIN_INTERVAL_SECONDS",
     "JobConfig",
     "load_job_configs",
     "make_job_config",
@@ -51,13 +52,18 @@ __all__ = [
 MAX_SHARDING_TOTAL_COUNT = 100_000
 """The largest sharding_total_count: each item is a node in the registry."""
 
+MIN_INTERVAL_SECONDS = 0.1
+"""The shortest interval: every fire costs a few store round trips (milliseconds) per
+instance, and the scheduler cannot represent intervals below a microsecond at all."""
+
 BUILTIN_STRATEGY_NAMES = ("average", "odevity", "round_robin")
 """Sharding strategies selectable by name (see shardkeeper.coordination.strategies)."""
 
 BUILTIN_ERROR_HANDLER_NAMES = ("log", "ignore", "raise")
 """Error handlers selectable by name (see shardkeeper.errorhandlers)."""
 
-_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+# \Z, not $: "$" also matches before a trailing newline, which is no node name.
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}\Z")
 _ITEM_KEY = re.compile(r"^[0-9]+$")
 _PARAMS_EXAMPLE = "'0=Beijing,1=Shanghai'"
 
@@ -127,7 +133,10 @@ class JobConfig(BaseModel):
         default=None, description="5-field cron, or 6 fields with seconds first."
     )
     interval: float | None = Field(
-        default=None, gt=0, allow_inf_nan=False, description="Seconds between fires."
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description=f"Seconds between fires, >= {MIN_INTERVAL_SECONDS:g}.",
     )
     time_zone: str = Field(default="UTC", description="IANA time zone of the cron expression.")
     sharding_total_count: int = Field(
@@ -192,6 +201,16 @@ class JobConfig(BaseModel):
     def _no_bool_for_float(cls, value: Any) -> Any:
         if isinstance(value, bool):
             raise ValueError(f"{value!r} is a boolean; expected a number of seconds")
+        return value
+
+    @field_validator("interval")
+    @classmethod
+    def _check_interval(cls, value: float | None) -> float | None:
+        if value is not None and value < MIN_INTERVAL_SECONDS:
+            raise ValueError(
+                f"interval {value!r} is too short; give at least {MIN_INTERVAL_SECONDS:g} "
+                "seconds (each fire costs store round trips), or a cron expression"
+            )
         return value
 
     @field_validator("name")

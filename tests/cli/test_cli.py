@@ -499,3 +499,82 @@ def test_wrong_credentials(tmp_path: Path) -> None:
         line = one_error_line(cli("jobs", registry=bad), 1)
         assert "wrong-password" not in line  # the password is never printed
         assert "auth" in line.lower() or "credential" in line.lower() or "password" in line
+
+
+BAD_MODULES = {
+    "syntax_error": "def broken(:\n    pass\n",
+    "not_a_config": textwrap.dedent(
+        """
+        from shardkeeper.job import ShardedJob
+
+        class Job(ShardedJob):
+            config = {"name": "x", "interval": 5}
+
+            def execute(self, ctx):
+                pass
+        """
+    ),
+    "tiny_interval": textwrap.dedent(
+        """
+        from shardkeeper.config import JobConfig
+        from shardkeeper.job import ShardedJob
+
+        class Job(ShardedJob):
+            config = JobConfig.parse(name="x", interval=1e-6, sharding_total_count=1)
+
+            def execute(self, ctx):
+                pass
+        """
+    ),
+    "raises": "raise RuntimeError('boom at import')\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("module", "fragments"),
+    [
+        ("syntax_error", ["'syntax_error'", "syntax error", "syntax_error.py, line 1"]),
+        ("not_a_config", ["not_a_config:Job", "config is a dict", "JobConfig"]),
+        ("tiny_interval", ["interval 1e-06 is too short", "at least 0.1 seconds"]),
+        ("raises", ["'raises'", "RuntimeError: boom at import"]),
+    ],
+)
+def test_run_bad_job_modules(tmp_path: Path, module: str, fragments: list[str]) -> None:
+    """A job module that cannot be loaded is one error line and exit 2, not a traceback
+    (before anything connects: the registry here does not exist)."""
+    (tmp_path / f"{module}.py").write_text(BAD_MODULES[module])
+    url = f"zk://127.0.0.1:{free_port()}/ns?connection_timeout=1"
+    line = one_error_line(cli("run", f"{module}:Job", registry=url, cwd=tmp_path), 2)
+    for fragment in fragments:
+        assert fragment in line, line
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("zk://127.0.0.1:2181/ns?connection_timeout=1e12", "connection_timeout='1e12' is too long"),
+        ("etcd://127.0.0.1:2379/ns?connection_timeout=1e12", "at most 3600 seconds"),
+        ("zk://.../ns", "invalid host '...'"),
+        ("etcd://...:2379/ns", "invalid host '...'"),
+    ],
+)
+def test_bad_timeouts_and_hosts_are_one_line(url: str, fragment: str) -> None:
+    """Values that used to end in a traceback (or a start that never gave up) are
+    refused as an invalid registry URL, exit 2."""
+    line = one_error_line(cli("status", registry=url), 2)
+    assert "invalid registry URL" in line and fragment in line
+
+
+def test_config_set_refuses_bad_schedules_and_names(
+    registry_url: str, start: Start, ops: Operations
+) -> None:
+    """Through `config set`: too short an interval, a cron that never fires, each named."""
+    start()
+    wait_until(lambda: ops.job(JOB).leader, message="no leader")
+    line = one_error_line(
+        cli("config", "set", JOB, "cron=null", "interval=1e-9", registry=registry_url), 2
+    )
+    assert "interval 1e-09 is too short" in line
+    line = one_error_line(cli("config", "set", JOB, "cron=0 0 30 2 *", registry=registry_url), 2)
+    assert "'0 0 30 2 *'" in line and "can never fire" in line
+    assert ops.get_config(JOB).cron == NEVER

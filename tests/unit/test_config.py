@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from shardkeeper.config import (
+    MIN_INTERVAL_SECONDS,
     JobConfig,
     load_job_configs,
     make_job_config,
@@ -94,6 +95,14 @@ def test_invalid_names(name: str) -> None:
     assert "1-100 characters" in message
 
 
+@pytest.mark.parametrize("name", ["tiny\n", "tiny\r\n", "\ntiny", "ti\nny"])
+def test_names_with_a_line_break_are_refused(name: str) -> None:
+    """A name with a newline (even a trailing one, which ``$`` would let through) is
+    refused here, naming the repr of the value, not later as an invalid store path."""
+    message = refused(name=name)
+    assert f"job name {name!r} is invalid" in message
+
+
 def test_name_is_required() -> None:
     """A job without a name is refused naming the field."""
     with pytest.raises(JobConfigError, match="name is required"):
@@ -128,6 +137,8 @@ def test_cron_whitespace_is_normalised() -> None:
         ("x * * * *", '"x"'),
         ("0 0 1 * 1", "both day-of-month"),
         ("0 0 * * 8", "day-of-week value '8'"),
+        ("0 0 30 2 *", "can never fire"),
+        ("0 0 31 4,6,9,11 *", "can never fire"),
     ],
 )
 def test_invalid_cron(cron: str, fragment: str) -> None:
@@ -160,6 +171,25 @@ def test_fractional_interval() -> None:
     c = JobConfig.parse(**job(interval=0.5))
     assert c.interval == 0.5
     assert c.describe_trigger() == "every 0.5s"
+
+
+def test_leap_day_cron_is_accepted() -> None:
+    """29 February exists every four years: the cron can fire, so it is valid."""
+    assert JobConfig.parse(**job(interval=None, cron="0 0 29 2 *")).cron == "0 0 29 2 *"
+
+
+@pytest.mark.parametrize("interval", [1e-9, 1e-6, 0.05, 0.0999])
+def test_interval_below_the_minimum_is_refused(interval: float) -> None:
+    """An interval under MIN_INTERVAL_SECONDS is refused naming the value and the
+    minimum (1e-6 burned a core; under 0.5 us the scheduler silently used 1 s)."""
+    message = refused(interval=interval)
+    assert f"interval {interval!r} is too short" in message
+    assert f"at least {MIN_INTERVAL_SECONDS:g} seconds" in message
+
+
+def test_minimum_interval_is_accepted() -> None:
+    """Exactly the minimum is valid."""
+    assert JobConfig.parse(**job(interval=MIN_INTERVAL_SECONDS)).interval == 0.1
 
 
 def test_time_zone() -> None:

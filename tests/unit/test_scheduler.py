@@ -200,7 +200,7 @@ def test_thread_count_does_not_grow_with_jobs(
             s.add_job(name, interval_job(name, 3600 + n))
         else:
             s.add_job(name, cron_job(name, f"{n % 60} {n % 24} * * *"))
-    s.add_job("busy", interval_job("busy", 0.05))
+    s.add_job("busy", interval_job("busy", 0.1))
     for n in range(0, 500, 10):
         s.fire_now(f"job-{n}")
     for n in range(0, 500, 10):
@@ -411,6 +411,17 @@ def test_parse_cron_errors(expr: str, fragment: str) -> None:
         parse_cron(expr)
     assert fragment in str(info.value)
     assert repr(expr) in str(info.value)
+
+
+@pytest.mark.parametrize("expr", ["0 0 30 2 *", "0 0 0 31 11 ?", "0 12 31 2,4 *"])
+def test_parse_cron_refuses_a_cron_that_never_fires(expr: str) -> None:
+    """A date that never exists is refused when parsed (it would stay pending forever),
+    naming the expression and the day and month fields."""
+    with pytest.raises(JobConfigError) as info:
+        parse_cron(expr, "Europe/Paris")
+    message = str(info.value)
+    assert repr(expr) in message and "can never fire" in message
+    assert "day-of-month" in message
 
 
 def test_parse_cron_unknown_zone() -> None:

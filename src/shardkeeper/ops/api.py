@@ -66,8 +66,8 @@ __all__ = ["Operations", "config_to_dict"]
 
 # Same rules as JobConfig names / instance ids: anything else cannot be a node name,
 # so it is reported as unknown instead of as an invalid path.
-_JOB_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
-_INSTANCE_ID = re.compile(r"^[A-Za-z0-9._@:=+\-]+$")
+_JOB_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}\Z")
+_INSTANCE_ID = re.compile(r"^[A-Za-z0-9._@:=+\-]+\Z")
 _CONFIG_ATTEMPTS = 5
 
 

@@ -44,7 +44,8 @@ def _canonical(path: str) -> str:
 def load_job_class(spec: str) -> type[ShardedJob]:
     """Import the ShardedJob subclass named by ``spec`` (``module:Class``). The
     current directory is importable, as for ``python -m``. JobConfigError when the
-    path is malformed, the import fails, or it is not a job class."""
+    path is malformed, the import fails, it is not a job class, or its ``config``
+    attribute is not a JobConfig."""
     if not is_import_path(spec):
         raise JobConfigError(
             f"job {spec!r} is not an import path; expected 'package.module:JobClass'"
@@ -58,6 +59,12 @@ def load_job_class(spec: str) -> type[ShardedJob]:
         raise JobConfigError(
             f"job {spec!r} is not a ShardedJob subclass (got {type(obj).__name__}); "
             "subclass shardkeeper.ShardedJob"
+        )
+    own = getattr(obj, "config", None)
+    if own is not None and not isinstance(own, JobConfig):
+        raise JobConfigError(
+            f"job {spec!r}: its class attribute config is a {type(own).__name__} "
+            f"({own!r:.60}); expected config = JobConfig(...) or no attribute"
         )
     return obj
 

@@ -174,7 +174,7 @@ def parse_cron(expr: str, tz: str | tzinfo = "UTC") -> Any:
     zone = resolve_time_zone(tz)
     day_of_week = _translate_day_of_week(dow, expr)
     try:
-        return CronTrigger(
+        trigger = CronTrigger(
             second=second,
             minute=minute,
             hour=hour,
@@ -185,6 +185,14 @@ def parse_cron(expr: str, tz: str | tzinfo = "UTC") -> Any:
         )
     except ValueError as exc:
         raise JobConfigError(f"invalid cron expression {expr!r}: {exc}") from None
+    # A date that does not exist (30 February, 31 April) is valid syntax but would
+    # leave the job registered and never run: refuse it now, with the reason.
+    if trigger.get_next_fire_time(None, datetime.now(zone)) is None:
+        raise JobConfigError(
+            f"invalid cron expression {expr!r}: it can never fire (no calendar date "
+            f"matches day-of-month {day!r} in month {month!r})"
+        )
+    return trigger
 
 
 def build_trigger(config: JobConfig) -> Any:
