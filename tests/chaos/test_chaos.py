@@ -5,13 +5,22 @@ A seeded driver (the seed is printed; ``SHARDKEEPER_CHAOS_SEED=N`` replays the s
 fault schedule) repeatedly picks one fault, injects it, holds it, repairs it and
 waits a little: kill -9 and restart of an instance, SIGSTOP past the session timeout
 then SIGCONT (a zombie), kill and restart of one store member, graceful stop and
-start. Every fault is logged with its time to ``events.jsonl``. Then a quiet period
-in which the registry is read a few times a second, then the cluster stops and the
-checker judges the history.
+start, and the network faults of :mod:`shardkeeper.testing.netns` and
+:mod:`shardkeeper.testing.proxy`: a partition of one instance (its network
+namespace cut off for 1-5 session timeouts while it keeps running, then healed), a
+slow link (50-200 ms each way, 10% of chunks stalled 0.3 s more, for a few seconds),
+and a partition of one store member from its peers (its clients still reach it).
+For those, every store member runs in a network namespace of its own and every
+instance in another, reaching the store through its own slow proxies (off unless a
+slow-link fault is on). Where network namespaces cannot be made (not root, no
+``ip``), the run says so and uses the loopback cluster without the network faults.
+Every fault is logged with its time to ``events.jsonl``. Then a quiet period
+(``3 st + 2 P + slack`` and a few seconds more) in which the registry is read a few
+times a second, then the cluster stops and the checker judges the history.
 
-The short runs (about a minute per backend) are part of the default test run; the
-long ones are marked ``chaos`` and only run with ``-m chaos`` (``make chaos
-DURATION=600``), for ``--chaos-duration`` seconds each.
+The short runs (about a minute per backend, starting with a partition) are part of
+the default test run; the long ones are marked ``chaos`` and only run with
+``-m chaos`` (``make chaos DURATION=600``), for ``--chaos-duration`` seconds each.
 """
 
 from __future__ import annotations
@@ -32,7 +41,10 @@ from shardkeeper.coordination.model import Assignment, DocumentError, FailoverEn
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.errors import StoreError
 from shardkeeper.registry import CoordinationStore, open_store
-from shardkeeper.testing.servers import ServerCluster
+from shardkeeper.testing.faults import wait_until
+from shardkeeper.testing.netns import Netns, NetworkLab, unavailable_reason
+from shardkeeper.testing.proxy import SlowProxy, slow_proxies
+from shardkeeper.testing.servers import ClusterError, ServerCluster, cluster_class
 from tests.chaos.checker import Params, Report, check, load_history
 from tests.jobs.cluster import Cluster, Instance
 
@@ -43,7 +55,12 @@ PERIOD = 1.0
 ITEMS = 8
 WORK = 0.5
 FAULTS = ("kill", "freeze", "store", "graceful")
+NET_FAULTS = ("partition", "slow", "isolate")
 SEED_VAR = "SHARDKEEPER_CHAOS_SEED"
+#: the slow-link fault: delay per chunk and direction, and the stalled fraction
+SLOW_DELAY = (0.05, 0.2)
+SLOW_STALL_FRACTION = 0.1
+SLOW_STALL = 0.3
 
 
 @dataclass(frozen=True)
@@ -57,6 +74,10 @@ class Plan:
     work: float = WORK
     #: seconds between a kill -9 and the start of the replacement instance
     restart_delay: tuple[float, float] = (0.5, 2.5)
+    #: how long an instance partition lasts, in session timeouts
+    partition_hold: tuple[float, float] = (1.0, 5.0)
+    #: the fault to start with (the short runs start with a partition)
+    first: str | None = None
 
 
 def chaos_seed() -> int:
@@ -75,10 +96,14 @@ class Driver:
         url: str,
         workdir: Path,
         out: Callable[[str], None],
+        net: Network | None = None,
     ) -> None:
         self.plan = plan
         self.servers = servers
         self.url = url
+        self.net = net
+        #: per instance id: its network namespace and slow proxies (with ``net``)
+        self.links: dict[str, tuple[Netns, list[SlowProxy]]] = {}
         self.workdir = workdir
         self.rng = random.Random(plan.seed)
         self.out = out
@@ -108,11 +133,77 @@ class Driver:
         return t
 
     def start_instance(self) -> Instance:
-        """Start one worker and log it up once it is READY."""
-        inst = self.workers.start(ready_timeout=40)
+        """Start one worker and log it up once it is READY. With network faults on, in
+        a namespace of its own and through slow proxies (off) to every member."""
+        if self.net is None:
+            inst = self.workers.start(ready_timeout=40)
+        else:
+            lab = self.net.lab
+            box = lab.namespace()
+            proxies = slow_proxies(
+                self.servers.hosts,
+                listen_host=lab.host_address,
+                delay=SLOW_DELAY,
+                stall_fraction=SLOW_STALL_FRACTION,
+                stall_seconds=SLOW_STALL,
+                seed=self.rng.randrange(2**31),
+                max_seconds=self.plan.duration + 900,
+            )
+            hosts = ",".join(f"{h}:{p}" for h, p in (x.address for x in proxies))
+            url = self.url.replace(self.servers.hosts_string, hosts, 1)
+            try:
+                inst = self.workers.start(ready_timeout=40, prefix=box.prefix, url=url)
+            except BaseException:
+                for x in proxies:
+                    x.close()
+                lab.remove(box)
+                raise
+            self.links[inst.instance_id] = (box, proxies)
         self.live.append(inst)
         self.log("up", instance=inst.instance_id, pid=inst.proc.pid)
         return inst
+
+    def _release(self, inst: Instance) -> None:
+        """Remove a gone instance's namespace and proxies."""
+        link = self.links.pop(inst.instance_id, None)
+        if link is not None and self.net is not None:
+            box, proxies = link
+            for x in proxies:
+                x.close()
+            self.net.lab.remove(box)
+
+    def reap(self) -> None:
+        """An instance that exited without being asked is a self-shutdown: log it and
+        start a replacement (a supervisor would)."""
+        for inst in list(self.live):
+            code = inst.proc.poll()
+            if code is None:
+                continue
+            self.live.remove(inst)
+            self.log("self_exit", instance=inst.instance_id, code=code)
+            self.log("down", instance=inst.instance_id, code=code)
+            self._release(inst)
+            self.out(f"  {time.strftime('%H:%M:%S')} {inst.instance_id} exited by itself")
+            self.start_instance()
+
+    def _leader(self) -> int | None:
+        try:
+            return int(self.servers.leader())  # type: ignore[attr-defined]
+        except ClusterError:
+            return None
+
+    def _log_new_leader(self, old: int) -> None:
+        """After the leader's loss: log when another member serves as leader."""
+        try:
+            wait_until(
+                lambda: (x := self._leader()) is not None and x != old,
+                20,
+                interval=0.05,
+                message="no new store leader",
+            )
+        except AssertionError:
+            return  # the checker then uses its fixed window
+        self.log("store_leader", member=self._leader() or -1)
 
     # -- faults -------------------------------------------------------------------
 
@@ -134,6 +225,7 @@ class Driver:
         victim.kill()
         self.live.remove(victim)
         self.log("down", instance=victim.instance_id)
+        self._release(victim)
         self._pace(*self.plan.restart_delay)
         self.start_instance()
 
@@ -153,9 +245,13 @@ class Driver:
     def fault_store(self) -> None:
         """Kill one store member, restart it on the same ports and data."""
         member = self.rng.randrange(self.servers.size)
-        self.log("store_kill", member=member)
+        leader = self._leader() == member
+        self.log("store_kill", member=member, leader=leader)
         self.servers.kill(member)
-        self._pace(1.0, 3.0)
+        began = time.time()
+        if leader:
+            self._log_new_leader(member)
+        self._pace(max(0.0, 1.0 - (time.time() - began)), max(0.0, 3.0 - (time.time() - began)))
         self.servers.restart(member)
         self.log("store_up", member=member)
 
@@ -166,8 +262,52 @@ class Driver:
         code = victim.term(timeout=30)
         self.live.remove(victim)
         self.log("down", instance=victim.instance_id, code=code)
+        self._release(victim)
         self._pace(0.5, 2.0)
         self.start_instance()
+
+    def fault_partition(self) -> None:
+        """Cut an instance's network namespace off while its items run (1-5 session
+        timeouts), then heal it: it must fence itself and rejoin without a restart."""
+        victim = self.rng.choice(self.live)
+        box, _ = self.links[victim.instance_id]
+        self._mid_execution()
+        held = SESSION_TIMEOUT * self.rng.uniform(*self.plan.partition_hold)
+        box.cut()
+        self.log("partition", instance=victim.instance_id, hold=round(held, 2))
+        time.sleep(held)
+        box.heal()
+        self.log("heal", instance=victim.instance_id)
+
+    def fault_slow(self) -> None:
+        """Slow an instance's link down (delay and stalls) for a few seconds."""
+        victim = self.rng.choice(self.live)
+        _, proxies = self.links[victim.instance_id]
+        held = self.rng.uniform(3.0, 8.0)
+        for x in proxies:
+            x.slow = True
+        self.log("slow", instance=victim.instance_id, hold=round(held, 2))
+        time.sleep(held)
+        for x in proxies:
+            x.slow = False
+        self.log("fast", instance=victim.instance_id)
+
+    def fault_isolate(self) -> None:
+        """Partition one store member from its peers (its clients still reach it)."""
+        assert self.net is not None
+        member = self.rng.randrange(self.servers.size)
+        spots = self.net.members
+        leader = self._leader() == member
+        self.net.lab.isolate(spots[member], spots)
+        self.log("store_isolate", member=member, leader=leader)
+        began = time.time()
+        if leader:
+            self._log_new_leader(member)
+        time.sleep(max(0.0, self.rng.uniform(2.0, 5.0) - (time.time() - began)))
+        self.net.lab.rejoin(spots[member])
+        self.log("store_rejoin", member=member)
+        # the rejoined member catches up before the next fault
+        wait_until(self.servers.healthy, 30, interval=0.1, message="store not healthy")
 
     def run(self) -> None:
         """Start the instances, inject faults for the duration, then go quiet."""
@@ -175,14 +315,20 @@ class Driver:
             self.start_instance()
         self._pace(3.0, 3.0)  # let the first reshards settle: faults start on a steady job
         until = time.time() + self.plan.duration
+        kinds = FAULTS + (NET_FAULTS if self.net is not None else ())
         # every kind of fault at least once (in a seeded order), then random ones
-        order = list(FAULTS)
+        order = list(kinds)
         self.rng.shuffle(order)
+        if self.plan.first in order:
+            order.remove(self.plan.first)
+            order.insert(0, self.plan.first)
         while time.time() < until:
-            kind = order.pop(0) if order else self.rng.choice(FAULTS)
+            self.reap()
+            kind = order.pop(0) if order else self.rng.choice(kinds)
             self.out(f"  {time.strftime('%H:%M:%S')} fault: {kind}")
             getattr(self, f"fault_{kind}")()
             self._pace(1.5, 4.0)
+        self.reap()
         self.log("quiet")
 
     # -- observation and teardown -------------------------------------------------
@@ -203,14 +349,25 @@ class Driver:
             store.close()
 
     def stop(self) -> None:
-        """Stop every worker (thawing frozen ones first) and log them down."""
+        """Stop every worker (thawing frozen ones, healing cut links first) and log
+        them down; remove their namespaces and proxies."""
         for inst in self.frozen:
             if inst.proc.poll() is None:
                 inst.proc.send_signal(signal.SIGCONT)
+        for box, proxies in self.links.values():
+            if box.is_cut:
+                box.heal()
+            for x in proxies:
+                x.slow = False
+        if self.net is not None:
+            for spot in self.net.members:
+                self.net.lab.rejoin(spot)
         self.log("stop")
         self.workers.stop()
         for inst in self.live:
             self.log("down", instance=inst.instance_id, code=inst.proc.returncode)
+        for inst in self.workers.instances:
+            self._release(inst)
         self.live.clear()
 
 
@@ -245,7 +402,11 @@ def snapshot(store: CoordinationStore) -> dict[str, Any] | None:
 
 
 def run_chaos(
-    plan: Plan, servers: ServerCluster, namespace: str, workdir: Path
+    plan: Plan,
+    servers: ServerCluster,
+    namespace: str,
+    workdir: Path,
+    net: Network | None = None,
 ) -> tuple[Report, str]:
     """One full chaos run; returns the checker's report and its text."""
     # operation_timeout at or below the session timeout, as docs/registry-backends.md
@@ -256,7 +417,12 @@ def run_chaos(
         operation_timeout=SESSION_TIMEOUT,
         connection_timeout=10,
     )
-    params = Params(count=plan.items, period=PERIOD, session_timeout=SESSION_TIMEOUT)
+    params = Params(
+        count=plan.items,
+        period=PERIOD,
+        session_timeout=SESSION_TIMEOUT,
+        operation_timeout=SESSION_TIMEOUT,
+    )
     lines: list[str] = []
 
     def out(line: str) -> None:
@@ -266,14 +432,16 @@ def run_chaos(
     out(
         f"chaos {servers.backend}: seed {plan.seed} (replay with {SEED_VAR}={plan.seed}), "
         f"{plan.duration:.0f}s, {plan.instances} instances, {plan.items} items, work "
-        f"{plan.work}s, workdir {workdir}"
+        f"{plan.work}s, workdir {workdir}, network faults: "
+        + ("on" if net is not None else f"OFF ({unavailable_reason()})")
     )
-    driver = Driver(plan, servers, url, workdir, out)
+    driver = Driver(plan, servers, url, workdir, out, net)
     began = time.time()
     try:
         driver.run()
-        # long enough to see the registry clean up and then stay clean
-        driver.observe(SESSION_TIMEOUT + 2 * PERIOD + params.slack + 3.0)
+        # long enough to see repairs (session expiry, failover, a repair pass) and
+        # then the registry staying clean
+        driver.observe(params.quiet_deadline + 4.0)
     finally:
         driver.stop()
     report = check(load_history(workdir, params))
@@ -289,35 +457,76 @@ def chaos_dir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
 
 
+@dataclass
+class Network:
+    """The chaos run's network lab and the namespaces of the store members."""
+
+    lab: NetworkLab
+    members: list[Netns]
+
+
+@pytest.fixture
+def chaos_store(
+    backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServerCluster, Network | None]]:
+    """A 3-member store whose members each run in a network namespace (fresh for the
+    test, removed after it), or, where namespaces cannot be made, the session's
+    loopback cluster without network faults."""
+    if unavailable_reason() is not None:
+        name = "zk_ensemble" if backend == "zookeeper" else "etcd_cluster"
+        yield request.getfixturevalue(name), None
+        return
+    with NetworkLab() as lab:
+        members = lab.store_members(3)
+        servers = cluster_class(backend)(
+            size=3,
+            base_dir=tmp_path_factory.mktemp(f"chaos-{backend}"),
+            host=[m.address for m in members],
+            prefixes=[m.prefix for m in members],
+        )
+        with servers:
+            yield servers, Network(lab, members)
+
+
 @pytest.mark.cluster
-@pytest.mark.timeout(420)
-def test_chaos_short(backend: str, cluster: ServerCluster, namespace: str, chaos_dir: Path) -> None:
-    """About a minute of random faults on each backend: the checker finds no lost work,
-    no unexcused overlap and no stuck state."""
+@pytest.mark.timeout(480)
+def test_chaos_short(
+    backend: str,
+    chaos_store: tuple[ServerCluster, Network | None],
+    namespace: str,
+    chaos_dir: Path,
+) -> None:
+    """About a minute of random faults on each backend, starting with a partition of
+    an instance: the checker finds no lost work, no unfenced overlap, no unexplained
+    duplicate, no stuck state and no self-shutdown."""
     # The replacement of a killed instance starts once the death has been handled
     # (session timeout + a trigger + the failover runs), as a supervisor with a
-    # restart back-off would. A replacement that registers while the leader is
-    # still resharding for a trigger that fired before it started is given items
-    # for that trigger which nobody runs: a known bug (docs/failover.md, "Known
-    # issues"), which the long run, restarting at once, still exercises.
+    # restart back-off would; the long run restarts at once.
+    servers, net = chaos_store
     plan = Plan(
         duration=40,
         instances=3,
         seed=chaos_seed(),
         restart_delay=(SESSION_TIMEOUT + 1.5, SESSION_TIMEOUT + 2.5),
+        first="partition" if net is not None else None,
     )
-    report, text = run_chaos(plan, cluster, namespace, chaos_dir)
+    report, text = run_chaos(plan, servers, namespace, chaos_dir, net)
     assert report.ok, text + "\n" + _worker_logs(chaos_dir)
 
 
 @pytest.mark.chaos
 @pytest.mark.cluster
 def test_chaos_long(
-    backend: str, cluster: ServerCluster, namespace: str, chaos_dir: Path, chaos_duration: int
+    backend: str,
+    chaos_store: tuple[ServerCluster, Network | None],
+    namespace: str,
+    chaos_dir: Path,
+    chaos_duration: int,
 ) -> None:
     """``--chaos-duration`` seconds of random faults with 4 instances (make chaos)."""
+    servers, net = chaos_store
     plan = Plan(duration=chaos_duration, instances=4, seed=chaos_seed())
-    report, text = run_chaos(plan, cluster, namespace, chaos_dir)
+    report, text = run_chaos(plan, servers, namespace, chaos_dir, net)
     assert report.ok, text + "\n" + _worker_logs(chaos_dir)
 
 

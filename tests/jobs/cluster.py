@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,12 +48,24 @@ class Cluster:
     defaults: dict[str, Any] = field(default_factory=dict)
     instances: list[Instance] = field(default_factory=list)
 
-    def start(self, ready_timeout: float = 30, **options: Any) -> Instance:
-        """Start one worker and wait for its READY line."""
+    def start(
+        self,
+        ready_timeout: float = 30,
+        *,
+        prefix: Sequence[str] = (),
+        url: str | None = None,
+        **options: Any,
+    ) -> Instance:
+        """Start one worker and wait for its READY line.
+
+        ``prefix`` is prepended to the command (``ip netns exec NAME`` runs the worker
+        in a network namespace; the pid stays the worker's); ``url`` overrides the
+        cluster's registry URL for this worker (e.g. through slow proxies).
+        """
         n = len(self.instances)
         log = self.workdir / f"exec-{n}.jsonl"
         errlog = self.workdir / f"worker-{n}.log"
-        args = [sys.executable, WORKER, "--url", self.url, "--log", str(log)]
+        args = [*prefix, sys.executable, WORKER, "--url", url or self.url, "--log", str(log)]
         for key, value in {**self.defaults, **options}.items():
             flag = "--" + key.replace("_", "-")
             if value is True:

@@ -2,7 +2,13 @@
 
 Every execution appends one JSON line (instance, item, fire time, token, start,
 end, outcome, failover, misfire) to ``--log`` and fsyncs it, so a test (or the
-chaos checker) can read what happened even after a kill -9.
+chaos checker) can read what happened even after a kill -9. While it works, an
+execution checks ``ctx.is_valid()`` every 50 ms and records the time just before its
+last check that said true (``valid_through``) and of its first one that said false
+(``invalid_at``): the chaos checker uses them to tell a fenced zombie from two
+executions that both believed they were valid. The log also gets a ``state`` line for
+every connection-state change of the runtime's store and an ``exit`` line when the
+runtime stopped.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 
 from shardkeeper.config import JobConfig
 from shardkeeper.job import ShardedJob, ShardingContext
+from shardkeeper.registry import ConnectionState
 from shardkeeper.runtime import Runtime
 
 
@@ -27,6 +34,10 @@ class RecordingJob(ShardedJob):
         self.log_path = log_path
         self.work = work
         self.fail_items = fail_items
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record (and fsync it)."""
+        self._write(record)
 
     def _write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record) + "\n"
@@ -52,10 +63,27 @@ class RecordingJob(ShardedJob):
         }
         self._write({**base, "phase": "start"})
         deadline = start + self.work
-        while time.time() < deadline:
+        valid_through: float | None = None
+        invalid_at: float | None = None
+        while True:
+            before = time.time()
+            if ctx.is_valid():
+                valid_through = before
+            elif invalid_at is None:
+                invalid_at = before
+            if before >= deadline:
+                break
             time.sleep(min(0.05, max(0.0, deadline - time.time())))
-        valid = ctx.is_valid()
-        self._write({**base, "phase": "end", "end": time.time(), "valid": valid})
+        self._write(
+            {
+                **base,
+                "phase": "end",
+                "end": time.time(),
+                "valid": invalid_at is None,
+                "valid_through": valid_through,
+                "invalid_at": invalid_at,
+            }
+        )
         if ctx.item in self.fail_items:
             raise RuntimeError(f"item {ctx.item} fails on purpose")
 
@@ -98,7 +126,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     fail = {int(x) for x in args.fail_items.split(",") if x}
     rt = Runtime(args.url, shutdown_grace=args.grace)
-    rt.add_job(RecordingJob(args.log, args.work, fail), cfg)
+    job = RecordingJob(args.log, args.work, fail)
+    rt.add_job(job, cfg)
+
+    def on_state(state: ConnectionState) -> None:
+        job.write(
+            {"phase": "state", "instance": rt.instance_id, "state": state.value, "t": time.time()}
+        )
+
+    rt.store.add_state_listener(on_state)
     try:
         rt.start()
     except Exception as exc:  # report the refusal on one line for the test to read
@@ -106,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     print(f"READY {rt.instance_id}", flush=True)
     rt.run_forever(install_signal_handlers=True)
+    job.write({"phase": "exit", "instance": rt.instance_id, "t": time.time()})
     print("STOPPED", flush=True)
     return 0
 
