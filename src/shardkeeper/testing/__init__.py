@@ -5,6 +5,13 @@
   kill/pause/resume/restart.
 * :mod:`shardkeeper.testing.faults`: :func:`expire_session` (server-side) and
   :func:`wait_until` (poll a condition with a deadline).
+* :mod:`shardkeeper.testing.netns`: network partitions: :class:`NetworkLab` runs
+  instances and store members in Linux network namespaces on a private bridge, cuts
+  an instance off (:meth:`Netns.cut`/:meth:`Netns.heal`) or a store member from its
+  peers (:meth:`NetworkLab.isolate`/:meth:`NetworkLab.rejoin`). Needs root and
+  ``ip``; :func:`unavailable_reason` says why not.
+* :mod:`shardkeeper.testing.proxy`: a slow network: :class:`SlowProxy`, a userspace
+  TCP proxy adding delay and stalls, switched on and off while connections run.
 * :mod:`shardkeeper.testing.local`: detached local registries (``up``/``down``/
   ``status``), also as ``python -m shardkeeper.testing``.
 """
@@ -12,6 +19,8 @@
 from __future__ import annotations
 
 from shardkeeper.testing.faults import expire_session, wait_until
+from shardkeeper.testing.netns import Netns, NetworkLab, unavailable_reason
+from shardkeeper.testing.proxy import SlowProxy, slow_proxies
 from shardkeeper.testing.servers import (
     ClusterError,
     EtcdCluster,
@@ -25,9 +34,14 @@ __all__ = [
     "ClusterError",
     "EtcdCluster",
     "MemberStatus",
+    "Netns",
+    "NetworkLab",
     "ServerCluster",
+    "SlowProxy",
     "ZooKeeperCluster",
     "cluster_class",
     "expire_session",
+    "slow_proxies",
+    "unavailable_reason",
     "wait_until",
 ]

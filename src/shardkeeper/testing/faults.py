@@ -15,6 +15,14 @@ goes through the stores' fault-hook protocol
 :func:`wait_until` is the standard way tests wait for a condition: poll with a
 deadline and fail with a message that says what was awaited; never sleep as
 synchronisation.
+
+Network faults live next door: :mod:`shardkeeper.testing.netns` (an instance cut off
+from the store, a store member cut off from its peers, with real Linux network
+namespaces) and :mod:`shardkeeper.testing.proxy` (a slow link: delay and stalls
+switched on and off). Process faults need no helper: ``SIGKILL``, ``SIGSTOP`` and
+``SIGCONT`` on the instance's process, and ``kill``/``pause``/``restart`` of a store
+member on :class:`~shardkeeper.testing.servers.ZooKeeperCluster` and
+:class:`~shardkeeper.testing.servers.EtcdCluster`.
 """
 
 from __future__ import annotations
