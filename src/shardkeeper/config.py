@@ -35,6 +35,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from shardkeeper._imports import is_import_path
+from shardkeeper.coordination.assignment_codec import ASSIGNMENT_MAX_BYTES
 from shardkeeper.errors import JobConfigError
 from shardkeeper.scheduling.scheduler import parse_cron, resolve_time_zone
 
@@ -50,7 +51,10 @@ __all__ = [
 ]
 
 MAX_SHARDING_TOTAL_COUNT = 100_000
-"""The largest sharding_total_count: each item is a node in the registry."""
+"""The largest sharding_total_count: each item is a node in the registry, and the
+assignment of every item must fit one store value (see
+:func:`~shardkeeper.coordination.assignment_codec.worst_case_bytes`: at this count,
+over 1,000 instances, it is about 670 kB for every strategy, under the 900 kB limit)."""
 
 MIN_INTERVAL_SECONDS = 0.1
 """The shortest interval: every fire costs a few store round trips (milliseconds) per
@@ -139,9 +143,7 @@ class JobConfig(BaseModel):
         description=f"Seconds between fires, >= {MIN_INTERVAL_SECONDS:g}.",
     )
     time_zone: str = Field(default="UTC", description="IANA time zone of the cron expression.")
-    sharding_total_count: int = Field(
-        gt=0, le=MAX_SHARDING_TOTAL_COUNT, description="Number of items, 0..count-1."
-    )
+    sharding_total_count: int = Field(gt=0, description="Number of items, 0..count-1.")
     sharding_item_parameters: dict[int, str] = Field(
         default_factory=dict, description="Parameter per item; also '0=a,1=b'."
     )
@@ -201,6 +203,18 @@ class JobConfig(BaseModel):
     def _no_bool_for_float(cls, value: Any) -> Any:
         if isinstance(value, bool):
             raise ValueError(f"{value!r} is a boolean; expected a number of seconds")
+        return value
+
+    @field_validator("sharding_total_count")
+    @classmethod
+    def _check_total_count(cls, value: int) -> int:
+        if value > MAX_SHARDING_TOTAL_COUNT:
+            raise ValueError(
+                f"sharding_total_count={value} is over the limit of "
+                f"{MAX_SHARDING_TOTAL_COUNT} items: the store holds a node per running "
+                f"item and the whole assignment in one value of at most "
+                f"{ASSIGNMENT_MAX_BYTES} bytes"
+            )
         return value
 
     @field_validator("interval")

@@ -214,6 +214,13 @@ def test_invalid_total_count(count: int) -> None:
     assert f"sharding_total_count={count}" in refused(sharding_total_count=count)
 
 
+def test_total_count_over_the_limit_names_count_and_limit() -> None:
+    """A count the store cannot hold is refused naming the count and the limits."""
+    message = refused(sharding_total_count=250_000)
+    assert "sharding_total_count=250000 is over the limit of 100000 items" in message
+    assert "900000 bytes" in message
+
+
 def test_total_count_bounds() -> None:
     """1 and 100000 are both allowed."""
     assert JobConfig.parse(**job(sharding_total_count=1)).sharding_total_count == 1

@@ -18,7 +18,11 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from shardkeeper.coordination import assignment_codec as codec
+from shardkeeper.errors import JobConfigError
+
 __all__ = [
+    "ASSIGNMENT_FORMAT",
     "Assignment",
     "DocumentError",
     "FailoverEntry",
@@ -117,33 +121,98 @@ class Assignment:
         return sorted(i for i, o in owners.items() if o == instance_id)
 
     def to_bytes(self) -> bytes:
-        """Encode (item keys as strings, as JSON requires)."""
-        return encode(
+        """Encode compactly (see :mod:`~shardkeeper.coordination.assignment_codec`):
+        readable ranges per instance while small, else packed owner indices.
+        JobConfigError when even that exceeds what a store value may hold."""
+        header: dict[str, Any] = {
+            "format": ASSIGNMENT_FORMAT,
+            "total": self.total,
+            "generation": self.generation,
+            "leader": self.leader,
+            "at": self.at,
+            "effective_fire": self.effective_fire,
+        }
+        readable = {
+            **header,
+            "encoding": "ranges",
+            "owners": _by_instance(self.owners),
+            "previous": _by_instance(self.previous),
+        }
+        if codec.json_size(readable) <= codec.READABLE_MAX_BYTES:
+            return encode(readable)
+        instances = sorted(set(self.owners.values()) | set(self.previous.values()))
+        table = {inst: index for index, inst in enumerate(instances)}
+        raw = encode(
             {
-                "total": self.total,
-                "owners": {str(i): o for i, o in sorted(self.owners.items())},
-                "generation": self.generation,
-                "leader": self.leader,
-                "at": self.at,
-                "effective_fire": self.effective_fire,
-                "previous": {str(i): o for i, o in sorted(self.previous.items())},
+                **header,
+                "encoding": "packed",
+                "instances": instances,
+                "owners": codec.encode_packed(self.owners, table),
+                "previous": codec.encode_packed(self.previous, table),
             }
         )
+        if len(raw) > codec.ASSIGNMENT_MAX_BYTES:
+            raise JobConfigError(
+                f"the assignment of {self.total} items over {len(instances)} instances "
+                f"encodes to {len(raw)} bytes, over the limit of "
+                f"{codec.ASSIGNMENT_MAX_BYTES} bytes a store value may hold; use a "
+                "smaller sharding_total_count"
+            )
+        return raw
 
     @classmethod
     def from_bytes(cls, raw: bytes, path: str = "?") -> Assignment:
-        """Decode; DocumentError if malformed."""
+        """Decode any form written so far (ranges, packed, or the first form with one
+        ``"item": "instance"`` pair per item); DocumentError if malformed."""
         d = decode(raw, path)
         with _fields(path, "an assignment"):
+            form = d.get("format", 1)
+            if form == 1:
+                owners = {int(k): str(v) for k, v in dict(d["owners"]).items()}
+                previous = {int(k): str(v) for k, v in dict(d.get("previous", {})).items()}
+            elif form == ASSIGNMENT_FORMAT and d.get("encoding") == "ranges":
+                owners = _from_instances(dict(d["owners"]))
+                previous = _from_instances(dict(d.get("previous", {})))
+            elif form == ASSIGNMENT_FORMAT and d.get("encoding") == "packed":
+                instances = [str(i) for i in list(d["instances"])]
+                owners = codec.decode_packed(str(d["owners"]), instances)
+                previous = codec.decode_packed(str(d.get("previous", "")), instances)
+            else:
+                raise ValueError(
+                    f"unknown format {form!r} / encoding {d.get('encoding')!r} (written by a "
+                    "newer version?)"
+                )
             return cls(
                 total=int(d["total"]),
-                owners={int(k): str(v) for k, v in dict(d["owners"]).items()},
+                owners=owners,
                 generation=int(d.get("generation", 0)),
                 leader=str(d.get("leader", "")),
                 at=float(d.get("at", 0.0)),
                 effective_fire=float(d.get("effective_fire", 0.0)),
-                previous={int(k): str(v) for k, v in dict(d.get("previous", {})).items()},
+                previous=previous,
             )
+
+
+ASSIGNMENT_FORMAT = 2
+"""The ``format`` of assignments written now (absent in the first form)."""
+
+
+def _by_instance(owners: dict[int, str]) -> dict[str, str]:
+    """``{item: instance}`` -> ``{instance: "0-49,100"}`` (the readable form)."""
+    items: dict[str, list[int]] = {}
+    for item, owner in owners.items():
+        items.setdefault(owner, []).append(item)
+    return {owner: codec.encode_ranges(its) for owner, its in sorted(items.items())}
+
+
+def _from_instances(ranges: dict[str, Any]) -> dict[int, str]:
+    """The inverse of :func:`_by_instance`; ValueError when an item has two owners."""
+    owners: dict[int, str] = {}
+    for owner, text in ranges.items():
+        for item in codec.decode_ranges(str(text)):
+            if owners.setdefault(item, str(owner)) != owner:
+                raise ValueError(f"item {item} is given to {owners[item]!r} and {owner!r}")
+    return owners
 
 
 @dataclass(frozen=True)

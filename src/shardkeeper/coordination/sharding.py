@@ -16,6 +16,7 @@ from collections.abc import Collection
 from shardkeeper.coordination.model import Assignment, DocumentError, InstanceInfo
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.strategies import ShardingStrategy
+from shardkeeper.errors import JobConfigError
 from shardkeeper.registry.base import Check, CoordinationStore, Delete, Op, Put
 
 __all__ = ["ShardingService"]
@@ -156,7 +157,15 @@ class ShardingService:
         ops: list[Op] = [leader_check]
         if flag_version is not None:
             ops.append(Check(self._paths.necessary, version=flag_version))
-        ops += [Put(self._paths.sharding, assignment.to_bytes()), Delete(self._paths.necessary)]
+        try:
+            value = assignment.to_bytes()
+        except JobConfigError as exc:
+            # Too large for one store value (only with extreme instance counts: the
+            # config's item limit is sized for the packed form). Nothing is written;
+            # the flag stays, so the error is repeated until the operator acts.
+            log.error("%s: cannot store the assignment: %s", self._paths.job, exc)
+            return None
+        ops += [Put(self._paths.sharding, value), Delete(self._paths.necessary)]
         if not self._store.commit(ops):
             log.info("%s: reshard not committed (leadership or flag changed)", self._paths.job)
             return None
