@@ -17,7 +17,7 @@ import pytest
 
 from shardkeeper.registry import ConnectionState, open_store
 from shardkeeper.testing.faults import wait_until
-from shardkeeper.testing.netns import NetworkLab, unavailable_reason
+from shardkeeper.testing.netns import NetworkLab, remove_stale, unavailable_reason
 from shardkeeper.testing.proxy import SlowProxy, slow_proxies
 from shardkeeper.testing.servers import ClusterError, ServerCluster, cluster_class
 
@@ -329,3 +329,31 @@ def test_store_through_slow_proxies_works_and_is_slower(
     finally:
         for x in proxies:
             x.close()
+
+
+@needs_netns
+def test_remove_stale_cleans_up_after_a_killed_test_run() -> None:
+    """A process killed with -9 runs no exit handler: remove_stale() removes its
+    bridge, veths and namespaces (and nothing of a live process)."""
+    code = (
+        "import time\n"
+        "from shardkeeper.testing.netns import NetworkLab\n"
+        "lab = NetworkLab()\n"
+        "ns = lab.namespace()\n"
+        "print(lab.bridge, ns.name, ns.host_if, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    with NetworkLab() as mine:
+        kept = mine.namespace()
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+        try:
+            assert proc.stdout is not None
+            bridge, ns_name, host_if = proc.stdout.readline().decode().split()
+        finally:
+            proc.kill()
+            proc.wait(10)
+        assert ns_name in _netns() and bridge in _links()
+        removed = remove_stale()
+        assert {bridge, ns_name, host_if} <= set(removed), removed
+        assert ns_name not in _netns() and bridge not in _links()
+        assert kept.name in _netns() and mine.bridge in _links()
