@@ -147,7 +147,7 @@ def test_graceful_stop_waits_for_a_trigger_that_is_marking_its_items(
         stopper = threading.Thread(target=rt.stop, name="test-stop")
         stopper.start()
         # the stop has begun (no new triggers) while the trigger is still held
-        wait_until(lambda: runner.running_count() >= 1 and runner._stopping, 5)
+        wait_until(lambda: runner.running_count() >= 1 and runner.state.stopping, 5)
         go.set()
         stopper.join(30)
         assert not stopper.is_alive(), "stop did not finish"
