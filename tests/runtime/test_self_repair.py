@@ -338,7 +338,9 @@ def test_a_deleted_membership_node_fences_and_reregisters(
     rt = start(runtimes, store, job, cfg(sharding_total_count=1))
     assert job.started.wait(10)
     runner = rt.runners[JOB]
-    admin.commit([Check(P.instance(rt.instance_id), exists=True), Delete(P.instance(rt.instance_id))])
+    admin.commit(
+        [Check(P.instance(rt.instance_id), exists=True), Delete(P.instance(rt.instance_id))]
+    )
     wait_until(lambda: runner.batches.busy_items() == set() or runner.stats["fenced"] > 0, 10)
     job.release.set()
     wait_until(lambda: admin.exists(P.instance(rt.instance_id)), 10, message="never re-registered")
