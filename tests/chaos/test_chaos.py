@@ -203,7 +203,8 @@ class Driver:
             )
         except AssertionError:
             return  # the checker then uses its fixed window
-        self.log("store_leader", member=self._leader() or -1)
+        now = self._leader()
+        self.log("store_leader", member=now if now is not None else -1)
 
     # -- faults -------------------------------------------------------------------
 
