@@ -26,6 +26,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from shardkeeper.config import load_job_configs
 from shardkeeper.errors import ConfigError, JobConflictError, ShardkeeperError
 from shardkeeper.ops import (
     DumpEntry,
@@ -525,9 +526,20 @@ def remove(
 
 @config_app.command("get")
 def config_get(name: JobArg, registry: RegistryOpt = None, as_json: JsonOpt = False) -> None:
-    """Show a job's stored configuration."""
+    """Show a job's stored configuration (an invalid one: its raw text and why)."""
     with _ops(registry) as ops:
-        data = config_to_dict(ops.get_config(name))
+        stored = ops.stored_config(name)
+    if stored.config is None:
+        # Show what is there, so the operator can repair it; fail all the same.
+        if as_json:
+            _emit_json({"name": name, "config_error": stored.error, "raw": stored.text})
+        else:
+            sys.stdout.write(stored.text + "\n")
+        raise _Failed(
+            f"{stored.error} (repair it: shardkeeper config set {name} KEY=VALUE..., or "
+            f"shardkeeper config replace {name} --file FILE)"
+        )
+    data = config_to_dict(stored.config)
     if as_json:
         _emit_json(data)
         return
@@ -535,6 +547,32 @@ def config_get(name: JobArg, registry: RegistryOpt = None, as_json: JsonOpt = Fa
     for key, value in data.items():
         table.add_row(key, json.dumps(value, ensure_ascii=False))
     _out.print(table)
+    if stored.by:
+        edits = f"; operator edits: {', '.join(stored.edits)}" if stored.edits else ""
+        _out.print(
+            f"written by {stored.writer} {stored.by} at {_when(stored.at)} "
+            f"(revision {stored.revision}){edits}",
+            markup=False,
+        )
+
+
+def _print_changes(
+    name: str, before: dict[str, Any] | None, after: dict[str, Any], as_json: bool
+) -> None:
+    if as_json:
+        _emit_json(after)
+        return
+    if before is None:
+        _out.print(f"{name}: the invalid stored config was replaced", markup=False)
+        return
+    changed = [k for k in after if before.get(k) != after[k]]
+    if not changed:
+        _out.print(f"{name}: nothing changed", markup=False)
+    for key in changed:
+        old, new = json.dumps(before.get(key)), json.dumps(after[key])
+        _out.print(f"{name}: {key} {old} -> {new}", markup=False)
+    if before["sharding_total_count"] != after["sharding_total_count"]:
+        _out.print(f"{name}: items are resharded at the next trigger", markup=False)
 
 
 @config_app.command("set")
@@ -546,22 +584,34 @@ def config_set(
     registry: RegistryOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Change fields of a job's stored configuration (validated; instances reload it)."""
+    """Change fields of a job's stored configuration (validated; instances reload it).
+    Also repairs an invalid stored config: its readable fields are kept."""
     changes = parse_assignments(assignments)
     with _ops(registry) as ops:
-        before = config_to_dict(ops.get_config(name))
+        stored = ops.stored_config(name)
+        before = config_to_dict(stored.config) if stored.config is not None else None
         after = config_to_dict(ops.update_config(name, **changes))
-    if as_json:
-        _emit_json(after)
-        return
-    changed = [k for k in after if before.get(k) != after[k]]
-    if not changed:
-        _out.print(f"{name}: nothing changed", markup=False)
-    for key in changed:
-        old, new = json.dumps(before.get(key)), json.dumps(after[key])
-        _out.print(f"{name}: {key} {old} -> {new}", markup=False)
-    if before["sharding_total_count"] != after["sharding_total_count"]:
-        _out.print(f"{name}: items are resharded at the next trigger", markup=False)
+    _print_changes(name, before, after, as_json)
+
+
+@config_app.command("replace")
+def config_replace(
+    name: JobArg,
+    file: Annotated[
+        Path,
+        typer.Option("--file", "-f", help="YAML/TOML job file holding a job of this NAME."),
+    ],
+    registry: RegistryOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Replace a job's whole stored configuration with the job NAME of a job file
+    (also an invalid stored config)."""
+    configs = [c for c in load_job_configs(file) if c.name == name]
+    if not configs:
+        raise ConfigError(f"{file} has no job named {name!r}")
+    with _ops(registry) as ops:
+        new, old = ops.replace_config(name, configs[0])
+    _print_changes(name, config_to_dict(old) if old else None, config_to_dict(new), as_json)
 
 
 # -- registry --------------------------------------------------------------------------

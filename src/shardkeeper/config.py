@@ -351,7 +351,8 @@ class JobConfig(BaseModel):
 
     @classmethod
     def from_json(cls, data: bytes | str) -> JobConfig:
-        """The config that :meth:`to_json` wrote; raises JobConfigError when invalid."""
+        """The config that :meth:`to_json` wrote (a ``_meta`` key, the registry
+        document's writer metadata, is ignored); raises JobConfigError when invalid."""
         try:
             obj = json.loads(data)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -360,6 +361,8 @@ class JobConfig(BaseModel):
             raise JobConfigError(
                 f"stored job config is a JSON {type(obj).__name__}; expected an object"
             )
+        # The registry document also says who wrote it (see coordination.config_service).
+        obj.pop("_meta", None)
         return _build(obj, "stored " + _label(obj))
 
     def to_json(self) -> bytes:

@@ -578,3 +578,64 @@ def test_config_set_refuses_bad_schedules_and_names(
     line = one_error_line(cli("config", "set", JOB, "cron=0 0 30 2 *", registry=registry_url), 2)
     assert "'0 0 30 2 *'" in line and "can never fire" in line
     assert ops.get_config(JOB).cron == NEVER
+
+
+CORRUPT_CONFIG = b'{"name":"tiny","cron":"0 0 1 1 *","sharding_total_count":"lots"}'
+
+
+def test_corrupt_config_is_shown_and_repaired(
+    registry_url: str, store: CoordinationStore, ops: Operations, tmp_path: Path
+) -> None:
+    """A corrupt stored config: `config get` shows the raw text and why (exit 1);
+    `enable`/`disable` work; `config set` repairs it from its readable fields;
+    `config replace --file` replaces a document that is not even JSON."""
+    config_path = f"/jobs/{JOB}/config"
+    store.put(config_path, CORRUPT_CONFIG)
+    result = cli("config", "get", JOB, registry=registry_url)
+    line = one_error_line(result, 1)
+    assert result.stdout.strip() == CORRUPT_CONFIG.decode()
+    assert "is invalid" in line and "sharding_total_count='lots'" in line
+    assert "config replace" in line
+    data = json.loads(cli("config", "get", JOB, "--json", registry=registry_url).stdout)
+    assert data["raw"] == CORRUPT_CONFIG.decode() and "lots" in data["config_error"]
+
+    ok(cli("disable", JOB, registry=registry_url))
+    ok(cli("enable", JOB, registry=registry_url))
+
+    out = ok(cli("config", "set", JOB, "sharding_total_count=5", registry=registry_url))
+    assert "invalid stored config was replaced" in out
+    assert ops.get_config(JOB).sharding_total_count == 5
+    assert ops.get_config(JOB).cron == NEVER
+    human = ok(cli("config", "get", JOB, registry=registry_url))
+    assert "written by operator shardkeeper-ops@" in human and "revision" in human
+
+    store.put(config_path, b"\x00 not json")
+    (tmp_path / "jobs.yaml").write_text(
+        f"jobs:\n  - name: {JOB}\n    interval: 60\n    sharding_total_count: 2\n"
+        "  - name: other\n    interval: 60\n    sharding_total_count: 1\n"
+    )
+    out = ok(
+        cli("config", "replace", JOB, "--file", str(tmp_path / "jobs.yaml"), registry=registry_url)
+    )
+    assert "invalid stored config was replaced" in out
+    assert ops.get_config(JOB).interval == 60 and ops.get_config(JOB).sharding_total_count == 2
+    line = one_error_line(
+        cli(
+            "config",
+            "replace",
+            "nope",
+            "--file",
+            str(tmp_path / "jobs.yaml"),
+            registry=registry_url,
+        ),
+        2,
+    )
+    assert "has no job named 'nope'" in line
+    # a valid replace shows what changed
+    (tmp_path / "jobs.yaml").write_text(
+        f"jobs:\n  - name: {JOB}\n    interval: 30\n    sharding_total_count: 2\n"
+    )
+    out = ok(
+        cli("config", "replace", JOB, "-f", str(tmp_path / "jobs.yaml"), registry=registry_url)
+    )
+    assert "interval 60.0 -> 30.0" in out

@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from shardkeeper.config import JobConfig
+from shardkeeper.coordination.config_service import ConfigService, StoredConfig
 from shardkeeper.coordination.model import encode
 from shardkeeper.coordination.paths import (
     INSTANCES,
@@ -68,7 +69,6 @@ __all__ = ["Operations", "config_to_dict"]
 # so it is reported as unknown instead of as an invalid path.
 _JOB_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}\Z")
 _INSTANCE_ID = re.compile(r"^[A-Za-z0-9._@:=+\-]+\Z")
-_CONFIG_ATTEMPTS = 5
 
 
 def _operator() -> str:
@@ -299,12 +299,20 @@ class Operations:
         return views
 
     def get_config(self, job: str) -> JobConfig:
-        """The stored configuration of ``job`` (JobConfigError when it is invalid)."""
-        paths = self._require_job(job)
-        node = self.store.get(paths.config)
-        if node is None or not node.value:
+        """The stored configuration of ``job`` (JobConfigError when it is invalid,
+        saying how to repair it; :meth:`stored_config` reads it without raising)."""
+        config = ConfigService(self.store, self._require_job(job)).load()
+        if config is None:
             raise JobLookupError(job)
-        return JobConfig.from_json(node.value)
+        return config
+
+    def stored_config(self, job: str) -> StoredConfig:
+        """The stored config document of ``job`` as it is, valid or not: the raw text,
+        the config or the reason it is invalid, and who wrote it last."""
+        stored = ConfigService(self.store, self._require_job(job)).read()
+        if stored is None:
+            raise JobLookupError(job)
+        return stored
 
     def dump(self, path: str = "/") -> dict[str, DumpEntry]:
         """Every node at or below ``path`` (path -> entry), sorted by path. Values are
@@ -393,7 +401,10 @@ class Operations:
         config says ``disabled``, clears that too (so the job really runs)."""
         paths = self._require_job(job)
         self.store.delete(paths.disabled_job, recursive=False)
-        if self.get_config(job).disabled:
+        # No parse needed for the switch: a corrupt config does not block it (the
+        # config's own flag can only be read, and cleared, once it is valid).
+        stored = ConfigService(self.store, paths).read()
+        if stored is not None and stored.config is not None and stored.config.disabled:
             self.update_config(job, disabled=False)
 
     def disable_item(self, job: str, item: int) -> None:
@@ -476,7 +487,10 @@ class Operations:
         """Change fields of the stored config, validated as a whole by JobConfig
         (JobConfigError naming the field). The name cannot change. A new
         ``sharding_total_count`` also sets the reshard flag. Returns the new config.
-        Concurrent edits are detected (version check) and retried."""
+        Concurrent edits are detected (version check) and retried. On a corrupt
+        stored config its readable fields are the base, so an edit can repair it.
+        The document records the edit as an operator's (see docs/configuration.md:
+        an instance's ``overwrite`` does not undo it)."""
         if "name" in changes and changes["name"] != job:
             raise ConfigError(
                 f"the name of job {job!r} cannot change; register a new job and remove "
@@ -485,33 +499,21 @@ class Operations:
         if not changes:
             raise ConfigError("nothing to change")
         paths = self._require_job(job)
-        for _ in range(_CONFIG_ATTEMPTS):
-            node = self.store.get(paths.config)
-            if node is None or not node.value:
-                raise JobLookupError(job)
-            stored = JobConfig.from_json(node.value)
-            data = {**stored.model_dump(exclude_unset=False), **changes}
-            new = JobConfig.parse(**data)
-            if new == stored:
-                return stored
-            ops: list[Op] = [
-                Check(paths.config, version=node.version),
-                Put(paths.config, new.to_json()),
-            ]
-            if new.sharding_total_count != stored.sharding_total_count:
-                ops.append(
-                    Put(
-                        paths.necessary,
-                        f"count changed: {stored.sharding_total_count} -> "
-                        f"{new.sharding_total_count}".encode(),
-                    )
-                )
-            if self.store.commit(ops):
-                return new
-        raise OperationRefusedError(
-            f"the config of job {job!r} kept changing under this edit ({_CONFIG_ATTEMPTS} "
-            "attempts); try again"
-        )
+        new, _ = ConfigService(self.store, paths).update(changes, by=_operator())
+        return new
+
+    def replace_config(self, job: str, config: JobConfig) -> tuple[JobConfig, JobConfig | None]:
+        """Replace the whole stored config of ``job`` with ``config`` (its name must be
+        ``job``), also when the stored one is corrupt: the repair for a config no
+        edit can fix. Sets the reshard flag when the count changes (or the old count
+        is unreadable). Returns (new, old config or None when it was corrupt)."""
+        if config.name != job:
+            raise ConfigError(
+                f"the config is for job {config.name!r}, not {job!r}; the name of a job "
+                "cannot change"
+            )
+        paths = self._require_job(job)
+        return ConfigService(self.store, paths).replace(config, by=_operator())
 
     def remove_job(self, job: str, *, force: bool = False) -> list[str]:
         """Delete everything stored for ``job``. Refused (OperationRefusedError) while
