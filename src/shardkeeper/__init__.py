@@ -8,10 +8,15 @@ The public API::
         config = JobConfig(name="my-job", interval=10, sharding_total_count=4)
 
         def execute(self, ctx: ShardingContext) -> None:
-            ...
+            print(f"item {ctx.item} of fire {ctx.fire_time:%H:%M:%S}", flush=True)
 
-    with Runtime("zk://127.0.0.1:2181/my-app") as runtime:
-        runtime.add_job(MyJob())  # before start() when not using the with-block
+    runtime = Runtime("zk://127.0.0.1:2181/my-app")
+    runtime.add_job(MyJob())  # every job is added before the runtime starts
+    runtime.run_forever()  # start; stop gracefully on SIGTERM/SIGINT or a remote shutdown
+
+Embedded in a service instead of ``run_forever()``: ``with runtime:`` starts it on
+entering the block and stops it (gracefully) on leaving it; add the jobs first.
+(tests/test_package_docstring.py runs this example against real stores.)
 """
 
 from __future__ import annotations
