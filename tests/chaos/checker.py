@@ -84,6 +84,9 @@ Findings (each one fails the run):
    a running mark naming a live instance that has no execution of that item in
    progress (within ``SLACK``).
 6. Self-shutdowns: an instance that stopped without the driver asking.
+7. Not rejoined: an instance healed from a partition that starts no execution within
+   ``3 st + 2 P + SLACK`` of the heal (while it was not faulted again and the run
+   went on): it must rejoin without a restart and get items again.
 
 Reported: failover latency per kill -9 (time from the kill to the first start of an
 orphaned (fire, item) on another instance), takeover latency after freezes and after
@@ -245,6 +248,7 @@ class Report:
     duplicates: list[str] = field(default_factory=list)
     explained_duplicates: list[str] = field(default_factory=list)
     self_shutdowns: list[str] = field(default_factory=list)
+    not_rejoined: list[str] = field(default_factory=list)
     fenced_no_takeover: list[str] = field(default_factory=list)
     failover_latency: list[float] = field(default_factory=list)
     takeover_latency: list[float] = field(default_factory=list)
@@ -256,7 +260,7 @@ class Report:
     @property
     def ok(self) -> bool:
         """No lost work, no unfenced overlap, no token disorder, no unexplained
-        duplicate, no stuck state, no self-shutdown."""
+        duplicate, no stuck state, no self-shutdown, every healed instance back."""
         return not (
             self.lost
             or self.overlaps
@@ -264,6 +268,7 @@ class Report:
             or self.stuck
             or self.duplicates
             or self.self_shutdowns
+            or self.not_rejoined
         )
 
     @property
@@ -289,6 +294,7 @@ class Report:
             f"overlaps: unfenced={len(self.overlaps)} fenced-zombie="
             f"{len(self.zombie_overlaps)} stuck-after-quiet={len(self.stuck)} "
             f"self-shutdowns={len(self.self_shutdowns)} "
+            f"not-rejoined={len(self.not_rejoined)} "
             f"excused={100 * self.excused_fraction:.1f}% of pairs",
             f"executions: {s.get('executions', 0)} started, {s.get('ended', 0)} ended "
             f"({s.get('normal', 0)} normal, {s.get('failover', 0)} failover, "
@@ -313,6 +319,7 @@ class Report:
             ("UNEXPLAINED DUPLICATES", self.duplicates),
             ("STUCK STATE", self.stuck),
             ("SELF-SHUTDOWNS", self.self_shutdowns),
+            ("NOT REJOINED AFTER HEAL", self.not_rejoined),
             ("fenced-zombie overlaps (explained)", self.zombie_overlaps),
             ("duplicates (explained)", self.explained_duplicates),
             ("fenced without takeover (explained)", self.fenced_no_takeover),
@@ -514,6 +521,7 @@ def check(history: History) -> Report:
     _check_duplicates(report, events, by_key, disconnected)
     _check_stuck(report, history, events)
     _check_self_shutdowns(report, history, events)
+    _check_rejoined(report, p, events, execs)
     _latencies(report, events, execs, by_key)
 
     ended = [e for e in execs if e.end is not None]
@@ -709,6 +717,7 @@ def _check_fired_work(
     ups = [ev.t for ev in events if ev.kind == "up"]
     stops = [ev.t for ev in events if ev.kind == "stop"]
     if not ups:
+        report.lost.append("no instance ever came up: the history is empty, nothing was checked")
         return
     first = math.ceil((min(ups) + p.session_timeout + p.period) / p.period) * p.period
     last_t = (min(stops) if stops else max(e.start for e in history.executions)) - p.pre
@@ -958,6 +967,27 @@ def _check_self_shutdowns(report: Report, history: History, events: list[Event])
             seen.add(ev.instance)
             report.self_shutdowns.append(
                 f"{ev.instance} found gone at {ev.t:.3f} (exit code {ev.extra.get('code')})"
+            )
+
+
+def _check_rejoined(report: Report, p: Params, events: list[Event], execs: list[Execution]) -> None:
+    """After a heal the instance must run items again, without a restart."""
+    stop = min((ev.t for ev in events if ev.kind == "stop"), default=math.inf)
+    for ev in events:
+        if ev.kind != "heal":
+            continue
+        deadline = ev.t + p.quiet_deadline
+        interrupted = any(
+            ev.t < other.t <= deadline
+            and other.instance == ev.instance
+            and other.kind in (*INSTANCE_FAULTS, "down", "self_exit")
+            for other in events
+        )
+        if interrupted or deadline > stop:
+            continue
+        if not any(e.instance == ev.instance and ev.t < e.start <= deadline for e in execs):
+            report.not_rejoined.append(
+                f"{ev.instance} healed at {ev.t:.3f} started nothing within {p.quiet_deadline:g}s"
             )
 
 

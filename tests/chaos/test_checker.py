@@ -488,9 +488,10 @@ def test_failover_rerun_after_a_fault_is_an_explained_duplicate() -> None:
     )
 
 
-def _partition_history(zombie_valid_through: float) -> Builder:
+def _partition_history(zombie_valid_through: float, *, rejoin: bool = True) -> Builder:
     """A is partitioned at T0+10.1 for 6 s while running (T0+10, item 0); B takes the
-    item over at T0+12.4 and owns it from T0+13."""
+    item over at T0+12.4 and owns it from T0+13; A, healed at T0+16.1, owns it again
+    from T0+20 (unless ``rejoin`` is false)."""
     b = Builder()
     b.steady(skip={(T0 + k, 0) for k in range(10, END)})
     b.run(
@@ -504,8 +505,8 @@ def _partition_history(zombie_valid_through: float) -> Builder:
         invalid_at=zombie_valid_through + 0.05,
     )
     b.run(B, 0, T0 + 10, start=T0 + 12.4, failover=True)
-    for k in range(13, END):
-        b.run(B, 0, T0 + k, start=T0 + k + 0.02)
+    for k in range(13, END):  # B owns item 0 until A, healed, gets it back at T0+20
+        b.run(B if k < 20 or not rejoin else A, 0, T0 + k, start=T0 + k + 0.02)
     b.event(T0 + 10.1, "partition", A, hold=6.0)
     b.event(T0 + 16.1, "heal", A)
     b.frame()
@@ -554,5 +555,21 @@ def test_report_prints_the_summary_numbers() -> None:
     excused = sum(report.excused.values())
     assert f"pairs={pairs} lost=0 duplicated=1 (unexplained 0)" in summary
     assert "unfenced=0 fenced-zombie=1 stuck-after-quiet=0 self-shutdowns=0" in summary
+    assert "not-rejoined=0" in summary
     assert f"excused={100 * excused / pairs:.1f}% of pairs" in summary
     assert excused == report.excused.get("partition of owner") == 2
+
+
+def test_healed_instance_must_get_items_again() -> None:
+    """An instance healed from a partition that never runs anything again (it did not
+    rejoin without a restart) is a finding."""
+    report = check(_partition_history(T0 + 12.0, rejoin=False).history())
+    assert not report.ok
+    assert len(report.not_rejoined) == 1 and A in report.not_rejoined[0]
+    assert check(_partition_history(T0 + 12.0).history()).ok
+
+
+def test_empty_history_is_not_a_pass(tmp_path: Path) -> None:
+    """A directory without a history (a run that never started) fails, not passes."""
+    report = check(load_history(tmp_path, PARAMS))
+    assert not report.ok and "history is empty" in report.lost[0]
