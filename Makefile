@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BACKEND ?= zookeeper
 STAMP := $(VENV)/.installed
-APT_PACKAGES := zookeeper etcd-server etcd-client default-jre-headless docker-compose
+APT_PACKAGES := zookeeper etcd-server etcd-client default-jre-headless docker-compose iproute2
 PYTEST_ARGS ?=
 
 .PHONY: demo test lint typecheck pytest system-deps venv chaos bench clean registry-up registry-down
@@ -42,6 +42,7 @@ system-deps:
 	command -v etcd >/dev/null || missing="$$missing etcd-server"; \
 	command -v etcdctl >/dev/null || missing="$$missing etcd-client"; \
 	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
+	command -v ip >/dev/null || missing="$$missing iproute2"; \
 	command -v docker-compose >/dev/null || bare="$$bare docker-compose"; \
 	if [ -n "$$missing$$bare" ]; then \
 	  echo "installing system packages:$$missing$$bare"; \
