@@ -233,6 +233,8 @@ class History:
     states: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
     #: (instance, time) of every runtime stop the workers recorded
     exits: list[tuple[str, float]] = field(default_factory=list)
+    #: (time, error) of every registry read of the observer that failed
+    snapshot_errors: list[tuple[float, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -389,9 +391,13 @@ def load_history(workdir: Path, params: Params) -> History:
                 )
             )
     snapshots: list[Snapshot] = []
+    snapshot_errors: list[tuple[float, str]] = []
     snap_path = workdir / "snapshots.jsonl"
     if snap_path.exists():
         for rec in _read_jsonl(snap_path):
+            if "error" in rec:
+                snapshot_errors.append((float(rec["t"]), str(rec["error"])))
+                continue
             snapshots.append(
                 Snapshot(
                     t=float(rec["t"]),
@@ -417,6 +423,7 @@ def load_history(workdir: Path, params: Params) -> History:
         snapshots,
         states=dict(states),
         exits=exits,
+        snapshot_errors=snapshot_errors,
     )
 
 
@@ -892,9 +899,14 @@ def _check_stuck(report: Report, history: History, events: list[Event]) -> None:
     deadline = q + p.quiet_deadline
     snaps = sorted((s for s in history.snapshots if s.t >= q), key=lambda s: s.t)
     if not snaps or snaps[-1].t < deadline:
+        errors = [e for t, e in history.snapshot_errors if t >= q]
         report.stuck.append(
             f"no registry snapshot after the deadline {deadline - q:.1f}s past quiet "
-            "(the quiet period was too short to judge)"
+            + (
+                f"({len(errors)} reads failed, the last: {errors[-1]})"
+                if errors
+                else "(the quiet period was too short to judge)"
+            )
         )
         return
     in_progress: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)

@@ -373,7 +373,7 @@ class Driver:
 
 
 def snapshot(store: CoordinationStore) -> dict[str, Any] | None:
-    """The job's registry state now (None if the store did not answer)."""
+    """The job's registry state now, or ``{"t", "error"}`` if it could not be read."""
     try:
         t = time.time()
         node = store.get(P.sharding)
@@ -391,8 +391,9 @@ def snapshot(store: CoordinationStore) -> dict[str, Any] | None:
             if entry is not None:
                 queued[name] = FailoverEntry.from_bytes(entry.value).from_instance
         registered = store.children(P.instances)
-    except (StoreError, DocumentError):
-        return None
+    except (StoreError, DocumentError, ValueError) as exc:
+        # recorded, not dropped: a run whose registry cannot be read must say why
+        return {"t": time.time(), "error": f"{type(exc).__name__}: {exc}"}
     return {
         "t": t,
         "owners": owners,

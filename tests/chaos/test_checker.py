@@ -398,7 +398,8 @@ def test_load_history_reads_the_files(tmp_path: Path) -> None:
     ]
     (tmp_path / "events.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
     snap = {"t": T0 + 2, "owners": {"0": A}, "registered": [A], "running": {}, "queued": {}}
-    (tmp_path / "snapshots.jsonl").write_text(json.dumps(snap) + "\n")
+    failed = {"t": T0 + 2.5, "error": "DocumentError: bad"}
+    (tmp_path / "snapshots.jsonl").write_text(json.dumps(snap) + "\n" + json.dumps(failed) + "\n")
     history = load_history(tmp_path, PARAMS)
     assert [(e.fire, e.end, e.valid) for e in history.executions] == [
         (T0, T0 + 0.3, True),
@@ -408,7 +409,8 @@ def test_load_history_reads_the_files(tmp_path: Path) -> None:
     assert history.executions[0].valid_through == T0 + 0.29
     assert history.states == {A: [(T0 + 0.5, "suspended"), (T0 + 0.7, "reconnected")]}
     assert history.exits == [(A, T0 + 1.1)]
-    assert history.snapshots[0].owners == {0: A}
+    assert history.snapshots[0].owners == {0: A} and len(history.snapshots) == 1
+    assert history.snapshot_errors == [(T0 + 2.5, "DocumentError: bad")]
     assert [e.kind for e in history.events] == ["up", "down"]
 
 
