@@ -4,13 +4,15 @@ At a trigger an instance marks all its items running in ONE commit (chunked only
 past the store's per-commit limit) that also checks that no reshard is pending and
 the assignment is the one it read. A commit's revision is the created_revision of
 every mark it wrote: the fencing token of those executions. When the items are
-done, one commit deletes the marks, each only if it still carries its token, so an
+done, one commit deletes the marks, each only if it is still ours (its token, or for
+a persistent mark its unique fence child: see :meth:`ExecutionService.finish`), so an
 instance that was cut off and taken over can never erase the taker's marks.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -19,7 +21,16 @@ from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.errors import StoreError
 from shardkeeper.registry.base import Check, CoordinationStore, Create, Delete, Op, Put
 
-__all__ = ["ExecutionService", "StartResult"]
+__all__ = ["FENCE_PREFIX", "ExecutionService", "StartResult", "new_fence"]
+
+#: name prefix of a persistent mark's fence child
+FENCE_PREFIX = "fence-"
+
+
+def new_fence() -> str:
+    """A fence child name that is never used twice."""
+    return f"{FENCE_PREFIX}{uuid.uuid4().hex[:16]}"
+
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +50,8 @@ class StartResult:
     reason: str | None = None
     #: the fencing token of each marked item (the revision of the commit that marked it)
     tokens: dict[int, int] = field(default_factory=dict)
+    #: the fence child of each persistent mark (see ExecutionService.finish)
+    fences: dict[int, str] = field(default_factory=dict)
 
 
 class ExecutionService:
@@ -81,18 +94,24 @@ class ExecutionService:
             # tells a leader about to reshard that this fire already started here
             Put(self._paths.fired(self._me), repr(fire_time).encode()),
         ]
-        ops: list[Op] = []
+        groups: list[list[Op]] = []
+        fences: dict[int, str] = {}
         if monitor:
             for item in items:
                 mark = RunningMark(self._me, fire_time, execution_ids[item])
-                ops.append(
-                    Create(self._paths.running(item), mark.to_bytes(), ephemeral=not persistent)
-                )
+                path = self._paths.running(item)
+                group: list[Op] = [Create(path, mark.to_bytes(), ephemeral=not persistent)]
+                if persistent:
+                    fences[item] = new_fence()
+                    group.append(Create(f"{path}/{fences[item]}"))
+                groups.append(group)
+        else:
+            groups = [[] for _ in items]
         token = 0
         marked: list[int] = []
         tokens: dict[int, int] = {}
-        for n, chunk in enumerate(self._chunks(ops, fixed)):
-            chunk_items = list(items[len(marked) : len(marked) + len(chunk) - len(fixed)])
+        for n, (members, chunk) in enumerate(self._pack(groups, fixed)):
+            chunk_items = [items[m] for m in members]
             try:
                 result = self._store.commit(chunk)
             except StoreError as exc:
@@ -113,7 +132,7 @@ class ExecutionService:
                     sorted(adopted),
                 )
                 marked.extend(i for i in chunk_items if i in adopted)
-                tokens.update(adopted)
+                tokens.update({i: t for i, (t, _f) in adopted.items()})
                 if len(adopted) < len(chunk_items):
                     break
                 continue
@@ -135,13 +154,41 @@ class ExecutionService:
             tokens.update(dict.fromkeys(chunk_items, result.revision))
         if not monitor:
             return StartResult(tuple(items), tokens=dict.fromkeys(items, token))
-        return StartResult(tuple(marked), tokens=tokens)
+        return StartResult(
+            tuple(marked), tokens=tokens, fences={i: fences[i] for i in marked if i in fences}
+        )
 
-    def read_back(self, items: Sequence[int], execution_ids: dict[int, str]) -> dict[int, int]:
-        """Items whose mark is ours (this instance, this execution id) -> its token
+    def _pack(
+        self, groups: list[list[Op]], fixed: Sequence[Op]
+    ) -> list[tuple[list[int], list[Op]]]:
+        """Chunks of whole op groups (one group per item) under the per-commit limit,
+        each with the ``fixed`` ops first. Returns (group indexes, ops) per chunk."""
+        room = max(1, self._store.max_ops_per_commit - len(fixed))
+        chunks: list[tuple[list[int], list[Op]]] = []
+        members: list[int] = []
+        ops: list[Op] = []
+        for n, group in enumerate(groups):
+            if members and len(ops) + len(group) > room:
+                chunks.append((members, [*fixed, *ops]))
+                members, ops = [], []
+            members.append(n)
+            ops.extend(group)
+        if members or not chunks:
+            chunks.append((members, [*fixed, *ops]))
+        return chunks
+
+    def fence_of(self, item: int) -> str:
+        """The fence child of ``item``'s mark ("" for an ephemeral mark or none)."""
+        kids = self._store.children(self._paths.running(item))
+        return next((k for k in kids if k.startswith(FENCE_PREFIX)), "")
+
+    def read_back(
+        self, items: Sequence[int], execution_ids: dict[int, str]
+    ) -> dict[int, tuple[int, str]]:
+        """Items whose mark is ours (this instance, this execution id) -> (token, fence)
         (what a start commit whose reply was lost applied). Never raises: what cannot
         be read is left to the housekeeping pass."""
-        found: dict[int, int] = {}
+        found: dict[int, tuple[int, str]] = {}
         try:
             for item in items:
                 node = self._store.get(self._paths.running(item))
@@ -152,7 +199,7 @@ class ExecutionService:
                 except DocumentError:
                     continue
                 if mark.instance_id == self._me and mark.execution_id == execution_ids[item]:
-                    found[item] = node.created_revision
+                    found[item] = (node.created_revision, self.fence_of(item))
         except StoreError:
             return found
         return found
@@ -190,27 +237,29 @@ class ExecutionService:
         """Whether any item of the job is marked running."""
         return bool(self._store.children(self._paths.running_root))
 
-    def finish(self, items: Iterable[int], token: int) -> list[int]:
-        """Delete the marks of ``items`` that still carry ``token``. Returns the items
-        whose mark was no longer ours (fenced: someone else took them over)."""
+    def finish(
+        self, items: Iterable[int], token: int, fences: dict[int, str] | None = None
+    ) -> list[int]:
+        """Delete the marks of ``items`` that are still ours. Returns the items whose
+        mark was no longer ours (fenced: someone else took them over).
+
+        A persistent mark is ours while its fence child (a unique name created with it
+        in the start or claim commit) exists: the completion checks the child, deletes
+        it, then the mark. That check is native on every store (a ZooKeeper multi fails
+        on the missing child by itself), so no pre-read can race with a take-over: a
+        replaced mark has another fence. Other marks are checked by ``token`` (their
+        created_revision)."""
         items = list(items)
-        pairs: list[Op] = []
-        for item in items:
-            pairs += [
-                Check(self._paths.running(item), created_revision=token),
-                Delete(self._paths.running(item)),
-            ]
-        room = max(2, self._store.max_ops_per_commit - self._store.max_ops_per_commit % 2)
+        fences = fences or {}
+        groups = [self.clear_ops(item, token, fences.get(item, "")) for item in items]
         fenced: list[int] = []
-        for i in range(0, len(pairs), room):
-            chunk = pairs[i : i + room]
+        for members, chunk in self._pack(groups, []):
             if self._store.commit(chunk):
                 continue
             # Some mark is not ours any more: clear ours one by one, never theirs.
-            for j in range(0, len(chunk), 2):
-                item = items[(i + j) // 2]
-                if not self._store.commit(chunk[j : j + 2]):
-                    fenced.append(item)
+            for m in members:
+                if not self._store.commit(groups[m]):
+                    fenced.append(items[m])
         if fenced:
             log.warning(
                 "%s: items %s were taken over; their completion wrote nothing",
@@ -218,6 +267,14 @@ class ExecutionService:
                 fenced,
             )
         return fenced
+
+    def clear_ops(self, item: int, token: int, fence: str) -> list[Op]:
+        """The conditional deletion of ``item``'s mark (see :meth:`finish`)."""
+        path = self._paths.running(item)
+        if fence:
+            child = f"{path}/{fence}"
+            return [Check(child, exists=True), Delete(child), Delete(path)]
+        return [Check(path, created_revision=token), Delete(path)]
 
     def mark_misfire(self, items: Sequence[int], fire_time: float) -> None:
         """Record that a trigger was missed while ``items`` ran (for operators)."""

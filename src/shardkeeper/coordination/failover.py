@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+from shardkeeper.coordination.execution import FENCE_PREFIX, new_fence
 from shardkeeper.coordination.model import DocumentError, FailoverEntry, RunningMark
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.errors import ConfigError
@@ -37,6 +38,8 @@ class Claim:
     item: int
     entry: FailoverEntry
     token: int
+    #: the fence child created with the mark (see ExecutionService.finish)
+    fence: str = ""
 
 
 class FailoverService:
@@ -87,15 +90,16 @@ class FailoverService:
             )
         return moved
 
-    def hand_off(self, marks: dict[int, tuple[int, FailoverEntry]], *, keep: bool) -> list[int]:
-        """Move this instance's own marks of ``marks`` (item -> (token, queue entry)) to
-        the failover queue (``keep``) or delete them, each only while it still carries
-        its token. Used for items of a fenced batch that never started. Returns the
+    def hand_off(
+        self, marks: dict[int, tuple[int, FailoverEntry, str]], *, keep: bool
+    ) -> list[int]:
+        """Move this instance's own marks of ``marks`` (item -> (token, queue entry,
+        fence)) to the failover queue (``keep``) or delete them, each only while it is
+        still ours. Used for items of a fenced batch that never started. Returns the
         items moved; a mark that is gone or replaced is left alone."""
         moved: list[int] = []
-        for item, (token, entry) in sorted(marks.items()):
-            path = self._paths.running(item)
-            ops: list[Op] = [Check(path, created_revision=token), Delete(path)]
+        for item, (token, entry, fence) in sorted(marks.items()):
+            ops: list[Op] = self._clear_ops(item, token, fence)
             if keep:
                 ops.append(Put(self._paths.failover_item(item), entry.to_bytes()))
             if self._store.commit(ops):
@@ -131,10 +135,11 @@ class FailoverService:
                 mark = RunningMark("?", 0.0, f"{self._paths.job}@unknown#{item}")
             if not select(mark, item):
                 continue
-            ops: list[Op] = [
-                Check(node.path, created_revision=node.created_revision),
-                Delete(node.path),
-            ]
+            fence = self._fence_of(item)
+            ops: list[Op] = self._clear_ops(item, node.created_revision, fence)
+            if fence:
+                # the fence proves the incarnation; the revision check keeps it exact
+                ops.insert(0, Check(node.path, created_revision=node.created_revision))
             if owner_absent and readable and _valid_segment(mark.instance_id):
                 ops.append(Check(self._paths.instance(mark.instance_id), exists=False))
             if keep:
@@ -143,6 +148,17 @@ class FailoverService:
             if self._store.commit(ops):
                 moved.append(item)
         return moved
+
+    def _fence_of(self, item: int) -> str:
+        kids = self._store.children(self._paths.running(item))
+        return next((k for k in kids if k.startswith(FENCE_PREFIX)), "")
+
+    def _clear_ops(self, item: int, token: int, fence: str) -> list[Op]:
+        path = self._paths.running(item)
+        if fence:
+            child = f"{path}/{fence}"
+            return [Check(child, exists=True), Delete(child), Delete(path)]
+        return [Check(path, created_revision=token), Delete(path)]
 
     def queued(self) -> list[int]:
         """Items waiting in the failover queue."""
@@ -167,12 +183,14 @@ class FailoverService:
             except DocumentError:
                 entry = FailoverEntry(0.0, f"{self._paths.job}@unknown#{item}", "?")
             mark = RunningMark(self._me, entry.fire_time, entry.execution_id, failover=True)
+            fence = new_fence()
             result = self._store.commit(
                 [
                     *([membership] if membership is not None else []),
                     Check(node.path, version=node.version),
                     Delete(node.path),
                     Create(self._paths.running(item), mark.to_bytes()),
+                    Create(f"{self._paths.running(item)}/{fence}"),
                 ]
             )
             if result:
@@ -184,7 +202,7 @@ class FailoverService:
                     entry.fire_time,
                     entry.from_instance,
                 )
-                return Claim(item, entry, result.revision)
+                return Claim(item, entry, result.revision, fence)
         return None
 
 

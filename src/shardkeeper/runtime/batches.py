@@ -47,6 +47,8 @@ class Batch:
     #: fencing token of each item (one per commit: a large batch spans several)
     tokens: dict[int, int]
     execution_ids: dict[int, str]
+    #: fence child of each persistent mark (ExecutionService.finish)
+    fences: dict[int, str] = field(default_factory=dict)
     contexts: dict[int, ShardingContext] = field(default_factory=dict)
     failover: bool = False
     misfire: bool = False
@@ -66,6 +68,7 @@ class _Unfinished:
     ran: dict[int, int]  # item -> token
     handoff: dict[int, int]  # item -> token
     execution_ids: dict[int, str]
+    fences: dict[int, str]
 
 
 class Batches:
@@ -80,6 +83,7 @@ class Batches:
         workers: WorkerPool,
         listeners: list[JobListener],
         valid: Callable[[Batch], bool],
+        session: Callable[[], str] = lambda: "",
         should_stop: Callable[[], bool],
         on_idle: Callable[[], None],
     ) -> None:
@@ -89,6 +93,7 @@ class Batches:
         self._workers = workers
         self._listeners = listeners
         self._valid = valid
+        self._session = session
         self._should_stop = should_stop
         self._on_idle = on_idle
         self._lock = threading.RLock()
@@ -219,6 +224,10 @@ class Batches:
 
     def _complete(self, batch: Batch) -> None:
         monitor = self._state.config.monitor_execution
+        if batch.session and not batch.fences and batch.session != self._session():
+            # ephemeral marks died with the session the batch started in: a mark at
+            # the same path now is somebody else's, whatever a pre-read would say
+            monitor = False
         ran = {i: batch.tokens.get(i, 0) for i in batch.items if batch.outcomes.get(i) != FENCED}
         never = {i: batch.tokens.get(i, 0) for i in batch.items if batch.outcomes.get(i) == FENCED}
         entry = _Unfinished(
@@ -226,6 +235,7 @@ class Batches:
             {i: t for i, t in ran.items() if t} if monitor else {},
             {i: t for i, t in never.items() if t} if monitor else {},
             dict(batch.execution_ids),
+            dict(batch.fences),
         )
         try:
             self._settle(entry)
@@ -254,7 +264,7 @@ class Batches:
         for item, token in entry.ran.items():
             groups.setdefault(token, []).append(item)
         for token, items in sorted(groups.items()):
-            fenced = self._s.execution.finish(sorted(items), token)
+            fenced = self._s.execution.finish(sorted(items), token, entry.fences)
             self._state.count("fenced", len(fenced))
             for item in items:
                 entry.ran.pop(item, None)
@@ -269,6 +279,7 @@ class Batches:
                         or execution_id(self._state.config.name, entry.fire_time, item),
                         self._s.instance_id,
                     ),
+                    entry.fences.get(item, ""),
                 )
                 for item, token in entry.handoff.items()
             }

@@ -67,18 +67,19 @@ class RepairPass:
 
     def run(self) -> list[str]:
         """One pass; returns what it repaired (for logs and tests)."""
-        self.passes += 1
         done: list[str] = []
         st = self._state
-        if st.stopping:
+        if st.stopping or st.suspended:
             return done
-        if st.suspended:
-            return done
+        self.passes += 1
         if not st.registered:
             self._hooks.register()
             done.append("registered")
         else:
             member = self._s.store.get(self._s.paths.instance(self._s.instance_id))
+            if member is None and not self._s.store.exists(self._s.paths.config):
+                self._hooks.reload()  # the job was removed: retire it, do not rejoin
+                return done
             if member is None or member.created_revision != st.member_revision:
                 self._hooks.fence("membership node gone or replaced")
                 st.registered = False

@@ -119,6 +119,7 @@ class JobRunner:
             workers=workers,
             listeners=listeners or [],
             valid=self._valid,
+            session=self._session,
             should_stop=lambda: self.state.stopping,
             on_idle=self._on_batch_done,
         )
@@ -148,6 +149,8 @@ class JobRunner:
         self._pass_count = 0
         #: set by the runtime: reschedules the trigger when the config changed
         self.on_config_change: Callable[[JobRunner, JobConfig], None] | None = None
+        #: set by the runtime: unschedules the job when it is retired here
+        self.on_retire: Callable[[JobRunner], None] | None = None
 
     # -- compatibility views --------------------------------------------------------
 
@@ -250,6 +253,18 @@ class JobRunner:
             self.try_claim()
         self.signal.notify()
 
+    def retire(self, why: str) -> None:
+        """Stop running this job on this instance (the rest of the instance goes on);
+        a restart of the instance registers it again."""
+        if self.state.stopping:
+            return
+        log.warning("%s: no longer run on this instance: %s", self.name, why)
+        self.fence_all()
+        self.begin_stop()
+        self.state.registered = False
+        if self.on_retire is not None:
+            self.on_retire(self)
+
     def _register_logged(self) -> None:
         try:
             self.register()
@@ -281,6 +296,7 @@ class JobRunner:
 
     def submit(self, key: str | None, fn: Callable[[], object]) -> None:
         """Run ``fn`` on this job's lane (merged with a queued task of the same key)."""
+
         def task() -> None:
             fn()
 
@@ -385,7 +401,14 @@ class JobRunner:
         except ShardkeeperError as exc:
             log.warning("%s: stored config unreadable; keeping the current one: %s", self.name, exc)
             return
-        if stored is None or stored == self.state.config:
+        if stored is None:
+            if self.state.registered and not self._store.exists(self.paths.instance(self._me)):
+                # The job's whole subtree is gone, config included: an operator
+                # removed the job (``remove --force``). Registering again would undo
+                # that; stop running it here instead.
+                self.retire("the job was removed from the registry")
+            return
+        if stored == self.state.config:
             return
         old = self.state.config
         self.state.set_config(stored)
@@ -582,6 +605,7 @@ class JobRunner:
                 fire_time=claim.entry.fire_time,
                 items=[claim.item],
                 tokens={claim.item: claim.token},
+                fences={claim.item: claim.fence} if claim.fence else {},
                 execution_ids={claim.item: claim.entry.execution_id},
                 failover=True,
                 session=session,

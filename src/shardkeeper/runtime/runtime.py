@@ -47,7 +47,13 @@ from shardkeeper.coordination.paths import (
     parse_job_path,
     shutdown_path,
 )
-from shardkeeper.errors import ConfigError, JobConfigError, JobConflictError, StoreError
+from shardkeeper.errors import (
+    ConfigError,
+    JobConfigError,
+    JobConflictError,
+    JobLookupError,
+    StoreError,
+)
 from shardkeeper.job import JobListener, ShardedJob
 from shardkeeper.registry import open_store
 from shardkeeper.registry.base import (
@@ -187,6 +193,7 @@ class Runtime:
                     on_skip=self.skips.record,
                 )
                 runner.on_config_change = self._config_changed
+                runner.on_retire = self._retired
                 self._runners[name] = runner
             # One watch for the whole namespace, established before we register so
             # that no change made after our registration can be missed. The
@@ -410,6 +417,11 @@ class Runtime:
                 for runner in self.runners.values():
                     runner.request_repair()
 
+    def _retired(self, runner: JobRunner) -> None:
+        if self._scheduler:
+            with contextlib.suppress(JobLookupError):
+                self._scheduler.remove_job(runner.name)
+
     def _config_changed(self, runner: JobRunner, old: JobConfig) -> None:
         new = runner.config
         if self._scheduler and (
@@ -451,7 +463,7 @@ class Runtime:
             self._spawn(self._reput_instance)
         if present is None:
             return  # the store does not answer: repairs would only fail
-        runners = list(self.runners.values())
+        runners = [r for r in self.runners.values() if not r.state.stopping]
         if not runners:
             return
         # Every job is checked at least once per sweep (3 session timeouts, at least

@@ -169,6 +169,7 @@ class TriggerFlow:
                 fire_time=ft,
                 items=list(result.marked),
                 tokens=dict(result.tokens),
+                fences=dict(result.fences),
                 execution_ids={i: ids[i] for i in result.marked},
                 misfire=fire.misfire,
                 session=session,
@@ -193,7 +194,8 @@ class TriggerFlow:
             batch = Batch(
                 fire_time=ft,
                 items=sorted(adopted),
-                tokens=adopted,
+                tokens={i: t for i, (t, _f) in adopted.items()},
+                fences={i: f for i, (_t, f) in adopted.items() if f},
                 execution_ids={i: ids[i] for i in adopted},
                 misfire=fire.misfire,
                 session=session,

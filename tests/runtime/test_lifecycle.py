@@ -1,0 +1,99 @@
+"""Lifecycle races replayed on the MemoryStore's step hooks (no monkeypatching)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from shardkeeper.config import JobConfig
+from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.job import ShardedJob, ShardingContext
+from shardkeeper.registry.memory import MemoryServer
+from shardkeeper.runtime import Runtime
+from shardkeeper.testing.faults import wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+JOB = "life"
+P = JobPaths(JOB)
+
+
+@pytest.fixture
+def server() -> Iterator[MemoryServer]:
+    srv = MemoryServer()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+
+
+def test_graceful_stop_waits_for_a_trigger_that_is_marking_its_items(
+    server: MemoryServer,
+) -> None:
+    """A graceful stop that came while a trigger was writing its running marks used to
+    leave the job at once: the leader failed the items over and the taker ran them
+    while this instance still did. The stop waits for that trigger's batch, and the
+    items run while the instance is still a member."""
+    observer = server.store()
+    observer.start()
+    present: list[tuple[int, bool]] = []
+
+    class Probe(ShardedJob):
+        def execute(self, ctx: ShardingContext) -> None:
+            present.append((ctx.item, observer.exists(P.instance(ctx.instance_id))))
+
+    rt = Runtime(server.store(), shutdown_grace=10)
+    rt.add_job(Probe(), JobConfig(name=JOB, interval=0.5, sharding_total_count=2, failover=True))
+    # hold the first start commit (the one that writes running marks) before it applies
+    held = server.pause("commit", path=P.running_root, thread="sk-coord")
+    rt.start()
+    stopper: threading.Thread | None = None
+    try:
+        assert held.wait_reached(10), "no trigger marked items"
+        runner = rt.runners[JOB]
+        stopper = threading.Thread(target=rt.stop, name="test-stop")
+        stopper.start()
+        # the stop has begun (no new triggers) while the trigger is still held
+        wait_until(lambda: runner.running_count() >= 1 and runner.state.stopping, 5)
+        held.release()
+        stopper.join(30)
+        assert not stopper.is_alive(), "stop did not finish"
+    finally:
+        held.release()
+        rt.stop_now()
+        if stopper is not None:
+            stopper.join(30)
+    assert present and all(ok for _, ok in present), present
+    assert not observer.children(P.failover_queue), "items were failed over during the stop"
+
+
+def test_a_removed_job_is_retired_not_registered_again(server: MemoryServer) -> None:
+    """``remove --force`` deletes a job that instances still run. The level-triggered
+    pass must not undo it by registering again: the instance stops running that job
+    (and goes on with its others)."""
+    admin = server.store()
+    admin.start()
+
+    class Noop(ShardedJob):
+        def execute(self, ctx: ShardingContext) -> None:
+            pass
+
+    rt = Runtime(server.store(), shutdown_grace=1)
+    rt.add_job(Noop(), JobConfig(name=JOB, interval=0.3, sharding_total_count=1))
+    rt.add_job(Noop(), JobConfig(name="other", interval=0.3, sharding_total_count=1))
+    rt.start()
+    try:
+        removed, other = rt.runners[JOB], rt.runners["other"]
+        wait_until(lambda: removed.stats["executed"] and other.stats["executed"], 10)
+        admin.delete(P.root, recursive=True)
+        wait_until(lambda: removed.state.stopping, 10, message="the job was not retired")
+        passes = removed.repairs.passes
+        ran = other.stats["executed"]
+        wait_until(lambda: other.stats["executed"] > ran + 3, 10)
+        assert not admin.exists(P.config), "the removed job's config was written again"
+        assert removed.repairs.passes == passes  # retired: no pass rejoins it
+        assert not admin.children(P.instances)
+    finally:
+        rt.stop_now()
