@@ -57,8 +57,19 @@ class ShardingContext:
     failover or misfire re-run keeps it): use it as an idempotency key.
     ``fencing_token`` only grows: it is the store revision at which this execution's
     running mark was written; pass it to external systems that can reject writes
-    carrying an older token. ``is_valid()`` turns false once this instance lost its
-    store session (another instance may run the item now): stop writing then.
+    carrying an older token.
+
+    ``is_valid()`` turns false (for good) as soon as this instance can no longer be
+    sure it still owns the item: its session was lost or replaced, the store has not
+    answered a probe for 0.9 x the session timeout (the session may be expiring
+    unseen: a frozen process, a cut link), its membership of the job was removed, or
+    the instance is stopping hard. Another instance can only take the item over after
+    this session has ended (the requeue is conditional on this instance's membership
+    node being gone), so a check of ``is_valid()`` before each external write is
+    answered False before a taker can start. It does not read the store: a take-over
+    is detected through the session, not by polling the mark, and between two checks
+    an execution may still write once; external systems that must reject such late
+    writes compare ``fencing_token``.
     """
 
     job_name: str
@@ -77,7 +88,7 @@ class ShardingContext:
     _stop: Callable[[], bool] = field(default=_never, repr=False, compare=False)
 
     def is_valid(self) -> bool:
-        """False once this execution is fenced off (session lost, item taken over)."""
+        """False once this execution is fenced off (see the class docstring for when)."""
         return self._valid()
 
     def should_stop(self) -> bool:
