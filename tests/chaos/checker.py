@@ -51,7 +51,9 @@ of the run's (fire, item) pairs). Only what the evidence supports is excused:
   a restart excuses nothing: rejoining must not lose fires.
 * Store faults, narrowed to the evidence: (a) the owner's store was disconnected at
   the fire, or became disconnected within ``OP`` after it (its start commit was in
-  flight when the member died or lost its peers); (b) while the store had no leader:
+  flight when the member died or lost its peers), for at most ``st + P + SLACK``
+  from the start of the disconnection (then its session has expired and the others
+  must have taken its items); (b) while the store had no leader:
   from a leader's kill or isolation to the ``store_leader`` event (measured by the
   driver), plus ``PRE`` on both sides. A follower's loss excuses only (a).
 * No instance up, unfrozen and not partitioned at the fire: all items.
@@ -87,6 +89,10 @@ Findings (each one fails the run):
 7. Not rejoined: an instance healed from a partition that starts no execution within
    ``3 st + 2 P + SLACK`` of the heal (while it was not faulted again and the run
    went on): it must rejoin without a restart and get items again.
+
+Reported, counted and listed but not failing the run: sessions lost by instances that
+were neither frozen nor partitioned then (a store member's kill or isolation, a slow
+link: the client did not move on in time, and its items failed over needlessly).
 
 Reported: failover latency per kill -9 (time from the kill to the first start of an
 orphaned (fire, item) on another instance), takeover latency after freezes and after
@@ -251,6 +257,7 @@ class Report:
     explained_duplicates: list[str] = field(default_factory=list)
     self_shutdowns: list[str] = field(default_factory=list)
     not_rejoined: list[str] = field(default_factory=list)
+    spurious_session_loss: list[str] = field(default_factory=list)
     fenced_no_takeover: list[str] = field(default_factory=list)
     failover_latency: list[float] = field(default_factory=list)
     takeover_latency: list[float] = field(default_factory=list)
@@ -297,6 +304,7 @@ class Report:
             f"{len(self.zombie_overlaps)} stuck-after-quiet={len(self.stuck)} "
             f"self-shutdowns={len(self.self_shutdowns)} "
             f"not-rejoined={len(self.not_rejoined)} "
+            f"sessions-lost-without-instance-fault={len(self.spurious_session_loss)} "
             f"excused={100 * self.excused_fraction:.1f}% of pairs",
             f"executions: {s.get('executions', 0)} started, {s.get('ended', 0)} ended "
             f"({s.get('normal', 0)} normal, {s.get('failover', 0)} failover, "
@@ -322,6 +330,10 @@ class Report:
             ("STUCK STATE", self.stuck),
             ("SELF-SHUTDOWNS", self.self_shutdowns),
             ("NOT REJOINED AFTER HEAL", self.not_rejoined),
+            (
+                "sessions lost without an instance fault (reported, not failed)",
+                self.spurious_session_loss,
+            ),
             ("fenced-zombie overlaps (explained)", self.zombie_overlaps),
             ("duplicates (explained)", self.explained_duplicates),
             ("fenced without takeover (explained)", self.fenced_no_takeover),
@@ -529,6 +541,7 @@ def check(history: History) -> Report:
     _check_stuck(report, history, events)
     _check_self_shutdowns(report, history, events)
     _check_rejoined(report, p, events, execs)
+    _spurious_session_losses(report, p, history, events)
     _latencies(report, events, execs, by_key)
 
     ended = [e for e in execs if e.end is not None]
@@ -734,6 +747,12 @@ def _check_fired_work(
     ]
     per_item = _instance_windows(p, events, by_item)
     nobody = _nobody_healthy(events)
+    # a disconnected owner excuses its fires only until its session could have
+    # expired and the others resharded (st + P + slack): later fires must run elsewhere
+    clipped = {
+        inst: [(a, min(b, a + p.crash_recover)) for a, b in spans]
+        for inst, spans in disconnected.items()
+    }
     excused: dict[str, int] = defaultdict(int)
     covered = 0
     for t in fires:
@@ -750,7 +769,7 @@ def _check_fired_work(
             elif _inside(t, leaderless):
                 excused["store without a leader (measured)"] += 1
             elif owner is not None and _overlaps(
-                t, t + p.operation_timeout, disconnected.get(owner, [])
+                t, t + p.operation_timeout, clipped.get(owner, [])
             ):
                 excused["owner's store disconnected (measured)"] += 1
             elif w := _inside(t, per_item.get(item, [])):
@@ -1000,6 +1019,24 @@ def _check_rejoined(report: Report, p: Params, events: list[Event], execs: list[
         if not any(e.instance == ev.instance and ev.t < e.start <= deadline for e in execs):
             report.not_rejoined.append(
                 f"{ev.instance} healed at {ev.t:.3f} started nothing within {p.quiet_deadline:g}s"
+            )
+
+
+def _spurious_session_losses(
+    report: Report, p: Params, history: History, events: list[Event]
+) -> None:
+    """LOST on an instance that was not frozen or partitioned (up to a session timeout
+    and slack before): its store client did not keep the session through a store or
+    network fault that left the store with a quorum."""
+    faulted = _fault_intervals(events)
+    for inst, seq in sorted(history.states.items()):
+        for t, state in seq:
+            if state != "lost":
+                continue
+            if any(a <= t <= b + p.session_timeout + p.slack for a, b in faulted.get(inst, [])):
+                continue
+            report.spurious_session_loss.append(
+                f"{inst} lost its session at {t:.3f} ({_context(t, events)})"
             )
 
 

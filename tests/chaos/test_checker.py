@@ -575,3 +575,30 @@ def test_empty_history_is_not_a_pass(tmp_path: Path) -> None:
     """A directory without a history (a run that never started) fails, not passes."""
     report = check(load_history(tmp_path, PARAMS))
     assert not report.ok and "history is empty" in report.lost[0]
+
+
+def test_a_long_disconnection_excuses_only_until_the_items_must_move() -> None:
+    """An owner whose store stays disconnected for 15 s excuses its fires for one
+    session timeout + period + slack; after that its items must run elsewhere."""
+    b = Builder()
+    b.steady(skip={(T0 + k, 0) for k in range(10, 25)})
+    b.state(A, T0 + 9.8, "suspended")
+    b.state(A, T0 + 24.8, "reconnected")
+    b.frame()
+    report = check(b.history())
+    assert report.excused == {"owner's store disconnected (measured)": 4}  # T0+10..13
+    assert len(report.lost) == 11, report.render()
+
+
+def test_session_lost_without_an_instance_fault_is_listed() -> None:
+    """A session lost during a follower's isolation is listed (not failed); one lost
+    after the instance's own partition is not."""
+    b = _partition_history(T0 + 12.0)
+    b.event(T0 + 26.0, "store_isolate", member=1, leader=False)
+    b.event(T0 + 30.0, "store_rejoin", member=1)
+    b.state(A, T0 + 16.2, "lost")  # after its heal: expected
+    b.state(B, T0 + 29.0, "lost")  # B was never cut off
+    report = check(b.history())
+    assert report.ok, report.render()
+    assert len(report.spurious_session_loss) == 1 and B in report.spurious_session_loss[0]
+    assert "sessions-lost-without-instance-fault=1" in report.render()
