@@ -1,0 +1,229 @@
+"""The runner's parts, driven one by one over the MemoryStore (no runtime, no threads
+beyond the store's): typed events, the trigger's steps and skip reasons, the
+leader's reshard steps, lanes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from shardkeeper.config import JobConfig
+from shardkeeper.coordination.model import Assignment, RunningMark
+from shardkeeper.coordination.paths import InstanceNode, JobNode, ShutdownNode, Unknown, parse
+from shardkeeper.registry.base import EventKind, WatchEvent
+from shardkeeper.registry.memory import MemoryServer, MemoryStore
+from shardkeeper.runtime import events as ev
+from shardkeeper.runtime.batches import Batch
+from shardkeeper.runtime.jobstate import JobState, SkipReason
+from shardkeeper.runtime.leader import LeaderDuties, ReshardStep
+from shardkeeper.runtime.pool import Lanes, WorkerPool
+from shardkeeper.runtime.services import JobServices
+from shardkeeper.runtime.trigger import Deferred, Fire, Launched, Skipped, TriggerFlow, Wait
+from shardkeeper.testing.faults import wait_until
+
+pytestmark = pytest.mark.timeout(30)
+
+JOB = "parts"
+ME = "host@1@me"
+
+
+@pytest.fixture
+def store() -> Iterator[MemoryStore]:
+    server = MemoryServer()
+    s = server.store()
+    s.start()
+    try:
+        yield s
+    finally:
+        server.shutdown()
+
+
+def _flow(
+    store: MemoryStore, held: set[int] | None = None, **cfg: object
+) -> tuple[TriggerFlow, JobState, JobServices, list[Batch]]:
+    services = JobServices.build(store, JOB, ME)
+    state = JobState(
+        JobConfig(name=JOB, interval=1, sharding_total_count=2, failover=True, **cfg)  # type: ignore[arg-type]
+    )
+    node = store.put(services.paths.instance(ME), b"{}", ephemeral=True)
+    state.member_revision = node.created_revision
+    state.registered = True
+    launched: list[Batch] = []
+    flow = TriggerFlow(
+        services,
+        state,
+        LeaderDuties(services, state),
+        local_items=lambda: set(held or ()),
+        launch=launched.append,
+        session=lambda: store.session_id,
+    )
+    return flow, state, services, launched
+
+
+def _assign(store: MemoryStore, services: JobServices, owners: dict[int, str]) -> None:
+    store.put(services.paths.sharding, Assignment(total=2, owners=owners).to_bytes())
+
+
+# ---- paths.parse and typed events -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "node"),
+    [
+        ("/instances/a@1@x", InstanceNode("a@1@x")),
+        ("/control/shutdown/a@1@x", ShutdownNode("a@1@x")),
+        ("/jobs/j/running/3", JobNode("j", "running", item=3)),
+        ("/jobs/j/failover/queue/4", JobNode("j", "failover", item=4)),
+        ("/jobs/j/instances/i", JobNode("j", "member", instance="i")),
+        ("/jobs/j/disabled/items/2", JobNode("j", "disabled_item", item=2)),
+        ("/jobs/j/running/x", Unknown("/jobs/j/running/x")),
+        ("/jobs/j/strange/node/deep/er", Unknown("/jobs/j/strange/node/deep/er")),
+        ("/", Unknown("/")),
+    ],
+)
+def test_parse_names_every_node_and_never_raises(path: str, node: object) -> None:
+    """Known nodes come out typed; a stray name is Unknown, never an exception."""
+    assert parse(path) == node
+
+
+def test_classify_turns_changes_into_hints() -> None:
+    """A member's deletion is MemberLeft (but not our own), a queue entry is
+    FailoverQueued, a stray node is Ignored."""
+    gone = WatchEvent(EventKind.DELETED, f"/jobs/{JOB}/instances/other")
+    assert ev.classify(gone, ME) == ev.MemberLeft("other")
+    mine = WatchEvent(EventKind.DELETED, f"/jobs/{JOB}/instances/{ME}")
+    assert ev.classify(mine, ME) == ev.Ignored()
+    queued = WatchEvent(EventKind.CREATED, f"/jobs/{JOB}/failover/queue/1", b"{}")
+    assert ev.classify(queued, ME) == ev.FailoverQueued(1)
+    stray = WatchEvent(EventKind.CREATED, f"/jobs/{JOB}/failover/queue/x", b"{}")
+    assert ev.classify(stray, ME) == ev.Ignored()
+    assert ev.classify(WatchEvent(EventKind.RESYNC, "/"), ME) == ev.Resync()
+
+
+# ---- the trigger's steps ----------------------------------------------------------------
+
+
+def test_a_fire_launches_the_items_assigned_here(store: MemoryStore) -> None:
+    """Items assigned to this instance are marked in one commit and launched, each
+    with its token and, as persistent marks, a fence child."""
+    flow, _state, services, launched = _flow(store)
+    _assign(store, services, {0: ME, 1: "other"})
+    result = flow.step(Fire(time.time()))
+    assert result == Launched((0,))
+    [batch] = launched
+    assert batch.items == [0] and batch.tokens[0] > 0 and batch.fences[0]
+    assert store.exists(f"{services.paths.running(0)}/{batch.fences[0]}")
+
+
+def test_skip_reasons_are_typed(store: MemoryStore) -> None:
+    """Not registered, disabled, no items: each is a SkipReason, not a string."""
+    flow, state, services, _ = _flow(store)
+    _assign(store, services, {0: "other", 1: "other"})
+    assert flow.step(Fire(time.time())) == Skipped(SkipReason.NO_ITEMS)
+    state.disabled_job = True
+    assert flow.step(Fire(time.time())) == Skipped(SkipReason.DISABLED)
+    state.disabled_job, state.registered = False, False
+    assert flow.step(Fire(time.time())) == Skipped(SkipReason.NOT_REGISTERED)
+
+
+def test_a_pending_reshard_makes_a_follower_wait_then_skip_at_the_deadline(
+    store: MemoryStore,
+) -> None:
+    """The step never blocks: it says Wait until the fire's deadline, then skips."""
+    flow, _state, services, _ = _flow(store, sharding_wait_timeout=0.2)
+    _assign(store, services, {0: ME, 1: ME})
+    store.put(services.paths.necessary, b"joined")
+    fire = Fire(time.time())
+    first = flow.step(fire)
+    assert isinstance(first, Wait)
+    wait_until(lambda: time.monotonic() >= fire.deadline, 2)
+    assert flow.step(fire) == Skipped(SkipReason.RESHARD_TIMEOUT)
+
+
+def test_items_held_by_an_earlier_batch_here_are_deferred(store: MemoryStore) -> None:
+    """A fire that finds its items still running here is a misfire (Deferred)."""
+    flow, _state, services, launched = _flow(store, held={1})
+    _assign(store, services, {0: ME, 1: ME})
+    assert flow.step(Fire(time.time())) == Deferred((1,))
+    assert not launched
+
+
+def test_a_lost_start_reply_is_adopted(store: MemoryStore) -> None:
+    """The start commit applied but its reply lost: the marks are read back and the
+    batch launched with their real tokens."""
+    flow, _state, services, launched = _flow(store)
+    _assign(store, services, {0: ME, 1: ME})
+    store.fail_next("commit", path=services.paths.running_root, applied=True)
+    assert flow.step(Fire(time.time())) == Launched((0, 1))
+    node = store.get(services.paths.running(0))
+    assert node is not None and launched[0].tokens[0] == node.created_revision
+
+
+# ---- the leader -------------------------------------------------------------------------
+
+
+def test_the_leader_waits_for_live_running_items_but_not_for_orphans(store: MemoryStore) -> None:
+    """Marks of dead owners are requeued first, so they never hold a reshard; a live
+    owner's running item does (until execution_wait_timeout)."""
+    services = JobServices.build(store, JOB, ME)
+    state = JobState(JobConfig(name=JOB, interval=1, sharding_total_count=2, failover=True))
+    state.registered = True
+    store.put(services.paths.instance(ME), b"{}", ephemeral=True)
+    leader = LeaderDuties(services, state)
+    assert leader.elect()
+    store.put(services.paths.necessary, b"x")
+    ghost = RunningMark("ghost@1@x", 1.0, f"{JOB}@1#0")
+    store.put(services.paths.running(0), ghost.to_bytes())
+    assert leader.serve_reshard(time.time(), time.monotonic()) is ReshardStep.DONE
+    assert store.children(services.paths.failover_queue) == ["0"]
+    # now a live member's item runs: the reshard waits
+    store.put(services.paths.instance("other"), b"{}", ephemeral=True)
+    store.put(services.paths.necessary, b"y")
+    store.put(services.paths.running(1), RunningMark("other", 2.0, "x").to_bytes())
+    assert leader.serve_reshard(time.time(), time.monotonic()) is ReshardStep.WAIT
+    assert leader.serve_reshard(time.time(), time.monotonic() - 999) is ReshardStep.POSTPONED
+
+
+# ---- lanes ------------------------------------------------------------------------------
+
+
+def test_lanes_run_one_task_per_job_in_order_and_merge_by_key() -> None:
+    """Tasks of one lane never overlap and run in order; a queued key is merged; other
+    lanes are not held up by a busy one."""
+    pool = WorkerPool(2, "test-lanes")
+    lanes = Lanes(pool)
+    try:
+        gate = threading.Event()
+        order: list[str] = []
+        active = {"a": 0}
+        overlap: list[bool] = []
+
+        def task(name: str, hold: bool = False) -> None:
+            active["a"] += 1
+            overlap.append(active["a"] > 1)
+            if hold:
+                gate.wait(5)
+            order.append(name)
+            active["a"] -= 1
+
+        lanes.submit("a", None, lambda: task("first", hold=True))
+        lanes.submit("a", "k", lambda: task("merged-away"))
+        lanes.submit("a", "k", lambda: task("k"))
+        lanes.submit("a", None, lambda: task("last"))
+        other: list[str] = []
+        lanes.submit("b", None, lambda: other.append("b"))
+        wait_until(lambda: other == ["b"], 5, message="lane b was held up by lane a")
+        gate.set()
+        wait_until(lambda: len(order) == 3, 5)
+        assert order == ["first", "k", "last"] and not any(overlap)
+        ran: list[float] = []
+        lanes.submit_after("a", None, lambda: ran.append(time.monotonic()), 0.1)
+        t0 = time.monotonic()
+        wait_until(lambda: ran, 5)
+        assert ran[0] - t0 >= 0.09
+    finally:
+        lanes.close()
+        pool.shutdown()
