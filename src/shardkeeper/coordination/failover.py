@@ -24,7 +24,16 @@ from shardkeeper.coordination.execution import FENCE_PREFIX, new_fence
 from shardkeeper.coordination.model import DocumentError, FailoverEntry, RunningMark
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.errors import ConfigError
-from shardkeeper.registry.base import Check, CoordinationStore, Create, Delete, Op, Put, check_path
+from shardkeeper.registry.base import (
+    Check,
+    CoordinationStore,
+    Create,
+    Delete,
+    Node,
+    Op,
+    Put,
+    check_path,
+)
 
 __all__ = ["Claim", "FailoverService"]
 
@@ -120,13 +129,25 @@ class FailoverService:
         # created_revision), so racing leaders and the mark's owner never clash; and
         # (owner_absent) only while the owner's membership node is absent.
         moved: list[int] = []
-        for name in self._store.children(self._paths.running_root):
-            if not name.isdigit():
-                continue  # a stray node under running/: not a mark
-            item = int(name)
-            node = self._store.get(self._paths.running(item))
-            if node is None:
+        if not self._store.children(self._paths.running_root):
+            return moved  # the common case: nothing runs, one cheap read
+        # One read of the subtree (marks and their fence children): etcd answers it
+        # with one range read, ZooKeeper with one pipelined batch per level.
+        tree = self._store.get_tree(self._paths.running_root)
+        prefix = self._paths.running_root + "/"
+        fences: dict[int, str] = {}
+        nodes: dict[int, Node] = {}
+        for path, node in tree.items():
+            if not path.startswith(prefix):
                 continue
+            parts = path[len(prefix) :].split("/")
+            if not parts[0].isdigit():
+                continue  # a stray node under running/: not a mark
+            if len(parts) == 1:
+                nodes[int(parts[0])] = node
+            elif len(parts) == 2 and parts[1].startswith(FENCE_PREFIX):
+                fences[int(parts[0])] = parts[1]
+        for item, node in sorted(nodes.items()):
             readable = True
             try:
                 mark = RunningMark.from_bytes(node.value, node.path)
@@ -135,7 +156,7 @@ class FailoverService:
                 mark = RunningMark("?", 0.0, f"{self._paths.job}@unknown#{item}")
             if not select(mark, item):
                 continue
-            fence = self._fence_of(item)
+            fence = fences.get(item, "")
             ops: list[Op] = self._clear_ops(item, node.created_revision, fence)
             if fence:
                 # the fence proves the incarnation; the revision check keeps it exact

@@ -61,6 +61,9 @@ class JobState:
     queue_hint: set[int] = field(default_factory=set)
     #: created_revision of our membership node: start and claim commits check it
     member_revision: int = 0
+    #: marks may name us without a local execution (new session, unknown outcome):
+    #: the next repair pass checks them
+    marks_suspect: bool = True
     #: earliest fire missed while items ran here (under ``lock``)
     misfire_at: float | None = None
     #: triggers and claims between their check of ``stopping`` and their batch

@@ -96,11 +96,16 @@ class RepairPass:
                     done.append("resumed leadership")
             else:
                 self._s.election.sync(holder)
+        # Reading every mark costs a request per item on ZooKeeper: the mark checks
+        # run every third pass (about one session timeout), and at once when
+        # something made them suspect (a new session, an unknown commit outcome).
+        marks_due = self.passes % 3 == 1 or st.marks_suspect
         if self._leader.is_leader:
-            if self._leader.requeue_orphans():
+            if marks_due and self._leader.requeue_orphans():
                 done.append("requeued orphans")
             self._leader.reconcile()
-        if st.config.monitor_execution and self._s.execution.any_running():
+        if marks_due and st.config.monitor_execution:
+            st.marks_suspect = False
             moved = self._s.failover.requeue_own(self._known, keep=st.config.failover)
             if moved:
                 done.append(f"handed off own stray marks {moved}")

@@ -337,6 +337,7 @@ class JobRunner:
         elif state is ConnectionState.LOST:
             # Our ephemeral nodes are gone; others may take our items: fence them off.
             self.state.registered = False
+            self.state.marks_suspect = True
             self.state.suspended = False
             self.fence_all()
             log.warning("%s: session lost; running executions are fenced off", self.name)

@@ -181,6 +181,8 @@ class TriggerFlow:
         if result.reason == "membership":
             self._state.registered = False
             return Skipped(SkipReason.MEMBERSHIP)
+        if result.reason == "unknown":
+            self._state.marks_suspect = True
         if result.reason in ("assignment", "unknown"):
             return self._retry(fire, f"start commit: {result.reason}")
         # "running": some item is marked already
