@@ -98,10 +98,13 @@ def measure(
             began = time.monotonic()
             before = job.calls
             runner.on_trigger(datetime.now(UTC))
-            # on_trigger returns once the marks are committed and the batch is
-            # handed to the workers; the batch is over when the runner is idle
+            # on_trigger queues the fire on the job's lane; the trigger is over when
+            # no fire is queued or in progress and no batch runs
             wait_until(
-                f"trigger {n} of {items} items to complete", lambda: runner.idle, 60.0, 0.002
+                f"trigger {n} of {items} items to complete",
+                lambda: runner.pending_fires() == 0 and runner.idle,
+                60.0,
+                0.002,
             )
             elapsed = time.monotonic() - began
             # Not "calls == items": a trigger that runs fewer items than it owns is
