@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from shardkeeper.coordination.model import Assignment, DocumentError, InstanceInfo
 from shardkeeper.coordination.paths import JobPaths
@@ -118,6 +118,7 @@ class ShardingService:
         fire: float,
         previous: Assignment | None = None,
         flag_version: int | None = None,
+        on_late: Callable[[list[str]], None] | None = None,
     ) -> Assignment | None:
         """Compute the assignment for the trigger at ``fire`` and commit it with the
         flag's removal, only while still leader and while the flag is the one read.
@@ -178,5 +179,10 @@ class ShardingService:
             "next" if effective > fire else "this",
         )
         if late:
-            self.set_necessary(f"joined after the fire: {', '.join(late)}")
+            if on_late is not None:
+                # the caller sets the flag at its next fire: set now, it would block
+                # every start commit of this fire (they check the flag is absent)
+                on_late(late)
+            else:
+                self.set_necessary(f"joined after the fire: {', '.join(late)}")
         return assignment

@@ -38,6 +38,7 @@ class SkipReason(enum.Enum):
     RESHARD_TIMEOUT = "resharding did not finish in time"
     RUNNING_ELSEWHERE = "items still run elsewhere"
     BUSY = "previous items still running here (misfire off)"
+    QUEUED = "fires queued up behind one still waiting (misfire off)"
     CHANGING = "assignment kept changing"
     MEMBERSHIP = "membership changed since registration (re-registering)"
     STORE = "store did not answer"

@@ -35,6 +35,10 @@ class LeaderDuties:
         self._s = services
         self._state = state
         self._last_reconcile = time.monotonic()
+        #: (fire, reason) of a reshard owed to instances that joined after that fire:
+        #: the flag is set at the first later fire (setting it at once would block
+        #: every start commit of the fire just resharded)
+        self._owed: tuple[float, str] | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -76,8 +80,8 @@ class LeaderDuties:
         """Set the reshard flag when the assignment does not fit the live enabled
         instances (e.g. it names only dead ones, or an item has no owner)."""
         self._last_reconcile = time.monotonic()
-        if not self.is_leader:
-            return
+        if not self.is_leader or self._owed is not None:
+            return  # a reshard is owed already: it comes at the next fire
         assignment, _ = self._s.sharding.read()
         enabled = self._s.sharding.enabled_instances()
         total = self._state.config.sharding_total_count
@@ -97,7 +101,13 @@ class LeaderDuties:
         (marks of dead owners are requeued first, so they never block it), in one
         commit checked against leadership and the flag's version."""
         cfg = self._state.config
-        if not self.is_leader or not self._s.sharding.is_necessary():
+        if not self.is_leader:
+            return ReshardStep.DONE
+        owed = self._owed
+        if owed is not None and fire > owed[0] + 1e-6:
+            self._owed = None
+            self._s.sharding.set_necessary(owed[1])
+        if not self._s.sharding.is_necessary():
             return ReshardStep.DONE
         if cfg.monitor_execution:
             self.requeue_orphans()
@@ -124,6 +134,7 @@ class LeaderDuties:
                 fire=fire,
                 previous=current,
                 flag_version=flag.version,
+                on_late=lambda late: self._owe(fire, late),
             )
             if done:
                 self._state.count("reshards")
@@ -131,6 +142,9 @@ class LeaderDuties:
             if not self.is_leader:
                 return ReshardStep.DONE
         return ReshardStep.DONE
+
+    def _owe(self, fire: float, late: list[str]) -> None:
+        self._owed = (fire, f"joined after the fire: {', '.join(late)}")
 
     def prune_once_markers(self, keep_seconds: float = 3600.0) -> None:
         """Forget cluster-once markers older than ``keep_seconds``."""

@@ -442,15 +442,18 @@ class JobRunner:
         self.submit("fires", self._pump)
 
     def _fold(self, fire: Fire) -> None:
+        # A fire that queued up behind one still waiting (for a reshard, say) is a
+        # misfire: it runs once more after the fire ahead of it, like a fire that
+        # found its items running.
         st = self.state
-        if st.config.misfire and not self.batches.idle:
+        if st.config.misfire:
             with st.lock:
                 if st.misfire_at is None or fire.fire_time < st.misfire_at:
                     st.misfire_at = fire.fire_time
             st.count("misfires")
         else:
             st.count("skipped")
-            self._on_skip(self.name, SkipReason.BUSY, fire.fire_time, " (fires queued up)")
+            self._on_skip(self.name, SkipReason.QUEUED, fire.fire_time, "")
 
     def _pump(self) -> None:
         """Work the queued fires in order (lane task)."""
@@ -486,7 +489,10 @@ class JobRunner:
             with self._fires_lock:
                 if self._fires and self._fires[0] is fire:
                     self._fires.popleft()
+                last = not self._fires
             self._record(fire, result)
+            if last and not isinstance(result, Launched) and self.batches.idle:
+                self._on_batch_done()  # a folded fire's misfire re-run, if one is owed
 
     def _record(self, fire: Fire, result: Launched | Skipped | Deferred) -> None:
         st = self.state
