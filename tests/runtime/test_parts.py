@@ -129,6 +129,16 @@ def test_skip_reasons_are_typed(store: MemoryStore) -> None:
     assert flow.step(Fire(time.time())) == Skipped(SkipReason.NOT_REGISTERED)
 
 
+def test_a_fire_before_the_join_is_not_run_here(store: MemoryStore) -> None:
+    """A fire older than this membership (queued across a freeze and a new session)
+    is not run here: the leader gives its items to the members that fire it."""
+    flow, state, services, launched = _flow(store)
+    _assign(store, services, {0: ME, 1: ME})
+    state.joined_at = time.time()
+    assert flow.step(Fire(state.joined_at - 2)) == Skipped(SkipReason.BEFORE_JOIN)
+    assert not launched and not store.children(services.paths.running_root)
+
+
 def test_a_pending_reshard_makes_a_follower_wait_then_skip_at_the_deadline(
     store: MemoryStore,
 ) -> None:

@@ -120,11 +120,17 @@ def test_fenced_items_that_never_started_are_handed_to_failover(
     fenced_at = time.time()
     runner.fence_all()  # what a stale freshness clock does
     job.release.set()
-    # item 1 of that batch never ran under the fenced batch: its mark is not stranded
+    # item 1 of that batch never ran under the fenced batch: its mark is not stranded;
+    # item 0 ran while fenced (told it is invalid): it runs again, as a failover run
     wait_until(
         lambda: {1} <= {i for ft, i, v, _f in job.runs if v and time.time() > fenced_at},
         15,
         message=lambda: f"item 1 never ran validly again: {job.runs}",
+    )
+    wait_until(
+        lambda: any(i == 0 and f and v for _ft, i, v, f in job.runs),
+        15,
+        message=lambda: f"item 0 (ran fenced) was not run again validly: {job.runs}",
     )
     wait_until(lambda: job.items_after(fenced_at + 0.5) == {0, 1}, 15)
 

@@ -4,9 +4,11 @@ the completion commit.
 Items run on the shared worker pool, at most ``max_threads`` of a batch at once.
 When the last item of a batch is done, ONE commit per fencing token deletes the
 marks of the items that ran, each only while it still carries the batch's token.
-Items that never started because the batch was fenced are handed to failover by a
-conditional commit (never left marked: a live instance must not keep a mark it will
-not clear). A commit that fails is remembered and retried by every housekeeping pass
+Items of a fenced batch (that never started, or ran while fenced: they were told
+they are invalid and may have stopped half-way) are handed to failover by a
+conditional commit, so a valid execution runs them again; they are never left
+marked (a live instance must not keep a mark it will not clear), and never cleared
+as if done. A commit that fails is remembered and retried by every housekeeping pass
 until it succeeds; until then those marks count as this instance's own.
 """
 
@@ -30,7 +32,7 @@ __all__ = ["Batch", "Batches", "execution_id"]
 
 log = logging.getLogger(__name__)
 
-OK, FAILED, FENCED = "ok", "failed", "fenced"
+OK, FAILED, FENCED, ZOMBIE = "ok", "failed", "fenced", "zombie"
 
 
 def execution_id(job: str, fire_time: float, item: int) -> str:
@@ -183,6 +185,10 @@ class Batches:
                         handler_exc,
                     )
             self._state.count("executed")
+            if batch.fenced:
+                # it ran (maybe only partly: it was told it is invalid) while fenced:
+                # not "done" for the cluster, so it is handed to failover below
+                outcome = ZOMBIE
         self._item_done(batch, item, outcome)
 
     def _item_done(self, batch: Batch, item: int, outcome: str) -> None:
@@ -228,8 +234,9 @@ class Batches:
             # ephemeral marks died with the session the batch started in: a mark at
             # the same path now is somebody else's, whatever a pre-read would say
             monitor = False
-        ran = {i: batch.tokens.get(i, 0) for i in batch.items if batch.outcomes.get(i) != FENCED}
-        never = {i: batch.tokens.get(i, 0) for i in batch.items if batch.outcomes.get(i) == FENCED}
+        again = (FENCED, ZOMBIE)
+        ran = {i: batch.tokens.get(i, 0) for i in batch.items if batch.outcomes.get(i) not in again}
+        never = {i: batch.tokens.get(i, 0) for i in batch.items if batch.outcomes.get(i) in again}
         entry = _Unfinished(
             batch.fire_time,
             {i: t for i, t in ran.items() if t} if monitor else {},

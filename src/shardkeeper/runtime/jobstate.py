@@ -39,6 +39,7 @@ class SkipReason(enum.Enum):
     RUNNING_ELSEWHERE = "items still run elsewhere"
     BUSY = "previous items still running here (misfire off)"
     QUEUED = "fires queued up behind one still waiting (misfire off)"
+    BEFORE_JOIN = "fired before this instance (re-)joined the job"
     CHANGING = "assignment kept changing"
     MEMBERSHIP = "membership changed since registration (re-registering)"
     STORE = "store did not answer"
@@ -52,6 +53,9 @@ class JobState:
     lock: threading.RLock = field(default_factory=threading.RLock)
     registered: bool = False
     joined: bool = False
+    #: wall time of the last registration (the membership's started_at): the leader
+    #: gives no items of an earlier fire to this instance
+    joined_at: float = 0.0
     #: why the last registration failed (None when it did not)
     register_error: str | None = None
     suspended: bool = False

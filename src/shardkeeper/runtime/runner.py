@@ -227,9 +227,11 @@ class JobRunner:
             # The job membership carries the metadata WITHOUT the job list (else the
             # registry grows with jobs x jobs). started_at = when it (re-)joined: the
             # leader gives no items of an earlier fire to it (it would not fire it).
-            member = encode(dataclasses.replace(self._instance, jobs=[], started_at=time.time()))
+            joined_at = time.time()
+            member = encode(dataclasses.replace(self._instance, jobs=[], started_at=joined_at))
             node = self._store.put(self.paths.instance(self._me), member, ephemeral=True)
             st.member_revision = node.created_revision
+            st.joined_at = joined_at
             self._reload_switches()
             self.sharding.set_necessary(
                 "count changed" if count_changed else f"instance joined: {self._me}"

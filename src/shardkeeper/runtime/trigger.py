@@ -115,6 +115,11 @@ class TriggerFlow:
         if reason is not None:
             return Skipped(reason)
         ft = fire.fire_time
+        if ft < self._state.joined_at - 1e-3:
+            # This membership began after the fire: the leader assigns its items to
+            # the members that fire it (a fire queued across a freeze and a new
+            # session would otherwise run again here after others ran it).
+            return Skipped(SkipReason.BEFORE_JOIN)
         if self._leader.is_leader:
             if not fire.reshard_wait_since:
                 fire.reshard_wait_since = time.monotonic()
