@@ -352,3 +352,28 @@ def test_a_deleted_membership_node_fences_and_reregisters(
     wait_until(lambda: admin.exists(P.instance(rt.instance_id)), 10, message="never re-registered")
     t0 = time.time()
     wait_until(lambda: job.items_after(t0) == {0}, 15)
+
+
+def test_a_busy_instance_claims_orphans_into_free_worker_slots(
+    server: MemoryServer, runtimes: list[Runtime]
+) -> None:
+    """Orphans used to be claimed only by an instance with no batch of the job at
+    all: with items longer than the interval a killed instance's items were never
+    claimed. A free worker slot is enough now."""
+    admin = server.store()
+    admin.start()
+    job = Recording(hold={0})
+    rt = start(runtimes, server.store(), job, cfg(sharding_total_count=1), worker_threads=4)
+    assert job.started.wait(10), "item 0 never started"
+    runner = rt.runners[JOB]
+    wait_until(lambda: runner.leader.is_leader, 10)
+    # a dead instance's running item 5 (the job had more items before a reshard)
+    ghost = RunningMark("ghost@1@dead", time.time() - 3, f"{JOB}@1#5")
+    admin.create(P.running(5), ghost.to_bytes())
+    wait_until(
+        lambda: any(i == 5 and f for _ft, i, _v, f in job.runs),
+        15,
+        message=lambda: f"orphan 5 not claimed while item 0 runs: {job.runs}",
+    )
+    assert not job.release.is_set() and runner.batches.busy_items() >= {0}
+    job.release.set()

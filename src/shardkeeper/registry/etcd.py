@@ -347,6 +347,7 @@ class EtcdStore(CoordinationStore):
             self._client = etcd3.MultiEndpointEtcd3Client(
                 endpoints=endpoints, timeout=s.operation_timeout, failover=True
             )
+            self._client._current_endpoint_label = endpoints[0].netloc
             deadline = time.monotonic() + s.connection_timeout
             attempt = 0
             while True:

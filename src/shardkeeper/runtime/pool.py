@@ -74,6 +74,16 @@ class WorkerPool:
         with self._lock:
             return self._busy
 
+    @property
+    def size(self) -> int:
+        """Threads of the pool."""
+        return len(self._threads)
+
+    def free(self) -> int:
+        """Threads neither running nor about to run a task (queued tasks count)."""
+        with self._lock:
+            return len(self._threads) - self._busy - self._queue.qsize()
+
     def shutdown(self) -> None:
         """Run nothing more that is queued; running tasks finish on their own (the
         threads are daemons, so they never hold the process up)."""

@@ -117,7 +117,7 @@ class RepairPass:
             except StoreError:
                 pass
         self._hooks.reload()
-        if st.config.failover and self._batches.idle and st.skip_reason() is None:
+        if st.config.failover and st.skip_reason() is None:
             queued = self._s.failover.queued()
             st.queue_hint = set(queued)
             if queued:

@@ -112,6 +112,7 @@ class JobRunner:
         self._on_skip: SkipSink = on_skip or _log_skip
         self.signal = ChangeSignal()
         self.leader = LeaderDuties(services, self.state)
+        self._workers = workers
         self.batches = Batches(
             services=services,
             state=self.state,
@@ -533,7 +534,11 @@ class JobRunner:
         failover claim may be due."""
         self.signal.notify()
         st = self.state
-        if not self.batches.idle or st.skip_reason() is not None:
+        if st.skip_reason() is not None:
+            return
+        if not self.batches.idle:
+            if st.config.failover and st.queue_hint:
+                self.submit("claim", self.try_claim)
             return
         with st.lock:
             misfire_at, st.misfire_at = st.misfire_at, None
@@ -596,12 +601,19 @@ class JobRunner:
 
     def claim_wanted(self) -> bool:
         """Whether a failover claim attempt is worth a registry round trip now."""
-        return self.state.config.failover and bool(self.state.queue_hint) and self.idle
+        return self.state.config.failover and bool(self.state.queue_hint) and self._can_take_more()
+
+    def _can_take_more(self) -> bool:
+        # An orphan is claimed into a free worker slot even while other items of
+        # this instance run: waiting for the whole instance to be idle left a killed
+        # instance's items unclaimed for as long as the survivors stayed busy.
+        return self.idle or self._workers.free() > 0
 
     def try_claim(self) -> None:
-        """Claim and run one orphaned item if this instance is idle (lane task)."""
+        """Claim and run one orphaned item if a worker slot is free (lane task); then
+        look again while orphans are queued."""
         st = self.state
-        if not st.config.failover or st.skip_reason() is not None or not self.idle:
+        if not st.config.failover or st.skip_reason() is not None or not self._can_take_more():
             return
         membership = st.membership_check(self.paths.instance(self._me))
         session = self._session()
@@ -620,3 +632,6 @@ class JobRunner:
                 session=session,
             )
         )
+        st.queue_hint.discard(claim.item)
+        if st.queue_hint:
+            self.submit("claim", self.try_claim)
