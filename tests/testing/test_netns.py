@@ -172,11 +172,9 @@ def test_partitioned_client_goes_suspended_then_lost_and_reconnects_after_heal(
 def test_isolated_store_member_loses_its_peers_not_its_clients(
     backend: str, lab: NetworkLab, tmp_path: Path
 ) -> None:
-    """A member cut off from its two peers stops leading (no quorum) while the other
-    two go on with a leader that takes writes; the host still reaches the isolated
-    member; after rejoin the member serves again. (Whether a client connected to the
-    isolated member moves on in time is the store client's business: the chaos
-    checker lists the sessions lost that way.)"""
+    """A member cut off from its two peers stops serving (no quorum) while the other
+    two go on with a leader; a client on the three members, the isolated one listed
+    first, keeps working; after rejoin the member serves again."""
     spots = lab.store_members(3)
     cluster = cluster_class(backend)(
         size=3,
@@ -187,9 +185,11 @@ def test_isolated_store_member_loses_its_peers_not_its_clients(
     with cluster:
         victim = cluster.leader()  # type: ignore[attr-defined]
         others = [i for i in range(3) if i != victim]
-        majority = ",".join(f"{h}:{p}" for i, (h, p) in enumerate(cluster.hosts) if i != victim)
+        # the victim first: a client that starts on its first host starts on it
+        order = [victim, *others]
+        hosts = ",".join("{}:{}".format(*cluster.hosts[i]) for i in order)
         url = cluster.url("iso", session_timeout=2, operation_timeout=2)
-        store = open_store(url.replace(cluster.hosts_string, majority, 1))
+        store = open_store(url.replace(cluster.hosts_string, hosts, 1))
         store.start()
         try:
             lab.isolate(spots[victim], spots)
@@ -231,6 +231,80 @@ def test_isolated_store_member_loses_its_peers_not_its_clients(
             assert store.state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED)
         finally:
             store.close()
+
+
+@needs_netns
+@pytest.mark.parametrize("role", ["leader", "follower"])
+def test_etcd_client_on_an_isolated_member_moves_on_and_keeps_its_session(
+    role: str, lab: NetworkLab, tmp_path: Path
+) -> None:
+    """A store whose first endpoint is the member that gets cut off from its two peers
+    (it still accepts connections, but has no leader and cannot commit) moves to a
+    member of the majority in time: same session (lease) throughout, never LOST, its
+    ephemeral node outlives several session timeouts, its writes succeed again within
+    about the session timeout T, and its watch goes on delivering changes."""
+    t = 2.0
+    spots = lab.store_members(3)
+    cluster = cluster_class("etcd")(
+        size=3,
+        base_dir=tmp_path / "ens",
+        host=[n.address for n in spots],
+        prefixes=[n.prefix for n in spots],
+    )
+    with cluster:
+        leader = cluster.leader()  # type: ignore[attr-defined]
+        victim = leader if role == "leader" else (leader + 1) % 3
+        others = [i for i in range(3) if i != victim]
+        first = ",".join("{}:{}".format(*cluster.hosts[i]) for i in [victim, *others])
+        majority = ",".join("{}:{}".format(*cluster.hosts[i]) for i in others)
+        url = cluster.url("moves", session_timeout=t, operation_timeout=1)
+        states: list[ConnectionState] = []
+        seen: list[str] = []
+        store = open_store(url.replace(cluster.hosts_string, first, 1))
+        observer = open_store(url.replace(cluster.hosts_string, majority, 1))
+        store.add_state_listener(states.append)
+        store.start()
+        observer.start()
+        try:
+            assert store._client.endpoint_in_use.netloc == "{}:{}".format(*cluster.hosts[victim])  # type: ignore[attr-defined]
+            session = store.session_id
+            store.put("/alive", b"", ephemeral=True)
+            store.watch("/seen", lambda e: seen.append(e.path))
+            lab.isolate(spots[victim], spots)
+            cut_at = time.monotonic()
+
+            def write_ok() -> bool:
+                try:
+                    store.put("/during", b"x")
+                except Exception:  # a write caught on the isolated member
+                    return False
+                return True
+
+            wait_until(write_ok, 10, interval=0.05, message="writes never succeeded again")
+            writes_after = time.monotonic() - cut_at
+            # the session outlives several timeouts with the member still cut off
+            deadline = cut_at + 3 * t
+            while time.monotonic() < deadline:
+                node = observer.get("/alive")
+                assert node is not None and node.ephemeral, (
+                    f"the session's ephemeral node is gone {time.monotonic() - cut_at:.2f} s "
+                    f"after the isolation; states {states}"
+                )
+                time.sleep(0.1)
+            assert store.session_id == session
+            assert ConnectionState.LOST not in states, states
+            observer.put("/seen/x", b"1")
+            wait_until(lambda: "/seen/x" in seen, 5, message=lambda: f"watch saw {seen}")
+            moved_to = store._client.endpoint_in_use.netloc  # type: ignore[attr-defined]
+            assert moved_to != "{}:{}".format(*cluster.hosts[victim])
+            print(
+                f"\n[{role}] writes again {writes_after:.2f} s after the isolation; states {states}"
+            )
+            assert writes_after <= t + 0.5, (writes_after, states)
+            lab.rejoin(spots[victim])
+        finally:
+            store.close()
+            observer.close()
 
 
 def _echo_server() -> socket.socket:

@@ -193,15 +193,69 @@ def _is_stale_token(exc: grpc.RpcError) -> bool:
     )
 
 
+#: gRPC metadata of every request: etcd's "require leader". A member that has no
+#: leader (cut off from its peers, or during an election) then refuses the request at
+#: once with "etcdserver: no leader" instead of holding it until the deadline, and
+#: cancels a watch stream after a few election timeouts without a leader (a member
+#: with no leader receives no changes: its watches would fall silent).
+_REQUIRE_LEADER = ("hasleader", "true")
+
+#: gRPC codes that mean "the member that got this request cannot serve it now": no
+#: answer within the deadline, unreachable, no leader, leader changed, "request timed
+#: out", or the channel closed under the request. The next request goes to another.
+_CANNOT_SERVE = frozenset(
+    {
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+    }
+)
+
+
+def _cannot_serve(exc: grpc.RpcError) -> bool:
+    """Whether ``exc`` says its member cannot serve now (see ``_CANNOT_SERVE``)."""
+    return exc.code() in _CANNOT_SERVE
+
+
 def _during_election(exc: BaseException) -> bool:
     """Whether ``exc`` (a gRPC error, or one translated from it) is a live member
-    refusing a request while its cluster elects a leader: the request was not served,
-    and will be once a leader is elected."""
+    refusing a request because it has no leader ("no leader": cut off from its peers,
+    or its cluster elects one; "leader changed"): the request was not served."""
     cause = exc if isinstance(exc, grpc.RpcError) else exc.__cause__
     if not isinstance(cause, grpc.RpcError) or cause.code() != grpc.StatusCode.UNAVAILABLE:
         return False
     details = (cause.details() or "").lower()
     return "leader changed" in details or "no leader" in details
+
+
+def _attempt_timeout(remaining: float, several: bool) -> float:
+    """The deadline of one attempt of a read that may be sent again: with other
+    members to try, half of what is left (at least 0.5 s, or all of it), so that a
+    member that holds the read without answering leaves time to ask another."""
+    if not several or remaining <= 1.0:
+        return remaining
+    return remaining / 2
+
+
+class _WatchStub:
+    """The watch stub of one channel, keeping the stream call so that a watcher
+    replaced by another can end its stream (the server keeps a stream whose client
+    only stopped sending, and its thread would live on)."""
+
+    def __init__(self, channel: Any) -> None:
+        self._stub = rpc.WatchStub(channel)
+        self.call: Any = None
+
+    def Watch(self, *args: Any, **kwargs: Any) -> Any:  # the gRPC method name
+        self.call = self._stub.Watch(*args, **kwargs)
+        return self.call
+
+    def cancel(self) -> None:
+        """End the stream (its thread gets CANCELLED and stops)."""
+        call = self.call
+        if call is not None:
+            with contextlib.suppress(Exception):
+                call.cancel()
 
 
 def _range_op(key: bytes, end: bytes | None = None, *, keys_only: bool = False) -> Any:
@@ -276,6 +330,10 @@ class EtcdStore(CoordinationStore):
         self._round_trips = 0
         self._auth_lock = threading.Lock()
         self._stubs: dict[str, tuple[Any, Any]] = {}
+        # guards the choice of the endpoint in use (see _move_on)
+        self._endpoint_lock = threading.Lock()
+        #: how often a request or keep-alive made the store leave a member
+        self.moves = 0
 
         self._events: queue.Queue[tuple[str, Any, Any] | None] = queue.Queue()
         self._event_thread: threading.Thread | None = None
@@ -292,6 +350,9 @@ class EtcdStore(CoordinationStore):
         self._pending: set[_Watch] = set()
         self._watcher: Any = None
         self._watcher_broken = False
+        # the endpoint and stub of the current watcher's stream
+        self._watcher_endpoint: Any = None
+        self._watcher_stub: _WatchStub | None = None
 
     # -- properties -------------------------------------------------------------------
 
@@ -347,6 +408,8 @@ class EtcdStore(CoordinationStore):
             self._client = etcd3.MultiEndpointEtcd3Client(
                 endpoints=endpoints, timeout=s.operation_timeout, failover=True
             )
+            # the client starts on a random endpoint; start on the first one listed, so
+            # that the URL's order means something (e.g. the nearest member first)
             self._client._current_endpoint_label = endpoints[0].netloc
             deadline = time.monotonic() + s.connection_timeout
             attempt = 0
@@ -358,17 +421,19 @@ class EtcdStore(CoordinationStore):
                             self._authenticate(max(remaining, 0.05))
                         # etcd 3.4 grants leases to anybody: a read of our root
                         # key makes missing credentials or permissions fail here
+                        # one operation timeout per request: a member that holds
+                        # it is left for the next one (see _move_on)
                         self._send(
                             "kvstub",
                             "Range",
                             rpc.RangeRequest(key=self._key("/"), keys_only=True, limit=1),
-                            timeout=max(deadline - time.monotonic(), 0.05),
+                            timeout=self._start_timeout(deadline),
                         )
                         grant = self._send(
                             "leasestub",
                             "LeaseGrant",
                             rpc.LeaseGrantRequest(TTL=self._ttl_wanted),
-                            timeout=max(deadline - time.monotonic(), 0.05),
+                            timeout=self._start_timeout(deadline),
                         )
                     break
                 except (StoreUnavailableError, OperationTimeoutError) as exc:
@@ -400,6 +465,9 @@ class EtcdStore(CoordinationStore):
             self._session_thread.start()
             self._emit_state(ConnectionState.CONNECTED)
 
+    def _start_timeout(self, deadline: float) -> float:
+        return max(min(deadline - time.monotonic(), self.settings.operation_timeout), 0.05)
+
     def close(self) -> None:
         """Revoke the lease (the server deletes our ephemeral keys at once), stop every
         thread and watch. Idempotent; never raises."""
@@ -423,13 +491,12 @@ class EtcdStore(CoordinationStore):
             _log.info("etcd lease %x not revoked at close: %s", self._lease, exc)
         with self._wlock:
             watcher, self._watcher = self._watcher, None
+            watch_stub, self._watcher_stub = self._watcher_stub, None
             for w in self._watches:
                 w.cancelled = True
             self._watches.clear()
             self._pending.clear()
-        if watcher is not None:
-            with contextlib.suppress(Exception):
-                watcher.close()
+        _end_watcher(watcher, watch_stub)
         self._events.put(None)
         if self._event_thread is not None and self._event_thread is not me:
             self._event_thread.join(join_timeout)
@@ -828,10 +895,6 @@ class EtcdStore(CoordinationStore):
                 f"{self.settings.operation_timeout:g} s ({details}); the outcome is unknown"
             )
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-            if not _during_election(exc):
-                # the member is alive during an election: leaving it would only send
-                # the next request back to a dead member whose mark has run out
-                self._note_endpoint_failure()
             return StoreUnavailableError(f"{what}: etcd at {hosts} is unavailable: {details}")
         if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED) or (
             code == grpc.StatusCode.INVALID_ARGUMENT
@@ -853,28 +916,64 @@ class EtcdStore(CoordinationStore):
             )
         return StoreError(f"{what}: etcd error {code.name}: {details}")
 
-    def _note_endpoint_failure(self) -> None:
-        # With several endpoints, mark the current one failed so the next request goes
-        # elsewhere; with one, doing so would only refuse requests for time_retry.
-        client = self._client
-        if client is not None and len(client.endpoints) > 1:
-            with contextlib.suppress(Exception):
-                client.endpoint_in_use.fail()
+    def _move_on(self, endpoint: Any, reason: object) -> None:
+        """Leave ``endpoint``, whose member could not serve a request (``reason``),
+        for the next one in the URL's order that has not failed in the last
+        ``time_retry`` (0.5 s); when all have, the one that failed longest ago.
 
-    def _stub(self, name: str) -> Any:
-        """The stub ``name`` on the channel of the endpoint to use now.
-
-        The client's own stub properties are cached across failovers (only its
-        internal error handler clears them); asking for the channel each time lets
-        the client pick another endpoint after :meth:`_note_endpoint_failure`.
+        Only the endpoint still in use is left: when several requests fail on one
+        member, the first moves and the others find the move done. A watch stream on
+        the member left is re-created on the new one from its last revisions (nothing
+        lost): a member with no leader gets no changes, its watches would fall silent.
+        With one endpoint there is nowhere to go: nothing happens.
         """
-        channel = self._client.channel
+        client = self._client
+        if client is None or len(client.endpoints) < 2:
+            return
+        with self._endpoint_lock:
+            if client.endpoint_in_use is not endpoint:
+                return
+            endpoint.fail()
+            labels = list(client.endpoints)
+            at = labels.index(endpoint.netloc)
+            order = [client.endpoints[x] for x in labels[at + 1 :] + labels[:at]]
+            nxt = next((e for e in order if not e.is_failed()), None)
+            if nxt is None:
+                nxt = min(order, key=lambda e: e.last_failed)
+                nxt.last_failed = 0
+            client._current_endpoint_label = nxt.netloc
+            self.moves += 1
+        _log.info("etcd: leaving member %s for %s: %s", endpoint.netloc, nxt.netloc, reason)
+        with self._wlock:
+            stale = self._watcher is not None and self._watcher_endpoint is endpoint
+        if stale:
+            self._restart_watch_stream()
+            self._wake.set()
+
+    def _endpoint(self) -> tuple[Any, Any]:
+        """The endpoint to use now and its channel."""
+        with self._endpoint_lock:
+            channel = self._client.channel
+            return self._client.endpoint_in_use, channel
+
+    def _stub(self, name: str) -> tuple[Any, Any]:
+        """The endpoint to use now and the stub ``name`` on its channel.
+
+        The client's own stub properties are cached across endpoint changes; asking
+        for the channel each time follows :meth:`_move_on`.
+        """
+        endpoint, channel = self._endpoint()
         cached = self._stubs.get(name)
         if cached is not None and cached[0] is channel:
-            return cached[1]
+            return endpoint, cached[1]
         stub = _STUB_CLASSES[name](channel)
         self._stubs[name] = (channel, stub)
-        return stub
+        return endpoint, stub
+
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        """Every request's metadata: require a leader, and the auth token if any."""
+        token = self._client.metadata
+        return (_REQUIRE_LEADER, *(token or ()))
 
     def _count(self) -> None:
         with self._count_lock:
@@ -890,19 +989,22 @@ class EtcdStore(CoordinationStore):
         timeout: float | None = None,
     ) -> Any:
         """One unary request with the operation timeout and our auth token; re-sends
-        once after re-authenticating when the server forgot the token. Call it inside
-        :meth:`_translated`."""
+        once after re-authenticating when the server forgot the token. A member that
+        cannot serve it is left: the NEXT request goes to another (this one is not
+        re-sent here). Call it inside :meth:`_translated`."""
         limit = self.settings.operation_timeout if timeout is None else timeout
         for attempt in (1, 2):
             if counted:
                 self._count()
+            endpoint, grpc_stub = self._stub(stub)
             try:
-                fn = getattr(self._stub(stub), method)
-                return fn(request, limit, metadata=self._client.metadata)
+                return getattr(grpc_stub, method)(request, limit, metadata=self._metadata())
             except grpc.RpcError as exc:
                 if attempt == 1 and self.settings.username is not None and _is_stale_token(exc):
                     self._authenticate(limit)
                     continue
+                if _cannot_serve(exc):
+                    self._move_on(endpoint, f"{method}: {exc.code().name} {exc.details()}")
                 raise
         raise AssertionError("unreachable")
 
@@ -910,23 +1012,29 @@ class EtcdStore(CoordinationStore):
         """Send a read-only KV request, re-sending it while that is safe and useful,
         all within one operation timeout.
 
-        * The first request through a member that just died fails at once with
-          UNAVAILABLE (gRPC does not retry it); :meth:`_error_for` has then marked that
-          endpoint failed, so with several endpoints the read is sent again at once,
-          to another member (at most once per other endpoint: when all are down, the
-          read still fails fast).
-        * While the cluster elects a leader (its leader died), members refuse
-          linearizable reads ("leader changed", "no leader"): the read is sent again
-          every ``_RETRY_DELAY`` until one is served or the time is up.
+        A read a member cannot serve is sent again at once to the next member
+        (:meth:`_send` has moved on, see :meth:`_move_on`):
 
-        A read changes nothing, so sending it again is safe. Writes are never re-sent:
-        a write that failed so may have been applied.
+        * a member that just died fails it at once with UNAVAILABLE; when every
+          member was found dead in this read, it fails at once too;
+        * a member with no leader (cut off from its peers, or while its cluster elects
+          one) refuses it at once with "no leader" (see ``_REQUIRE_LEADER``) or
+          "leader changed"; after a whole round of such refusals the next round waits
+          ``_RETRY_DELAY``;
+        * a member that holds it without answering (it has not noticed yet that it
+          lost its peers) is given half of the time left, so that another member can
+          still be asked (:func:`_attempt_timeout`).
+
+        Reads stay linearizable: a serializable read would be answered from its own,
+        possibly stale, data by a member cut off from its peers. A read changes nothing,
+        so sending it again is safe. Writes are never re-sent: a write that failed so
+        may have been applied.
         """
         deadline = time.monotonic() + self.settings.operation_timeout
-        # each member may be found dead once; the failed one is marked, so the next
-        # attempt goes elsewhere
-        moves = len(self._client.endpoints) - 1
+        members = len(self._client.endpoints)
+        refused = dead = 0
         while True:
+            remaining = deadline - time.monotonic()
             try:
                 with self._translated(what):
                     return self._send(
@@ -934,17 +1042,21 @@ class EtcdStore(CoordinationStore):
                         method,
                         request,
                         counted=True,
-                        timeout=max(deadline - time.monotonic(), 0.01),
+                        timeout=max(_attempt_timeout(remaining, members > 1), 0.01),
                     )
-            except StoreUnavailableError as exc:
-                remaining = deadline - time.monotonic()
-                if _during_election(exc) and remaining > _RETRY_DELAY:
-                    time.sleep(_RETRY_DELAY)
-                elif moves > 0 and remaining > 0:
-                    moves -= 1
-                else:
+            except (StoreUnavailableError, OperationTimeoutError) as exc:
+                election = _during_election(exc)
+                if isinstance(exc, StoreUnavailableError) and not election:
+                    dead += 1
+                if (members == 1 and not election) or dead >= members:
+                    raise  # nowhere else to go, or every member is down
+                refused += 1
+                pause = _RETRY_DELAY if refused % members == 0 else 0.0
+                if deadline - time.monotonic() <= pause + 0.01:
                     raise
                 _log.info("etcd: %s; reading again", exc)
+                if pause:
+                    time.sleep(pause)
 
     def _txn(
         self,
@@ -963,9 +1075,12 @@ class EtcdStore(CoordinationStore):
             req = rpc.AuthenticateRequest(
                 name=self.settings.username, password=self.settings.password or ""
             )
+            endpoint, stub = self._stub("authstub")
             try:
-                resp = self._stub("authstub").Authenticate(req, timeout)
+                resp = stub.Authenticate(req, timeout, metadata=(_REQUIRE_LEADER,))
             except grpc.RpcError as exc:
+                if _cannot_serve(exc):
+                    self._move_on(endpoint, f"Authenticate: {exc.code().name} {exc.details()}")
                 if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
                     # "authentication is not enabled": the server accepts everyone
                     _log.warning(
@@ -1037,24 +1152,45 @@ class EtcdStore(CoordinationStore):
         return self._ttl / 3
 
     def _keep_alive(self) -> int:
-        # a reply slower than TTL/3 already eats into the lease: report SUSPENDED
-        # within about 2/3 of the TTL rather than wait the full operation timeout
-        timeout = min(self.settings.operation_timeout, max(self._ttl / 3, 0.5))
+        """Refresh the lease once; return the TTL left (<= 0: the lease is gone).
+
+        Each attempt has a deadline of a quarter of the TTL (a reply slower than that
+        already eats into the lease). A member that cannot serve it (no answer in
+        time, unreachable, no leader) is left at once for the next one, and the
+        keep-alive is sent again there, each member at most once per refresh: with
+        refreshes every TTL/3, a client on a member cut off from its peers reaches
+        another member within about TTL/3 + TTL/4, before the lease runs out. Only when
+        every member failed is the error raised (the session goes SUSPENDED).
+        """
+        timeout = min(self.settings.operation_timeout, max(self._ttl / 4, 0.25))
+        members = len(self._client.endpoints)
+        for left in range(members - 1, -1, -1):
+            try:
+                return self._keep_alive_once(timeout)
+            except (StoreUnavailableError, OperationTimeoutError) as exc:
+                if left == 0:
+                    raise
+                _log.info("etcd: lease keep-alive failed (%s); sending it to another member", exc)
+        raise AssertionError("unreachable")
+
+    def _keep_alive_once(self, timeout: float) -> int:
         req = rpc.LeaseKeepAliveRequest(ID=self._lease)
         with self._translated("lease keep-alive"):
             for attempt in (1, 2):
+                endpoint, stub = self._stub("leasestub")
                 try:
-                    stream = self._stub("leasestub").LeaseKeepAlive(
-                        iter([req]), timeout, metadata=self._client.metadata
-                    )
+                    stream = stub.LeaseKeepAlive(iter([req]), timeout, metadata=self._metadata())
                     for resp in stream:
                         return int(resp.TTL)
-                    raise StoreUnavailableError("lease keep-alive: the stream closed without reply")
                 except grpc.RpcError as exc:
                     if attempt == 1 and self.settings.username is not None and _is_stale_token(exc):
                         self._authenticate(timeout)
                         continue
+                    if _cannot_serve(exc):
+                        self._move_on(endpoint, f"keep-alive: {exc.code().name} {exc.details()}")
                     raise
+                self._move_on(endpoint, "keep-alive: the stream closed without reply")
+                raise StoreUnavailableError("lease keep-alive: the stream closed without reply")
         raise AssertionError("unreachable")
 
     def _set_state(self, state: ConnectionState) -> None:
@@ -1093,15 +1229,20 @@ class EtcdStore(CoordinationStore):
             if self._watcher is not None and not self._watcher_broken:
                 return self._watcher
             old, self._watcher = self._watcher, None
-        if old is not None:
-            with contextlib.suppress(Exception):
-                old.close()
+            old_stub, self._watcher_stub = self._watcher_stub, None
+        _end_watcher(old, old_stub)
         with self._translated("open the watch stream"):
-            # channel selection may fail over to another endpoint
-            new = self._client.get_watcher()
+            endpoint, channel = self._endpoint()
+        stub = _WatchStub(channel)
+        # built here rather than by the client, to send our metadata (require a
+        # leader, the token) and to keep the stream call (see _WatchStub)
+        new = etcd3.watch.Watcher(
+            stub, timeout=self.settings.operation_timeout, metadata=self._metadata()
+        )
         with self._wlock:
             if self._watcher is None:
                 self._watcher, self._watcher_broken = new, False
+                self._watcher_endpoint, self._watcher_stub = endpoint, stub
             return self._watcher
 
     def _establish(self, w: _Watch, *, counted: bool = False) -> bool:
@@ -1124,12 +1265,18 @@ class EtcdStore(CoordinationStore):
                     )
                 except etcd3.exceptions.RevisionCompactedError:
                     return False
-        except StoreError:
+        except StoreError as exc:
             # a stream that failed or hangs is replaced at the next attempt (its other
-            # watches resume from their last revisions)
+            # watches resume from their last revisions), on another member when this
+            # one could not serve it
             with self._wlock:
-                if self._watcher is watcher:
+                endpoint = self._watcher_endpoint if self._watcher is watcher else None
+                if endpoint is not None:
                     self._watcher_broken = True
+            if endpoint is not None and isinstance(
+                exc, (StoreUnavailableError, OperationTimeoutError)
+            ):
+                self._move_on(endpoint, f"watch {w.prefix}: {exc}")
             raise
         with self._wlock:
             current = w.gen == gen and not w.cancelled
@@ -1163,6 +1310,7 @@ class EtcdStore(CoordinationStore):
                         event = WatchEvent(kind, path, bytes(kv.value), int(kv.mod_revision))
                     self._events.put(("watch", w, event))
             return
+        leave = None
         with self._wlock:
             if w.gen != gen or w.cancelled:
                 return
@@ -1172,13 +1320,19 @@ class EtcdStore(CoordinationStore):
                 # etcd confirms the watch first and reports the compaction after it
                 w.compacted = True
             else:
-                # the whole stream ended (error or server shutdown)
+                # the whole stream ended (error, server shutdown, or a member without
+                # a leader cancelling it)
                 if w.watcher is self._watcher:
                     self._watcher_broken = True
-                if isinstance(resp, grpc.RpcError) and resp.code() == grpc.StatusCode.UNAVAILABLE:
-                    self._note_endpoint_failure()
+                    if isinstance(resp, grpc.RpcError) and resp.code() in (
+                        grpc.StatusCode.UNAVAILABLE,
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                    ):
+                        leave = self._watcher_endpoint
                 # a broken stream usually means a lost connection: check the session now
                 self._check_session_now = True
+        if leave is not None:
+            self._move_on(leave, f"watch stream ended: {resp}")
         self._wake.set()
 
     def _restore_watches(self) -> None:
@@ -1220,14 +1374,13 @@ class EtcdStore(CoordinationStore):
     def _restart_watch_stream(self) -> None:
         with self._wlock:
             old, self._watcher = self._watcher, None
+            old_stub, self._watcher_stub = self._watcher_stub, None
             self._watcher_broken = False
             for w in self._watches:
                 w.gen += 1
                 w.watch_id = None
                 self._pending.add(w)
-        if old is not None:
-            with contextlib.suppress(Exception):
-                old.close()
+        _end_watcher(old, old_stub)
 
     def _cancel_watch(self, w: _Watch) -> None:
         with self._wlock:
@@ -1270,6 +1423,15 @@ class EtcdStore(CoordinationStore):
             self._set_state(ConnectionState.SUSPENDED)
         self._check_session_now = True
         self._wake.set()
+
+
+def _end_watcher(watcher: Any, stub: _WatchStub | None) -> None:
+    """Stop a watcher: no more requests, and its stream cancelled (its thread ends)."""
+    if watcher is not None:
+        with contextlib.suppress(Exception):
+            watcher.close()
+    if stub is not None:
+        stub.cancel()
 
 
 def _ancestors(path: str) -> list[str]:
