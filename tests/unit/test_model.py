@@ -35,3 +35,25 @@ def test_malformed_documents_are_refused_with_the_path() -> None:
         Assignment.from_bytes(b"[1,2]", "/jobs/x/sharding")
     with pytest.raises(DocumentError, match="/jobs/x/running/1"):
         RunningMark.from_bytes(b'{"instance_id": "a"}', "/jobs/x/running/1")
+
+
+def test_each_fire_keeps_the_owners_in_effect_for_it_across_several_reshards() -> None:
+    """Three reshards in three fires: a fire still waiting from before the first one
+    uses the owners that were in effect for it, not the newest (found by the chaos
+    checker: an item ran twice for one fire when a follower's waiting fire read an
+    assignment two reshards newer)."""
+    from shardkeeper.coordination.model import Assignment
+
+    doc = Assignment(
+        total=2,
+        owners={0: "c", 1: "c"},
+        effective_fire=575.0,
+        previous={0: "b", 1: "b"},
+        previous_effective=574.0,
+        older=((573.0, {0: "a", 1: "a"}),),
+    )
+    assert doc.items_of("c", 575.0) == [0, 1]
+    assert doc.items_of("b", 574.5) == [0, 1]
+    assert doc.items_of("a", 573.0) == [0, 1] and doc.items_of("b", 573.0) == []
+    back = Assignment.from_bytes(doc.to_bytes())
+    assert back.owners_for(573.2) == {0: "a", 1: "a"} and back.owners_for(574.0) == doc.previous

@@ -111,13 +111,29 @@ class Assignment:
     #: fires at or after this time use ``owners``; earlier ones use ``previous``
     effective_fire: float = 0.0
     previous: dict[int, str] = field(default_factory=dict)
+    #: fires at or after this time (and before ``effective_fire``) use ``previous``
+    previous_effective: float = 0.0
+    #: older generations still possibly in flight: (effective fire, owners), newest
+    #: first; a fire waiting for a reshard may be older than the last two
+    older: tuple[tuple[float, dict[int, str]], ...] = ()
+
+    def owners_for(self, fire: float | None) -> dict[int, str]:
+        """The owner map in effect for the fire at ``fire``: one assignment per fire
+        cluster-wide, whatever reshards came after it."""
+        if fire is None or fire >= self.effective_fire:
+            return self.owners
+        levels = [(self.previous_effective, self.previous), *self.older]
+        kept = [(eff, own) for eff, own in levels if own]
+        for eff, own in kept:
+            if fire >= eff:
+                return own
+        # older than every generation kept: the oldest one is the best guess
+        return kept[-1][1] if kept else self.owners
 
     def items_of(self, instance_id: str, fire: float | None = None) -> list[int]:
-        """Sorted items owned by ``instance_id`` (for the fire at ``fire``: a fire that
-        had already started under the previous assignment keeps using it)."""
-        owners = self.owners
-        if fire is not None and fire < self.effective_fire and self.previous:
-            owners = self.previous
+        """Sorted items owned by ``instance_id`` (for the fire at ``fire``: see
+        :meth:`owners_for`)."""
+        owners = self.owners_for(fire)
         return sorted(i for i, o in owners.items() if o == instance_id)
 
     def to_bytes(self) -> bytes:
@@ -132,25 +148,40 @@ class Assignment:
             "at": self.at,
             "effective_fire": self.effective_fire,
         }
-        readable = {
-            **header,
-            "encoding": "ranges",
-            "owners": _by_instance(self.owners),
-            "previous": _by_instance(self.previous),
-        }
-        if codec.json_size(readable) <= codec.READABLE_MAX_BYTES:
-            return encode(readable)
-        instances = sorted(set(self.owners.values()) | set(self.previous.values()))
-        table = {inst: index for index, inst in enumerate(instances)}
-        raw = encode(
-            {
+        if self.previous_effective:
+            header["previous_effective"] = self.previous_effective
+        # Older generations are kept while the document stays small: drop the
+        # oldest first (they only serve fires that waited through several reshards).
+        for keep in range(len(self.older), -1, -1):
+            older = self.older[:keep]
+            readable = {
+                **header,
+                "encoding": "ranges",
+                "owners": _by_instance(self.owners),
+                "previous": _by_instance(self.previous),
+            }
+            if older:
+                readable["older"] = [[eff, _by_instance(own)] for eff, own in older]
+            if codec.json_size(readable) <= codec.READABLE_MAX_BYTES:
+                return encode(readable)
+            instances = sorted(
+                set(self.owners.values())
+                | set(self.previous.values())
+                | {i for _eff, own in older for i in own.values()}
+            )
+            table = {inst: index for index, inst in enumerate(instances)}
+            packed: dict[str, Any] = {
                 **header,
                 "encoding": "packed",
                 "instances": instances,
                 "owners": codec.encode_packed(self.owners, table),
                 "previous": codec.encode_packed(self.previous, table),
             }
-        )
+            if older:
+                packed["older"] = [[eff, codec.encode_packed(own, table)] for eff, own in older]
+            raw = encode(packed)
+            if len(raw) <= codec.ASSIGNMENT_MAX_BYTES:
+                return raw
         if len(raw) > codec.ASSIGNMENT_MAX_BYTES:
             raise JobConfigError(
                 f"the assignment of {self.total} items over {len(instances)} instances "
@@ -167,16 +198,24 @@ class Assignment:
         d = decode(raw, path)
         with _fields(path, "an assignment"):
             form = d.get("format", 1)
+            older: tuple[tuple[float, dict[int, str]], ...] = ()
             if form == 1:
                 owners = {int(k): str(v) for k, v in dict(d["owners"]).items()}
                 previous = {int(k): str(v) for k, v in dict(d.get("previous", {})).items()}
             elif form == ASSIGNMENT_FORMAT and d.get("encoding") == "ranges":
                 owners = _from_instances(dict(d["owners"]))
                 previous = _from_instances(dict(d.get("previous", {})))
+                older = tuple(
+                    (float(eff), _from_instances(dict(own))) for eff, own in d.get("older", [])
+                )
             elif form == ASSIGNMENT_FORMAT and d.get("encoding") == "packed":
                 instances = [str(i) for i in list(d["instances"])]
                 owners = codec.decode_packed(str(d["owners"]), instances)
                 previous = codec.decode_packed(str(d.get("previous", "")), instances)
+                older = tuple(
+                    (float(eff), codec.decode_packed(str(own), instances))
+                    for eff, own in d.get("older", [])
+                )
             else:
                 raise ValueError(
                     f"unknown format {form!r} / encoding {d.get('encoding')!r} (written by a "
@@ -190,6 +229,8 @@ class Assignment:
                 at=float(d.get("at", 0.0)),
                 effective_fire=float(d.get("effective_fire", 0.0)),
                 previous=previous,
+                previous_effective=float(d.get("previous_effective", 0.0)),
+                older=older,
             )
 
 

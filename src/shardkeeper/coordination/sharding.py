@@ -153,7 +153,13 @@ class ShardingService:
             leader=self._me,
             at=time.time(),
             effective_fire=effective,
-            previous=dict(previous.owners) if previous is not None and started else {},
+            # Fires before ``effective`` keep the owners that were in effect for them,
+            # even when nobody has started them yet: a fire still waiting somewhere
+            # (for this very reshard, say) must not switch to the new owners, or an
+            # item runs twice or never for it.
+            previous=dict(previous.owners) if previous is not None else {},
+            previous_effective=previous.effective_fire if previous is not None else 0.0,
+            older=_older_levels(previous, fire),
         )
         ops: list[Op] = [leader_check]
         if flag_version is not None:
@@ -186,3 +192,20 @@ class ShardingService:
             else:
                 self.set_necessary(f"joined after the fire: {', '.join(late)}")
         return assignment
+
+
+#: how long an older generation is kept in the assignment for fires still in flight
+HISTORY_SECONDS = 120.0
+#: at most this many older generations are kept
+HISTORY_LEVELS = 6
+
+
+def _older_levels(
+    previous: Assignment | None, fire: float
+) -> tuple[tuple[float, dict[int, str]], ...]:
+    """The generations before ``previous`` still recent enough for a waiting fire."""
+    if previous is None:
+        return ()
+    levels = [(previous.previous_effective, previous.previous), *previous.older]
+    kept = [(eff, own) for eff, own in levels if own and eff >= fire - HISTORY_SECONDS]
+    return tuple(kept[:HISTORY_LEVELS])

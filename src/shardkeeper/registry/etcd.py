@@ -408,9 +408,8 @@ class EtcdStore(CoordinationStore):
             self._client = etcd3.MultiEndpointEtcd3Client(
                 endpoints=endpoints, timeout=s.operation_timeout, failover=True
             )
-            # the client starts on a random endpoint; start on the first one listed, so
-            # that the URL's order means something (e.g. the nearest member first)
-            self._client._current_endpoint_label = endpoints[0].netloc
+            # (the client starts on a random endpoint: the instances of a job spread
+            # over the members, as ZooKeeper clients do)
             deadline = time.monotonic() + s.connection_timeout
             attempt = 0
             while True:
