@@ -377,3 +377,36 @@ def test_a_busy_instance_claims_orphans_into_free_worker_slots(
     )
     assert not job.release.is_set() and runner.batches.busy_items() >= {0}
     job.release.set()
+
+
+def test_an_exception_that_is_not_a_store_error_in_completion_loses_nothing(
+    server: MemoryServer, runtimes: list[Runtime], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Worker tasks' exceptions were never read, and one that was not a StoreError in
+    completion silently skipped the misfire re-run, claims and the batch's removal:
+    the job stopped. Now completion always ends its batch, the error is logged, and
+    the worker thread lives on."""
+    from shardkeeper.job import JobListener
+
+    class Exploding(JobListener):
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def after_job(self, contexts: list[ShardingContext]) -> None:
+            self.calls += 1
+            if self.calls == 1:
+                raise SystemExit("a listener that exits")  # not even an Exception
+
+    job = Recording(work=0.6)  # longer than the interval: the next fire is a misfire
+    listener = Exploding()
+    rt = Runtime(server.store(), shutdown_grace=1, worker_threads=2)
+    rt.add_job(job, cfg(interval=0.5), listeners=[listener])
+    rt.start()
+    runtimes.append(rt)
+    wait_until(lambda: listener.calls >= 1, 10)
+    t0 = time.time()
+    wait_until(lambda: job.items_after(t0) == {0, 1}, 15, message=lambda: f"{job.runs}")
+    assert rt.runners[JOB].stats["misfires"] >= 1
+    assert any("task failed" in r.getMessage() for r in caplog.records)
+    workers = [t for t in threading.enumerate() if t.name.startswith("sk-worker")]
+    assert len(workers) == 2
