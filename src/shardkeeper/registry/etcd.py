@@ -55,10 +55,26 @@ Sessions
 --------
 The session is ONE lease per store (TTL = ``session_timeout`` rounded up to whole
 seconds; the server may raise it to its minimum), refreshed by the store's session
-thread every TTL/3. Every ephemeral key is attached to it. A failed refresh (no
-connection) -> SUSPENDED; the next successful one -> RECONNECTED; a refresh that
-finds the lease gone (TTL <= 0: expired or revoked) -> LOST, then a new lease is
-granted -> CONNECTED with the new ``session_id`` (the lease id in hex).
+thread every TTL/3. Every ephemeral key is attached to it. Each refresh attempt waits
+at most TTL/4; one that fails on a member that cannot serve is sent again at once to
+the next member (see Members below). A refresh that failed on every member ->
+SUSPENDED; the next successful one -> RECONNECTED; a refresh that finds the lease gone
+(TTL <= 0: expired or revoked) -> LOST, then a new lease is granted -> CONNECTED with
+the new ``session_id`` (the lease id in hex).
+
+Members
+-------
+The client starts on a random endpoint of the URL and stays there until a request, a
+refresh or the watch stream fails in a way that means "this member cannot serve": no
+answer within the deadline, UNAVAILABLE (unreachable, "no leader", "leader changed",
+"request timed out") or CANCELLED. :meth:`EtcdStore._move_on` then marks it failed
+(for the endpoint's ``time_retry``, 0.5 s) and switches to the next endpoint in URL
+order that is not marked, and re-creates the watch stream there if it ran on the member
+left. Every request carries etcd's "require leader" metadata, so a member cut off from
+its peers (it still accepts connections, but cannot commit nor serve a linearizable
+read) refuses at once with "no leader" once it notices, instead of holding requests
+until their deadline, and cancels its watch streams after a few election timeouts.
+Reads stay linearizable: serializable ones would be served stale by such a member.
 
 Threads
 -------
@@ -91,12 +107,13 @@ UNAUTHENTICATED, PERMISSION_DENIED and refused credentials -> StoreAuthError; to
 operations or a request too large -> StoreLimitError; a lost lease -> SessionLostError.
 
 Reads (``get``, ``exists``, ``children``, ``get_tree``) are re-sent when that is safe
-and useful, within their one operation timeout: at once after UNAVAILABLE when
-several endpoints are configured (the first request through a member that just died
-fails at once; the next goes to another member; at most once per other endpoint), and
-every 0.2 s while the cluster elects a leader ("leader changed", "no leader": the
-member is alive, so it is not marked failed). Writes are never re-sent. See
-:meth:`EtcdStore._read`.
+and useful, within their one operation timeout: at once to the next member after a
+failure that means the member cannot serve (a read fails fast when every member was
+found dead; each attempt gets half the time left, so a member that holds it leaves
+time for another), pausing 0.2 s after each round of "no leader"/"leader changed"
+refusals while the cluster elects a leader. Writes are never re-sent: a commit whose
+outcome is unknown raises OperationTimeoutError, and only the NEXT request goes to
+another member. See :meth:`EtcdStore._read`.
 
 :attr:`EtcdStore.round_trips` counts requests made by the public methods (a
 transaction counts 1, each re-sent request too); background keep-alives and watch
@@ -332,8 +349,8 @@ class EtcdStore(CoordinationStore):
         self._stubs: dict[str, tuple[Any, Any]] = {}
         # guards the choice of the endpoint in use (see _move_on)
         self._endpoint_lock = threading.Lock()
-        #: how often a request or keep-alive made the store leave a member
-        self.moves = 0
+        #: how often the store left a member that could not serve (see _move_on)
+        self.member_moves = 0
 
         self._events: queue.Queue[tuple[str, Any, Any] | None] = queue.Queue()
         self._event_thread: threading.Thread | None = None
@@ -784,8 +801,7 @@ class EtcdStore(CoordinationStore):
         key = self._key(prefix)
         self._require_started()
         req = rpc.RangeRequest(key=key, keys_only=True, limit=1)
-        with self._translated(f"watch {prefix}"):
-            rev = int(self._send("kvstub", "Range", req, counted=True).header.revision)
+        rev = int(self._read(f"watch {prefix}", "Range", req).header.revision)
         w = _Watch(
             prefix=prefix,
             key=key,
@@ -941,7 +957,7 @@ class EtcdStore(CoordinationStore):
                 nxt = min(order, key=lambda e: e.last_failed)
                 nxt.last_failed = 0
             client._current_endpoint_label = nxt.netloc
-            self.moves += 1
+            self.member_moves += 1
         _log.info("etcd: leaving member %s for %s: %s", endpoint.netloc, nxt.netloc, reason)
         with self._wlock:
             stale = self._watcher is not None and self._watcher_endpoint is endpoint
