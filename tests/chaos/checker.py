@@ -239,6 +239,11 @@ class History:
     states: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
     #: (instance, time) of every runtime stop the workers recorded
     exits: list[tuple[str, float]] = field(default_factory=list)
+    #: (time, owner levels) of every assignment the driver saw: levels are
+    #: (effective fire, {item: instance}), newest first (Assignment.owners_for)
+    assignments: list[tuple[float, list[tuple[float, dict[int, str]]]]] = field(
+        default_factory=list
+    )
     #: (time, error) of every registry read of the observer that failed
     snapshot_errors: list[tuple[float, str]] = field(default_factory=list)
 
@@ -388,9 +393,17 @@ def load_history(workdir: Path, params: Params) -> History:
     for path in sorted(workdir.glob("exec-*.jsonl")):
         records += _read_jsonl(path)
     events: list[Event] = []
+    assignments: list[tuple[float, list[tuple[float, dict[int, str]]]]] = []
     events_path = workdir / "events.jsonl"
     if events_path.exists():
         for rec in _read_jsonl(events_path):
+            if rec.get("kind") == "assignment":
+                levels = [
+                    (float(eff), {int(k): str(v) for k, v in dict(own).items()})
+                    for eff, own in rec.get("levels", [])
+                ]
+                assignments.append((float(rec["t"]), levels))
+                continue
             events.append(
                 Event(
                     t=float(rec["t"]),
@@ -436,7 +449,31 @@ def load_history(workdir: Path, params: Params) -> History:
         states=dict(states),
         exits=exits,
         snapshot_errors=snapshot_errors,
+        assignments=assignments,
     )
+
+
+def _assigned_owner(
+    assignments: list[tuple[float, list[tuple[float, dict[int, str]]]]],
+    fire: float,
+    item: int,
+    horizon: float,
+) -> str | None:
+    """The instance the assignment gave ``item`` for ``fire``, as the last assignment
+    seen up to ``horizon`` says (each assignment keeps the owners in effect for recent
+    fires, so the last one answers for a fire an earlier reshard already covered)."""
+    chosen: list[tuple[float, dict[int, str]]] | None = None
+    for t, levels in assignments:
+        if t > horizon:
+            break
+        chosen = levels
+    if not chosen:
+        return None
+    kept = [(eff, own) for eff, own in chosen if own]
+    for eff, own in kept:
+        if fire >= eff - 1e-6:
+            return own.get(item)
+    return kept[-1][1].get(item) if kept else None
 
 
 def _opt_float(value: Any) -> float | None:
@@ -702,6 +739,21 @@ def _instance_windows(
     return out
 
 
+def _fault_windows(p: Params, events: list[Event]) -> dict[str, list[_Window]]:
+    """Per instance: the windows in which its own faults excuse its fires."""
+    downs = _first_down(events)
+    out: dict[str, list[_Window]] = defaultdict(list)
+    for ev in events:
+        if ev.kind not in INSTANCE_FAULTS:
+            continue
+        if ev.kind == "term":
+            end = ev.t + downs.get(ev.instance, ev.t) - ev.t + p.period + p.slack
+        else:
+            end = ev.t + p.crash_recover
+        out[ev.instance].append(_Window(ev.t - p.pre, end, f"{ev.kind} of owner {ev.instance}"))
+    return out
+
+
 def _nobody_healthy(events: list[Event]) -> list[_Window]:
     """Intervals in which no instance was up, unfrozen and not partitioned."""
     healthy: set[str] = set()
@@ -746,6 +798,7 @@ def _check_fired_work(
         for k in range(math.ceil(first / p.period), math.floor(last_t / p.period) + 1)
     ]
     per_item = _instance_windows(p, events, by_item)
+    per_instance = _fault_windows(p, events)
     nobody = _nobody_healthy(events)
     # a disconnected owner excuses its fires only until its session could have
     # expired and the others resharded (st + P + slack): later fires must run elsewhere
@@ -776,6 +829,19 @@ def _check_fired_work(
                 excused[w.reason.split(" of ")[0] + " of owner"] += 1
             elif _busy(p, by_item.get(item, []), t):
                 excused["coalesced: earlier fire running or waiting"] += 1
+            elif (
+                (assigned := _assigned_owner(history.assignments, t, item, t + p.wait_timeout))
+                is not None
+                and assigned != owner
+                and (
+                    (w := _inside(t, per_instance.get(assigned, [])))
+                    or _overlaps(t, t + p.operation_timeout, clipped.get(assigned, []))
+                )
+            ):
+                # a reshard had just given the item to an instance hit by a fault
+                # before it could start it (the runs alone still name the old owner)
+                kind = w.reason.split(" of ")[0] if w else "store disconnected"
+                excused[f"{kind} of the newly assigned owner"] += 1
             else:
                 report.lost.append(
                     f"never ran: fire {t:.3f} item {item} (last owner {owner}; "

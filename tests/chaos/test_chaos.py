@@ -40,7 +40,7 @@ import pytest
 from shardkeeper.coordination.model import Assignment, DocumentError, FailoverEntry, RunningMark
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.errors import StoreError
-from shardkeeper.registry import CoordinationStore, open_store
+from shardkeeper.registry import CoordinationStore, WatchEvent, open_store
 from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.netns import Netns, NetworkLab, unavailable_reason
 from shardkeeper.testing.proxy import SlowProxy, slow_proxies
@@ -310,8 +310,34 @@ class Driver:
         # the rejoined member catches up before the next fault
         wait_until(self.servers.healthy, 30, interval=0.1, message="store not healthy")
 
+    def watch_assignments(self) -> CoordinationStore:
+        """Log every assignment the store holds (with the owners it keeps for recent
+        fires) as an ``assignment`` event: the checker tells from it which instance
+        a reshard had just given an item to when a fault hit that instance."""
+        store = open_store(self.url)
+        store.start()
+
+        def seen(event: WatchEvent) -> None:
+            if event.path != P.sharding or event.value is None:
+                return
+            try:
+                doc = Assignment.from_bytes(event.value)
+            except (DocumentError, ValueError):
+                return
+            levels = [(doc.effective_fire, doc.owners)]
+            levels += [(doc.previous_effective, doc.previous), *doc.older]
+            self.log(
+                "assignment",
+                generation=doc.generation,
+                levels=[[eff, {str(i): o for i, o in own.items()}] for eff, own in levels],
+            )
+
+        store.watch(P.sharding, seen)
+        return store
+
     def run(self) -> None:
         """Start the instances, inject faults for the duration, then go quiet."""
+        self._assignments = self.watch_assignments()
         for _ in range(self.plan.instances):
             self.start_instance()
         self._pace(3.0, 3.0)  # let the first reshards settle: faults start on a steady job
@@ -363,6 +389,9 @@ class Driver:
         if self.net is not None:
             for spot in self.net.members:
                 self.net.lab.rejoin(spot)
+        watcher = getattr(self, "_assignments", None)
+        if watcher is not None:
+            watcher.close()
         self.log("stop")
         self.workers.stop()
         for inst in self.live:
