@@ -86,7 +86,6 @@ class Batches:
         listeners: list[JobListener],
         valid: Callable[[Batch], bool],
         session: Callable[[], str] = lambda: "",
-        should_stop: Callable[[], bool],
         on_idle: Callable[[], None],
     ) -> None:
         self._s = services
@@ -96,7 +95,6 @@ class Batches:
         self._listeners = listeners
         self._valid = valid
         self._session = session
-        self._should_stop = should_stop
         self._on_idle = on_idle
         self._lock = threading.RLock()
         self._batches: list[Batch] = []

@@ -46,7 +46,6 @@ from shardkeeper.coordination.failover import FailoverService
 from shardkeeper.coordination.model import Assignment, InstanceInfo, encode
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.sharding import ShardingService
-from shardkeeper.coordination.waiting import ChangeSignal
 from shardkeeper.errors import ShardkeeperError, StoreError
 from shardkeeper.job import JobListener, ShardedJob, ShardingContext
 from shardkeeper.registry.base import ConnectionState, WatchEvent
@@ -110,7 +109,6 @@ class JobRunner:
         self._fresh = fresh or (lambda: True)
         self._session = session or (lambda: "")
         self._on_skip: SkipSink = on_skip or _log_skip
-        self.signal = ChangeSignal()
         self.leader = LeaderDuties(services, self.state)
         self._workers = workers
         self.batches = Batches(
@@ -121,7 +119,6 @@ class JobRunner:
             listeners=listeners or [],
             valid=self._valid,
             session=self._session,
-            should_stop=lambda: self.state.stopping,
             on_idle=self._on_batch_done,
         )
         self.trigger = TriggerFlow(
@@ -254,7 +251,6 @@ class JobRunner:
         self.leader.elect()
         if st.config.failover:
             self.try_claim()
-        self.signal.notify()
 
     def retire(self, why: str) -> None:
         """Stop running this job on this instance (the rest of the instance goes on);
@@ -293,7 +289,6 @@ class JobRunner:
             self.state.stopping = True
             if hard:
                 self.state.hard_stop = True
-        self.signal.notify()
 
     # -- lane plumbing --------------------------------------------------------------
 
@@ -346,13 +341,11 @@ class JobRunner:
             log.warning("%s: session lost; running executions are fenced off", self.name)
         elif state is ConnectionState.CONNECTED:
             self.state.suspended = False
-        self.signal.notify()
 
     # -- events ---------------------------------------------------------------------
 
     def on_event(self, event: WatchEvent) -> None:
         """A change of one of this job's nodes (store event thread): a hint."""
-        self.signal.notify()
         hint = ev.classify(event, self._me)
         st = self.state
         match hint:
@@ -532,7 +525,6 @@ class JobRunner:
     def _on_batch_done(self) -> None:
         """A batch ended (worker thread) or marks were settled: a misfire re-run or a
         failover claim may be due."""
-        self.signal.notify()
         st = self.state
         if st.skip_reason() is not None:
             return
