@@ -13,6 +13,7 @@ import pytest
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.model import Assignment, RunningMark
 from shardkeeper.coordination.paths import InstanceNode, JobNode, ShutdownNode, Unknown, parse
+from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry.base import EventKind, WatchEvent
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import events as ev
@@ -237,3 +238,36 @@ def test_lanes_run_one_task_per_job_in_order_and_merge_by_key() -> None:
     finally:
         lanes.close()
         pool.shutdown()
+
+
+def test_a_fire_delivered_twice_runs_once() -> None:
+    """Fires of a job are decided in order: a second delivery of a fire already
+    decided is ignored instead of running its items a second time (a duplicate the
+    chaos checker saw once under a slow link)."""
+    from datetime import UTC, datetime
+
+    from shardkeeper.registry.memory import MemoryServer
+    from shardkeeper.runtime import Runtime
+
+    server = MemoryServer()
+    ran: list[tuple[float, int]] = []
+
+    class Rec(ShardedJob):
+        def execute(self, ctx: ShardingContext) -> None:
+            ran.append((ctx.fire_time.timestamp(), ctx.item))
+
+    rt = Runtime(server.store(), shutdown_grace=1)
+    rt.add_job(Rec(), JobConfig(name=JOB, cron="0 0 1 1 *", sharding_total_count=2))
+    rt.start()
+    try:
+        runner = rt.runners[JOB]
+        wait_until(lambda: runner.state.registered and runner.leader.is_leader, 10)
+        at = datetime.now(UTC)
+        runner.on_trigger(at)
+        wait_until(lambda: len(ran) == 2 and runner.idle and not runner.pending_fires(), 10)
+        runner.on_trigger(at)
+        wait_until(lambda: not runner.pending_fires(), 10)
+        assert len(ran) == 2 and runner.stats["skipped"] == 1
+    finally:
+        rt.stop_now()
+        server.shutdown()

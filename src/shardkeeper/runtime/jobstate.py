@@ -40,6 +40,7 @@ class SkipReason(enum.Enum):
     BUSY = "previous items still running here (misfire off)"
     QUEUED = "fires queued up behind one still waiting (misfire off)"
     BEFORE_JOIN = "fired before this instance (re-)joined the job"
+    DUPLICATE = "the same fire was delivered twice"
     CHANGING = "assignment kept changing"
     MEMBERSHIP = "membership changed since registration (re-registering)"
     STORE = "store did not answer"

@@ -144,6 +144,9 @@ class JobRunner:
         )
         self._fires: deque[Fire] = deque()
         self._fires_lock = threading.Lock()
+        #: the latest fire time a normal fire was decided for (fires of a job are
+        #: decided in order: a normal fire at or before it is a duplicate delivery)
+        self._last_fire = 0.0
         self._pass_count = 0
         #: set by the runtime: reschedules the trigger when the config changed
         self.on_config_change: Callable[[JobRunner, JobConfig], None] | None = None
@@ -467,7 +470,17 @@ class JobRunner:
                     self._fires.clear()
                 return
             try:
-                result = self.trigger.step(fire)
+                if not fire.misfire and fire.fire_time <= self._last_fire:
+                    # decided already (a second delivery of the same fire): running
+                    # it again would run its items twice for one fire
+                    log.warning(
+                        "%s: fire at %s delivered again; ignored",
+                        self.name,
+                        fmt_fire(fire.fire_time),
+                    )
+                    result: Launched | Skipped | Deferred | Wait = Skipped(SkipReason.DUPLICATE)
+                else:
+                    result = self.trigger.step(fire)
             except Exception:
                 with self._fires_lock:
                     if self._fires and self._fires[0] is fire:
@@ -486,6 +499,8 @@ class JobRunner:
                 if self._fires and self._fires[0] is fire:
                     self._fires.popleft()
                 last = not self._fires
+                if not fire.misfire:
+                    self._last_fire = max(self._last_fire, fire.fire_time)
             self._record(fire, result)
             if last and not isinstance(result, Launched) and self.batches.idle:
                 self._on_batch_done()  # a folded fire's misfire re-run, if one is owed
