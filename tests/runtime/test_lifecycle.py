@@ -97,3 +97,37 @@ def test_a_removed_job_is_retired_not_registered_again(server: MemoryServer) -> 
         assert not admin.children(P.instances)
     finally:
         rt.stop_now()
+
+
+def test_a_fire_during_registration_waits_for_it(server: MemoryServer) -> None:
+    """A fire that came while the job was registering used to be skipped ("not
+    registered") although the membership being written says the instance joined
+    before that fire, so the leader could give it items for it: they never ran
+    (found by the chaos checker). The fire now waits for the registration."""
+    from datetime import UTC, datetime
+
+    ran: list[tuple[float, int]] = []
+
+    class Rec(ShardedJob):
+        def execute(self, ctx: ShardingContext) -> None:
+            ran.append((ctx.fire_time.timestamp(), ctx.item))
+
+    rt = Runtime(server.store(), shutdown_grace=1)
+    rt.add_job(Rec(), JobConfig(name=JOB, cron="0 0 1 1 *", sharding_total_count=2))
+    held = server.pause("put", path=P.instances)
+    starter = threading.Thread(target=rt.start, name="test-start")
+    starter.start()
+    try:
+        assert held.wait_reached(10), "registration never wrote the membership"
+        runner = rt.runners[JOB]
+        at = datetime.now(UTC)
+        runner.on_trigger(at)
+        wait_until(lambda: runner.pending_fires() == 1, 5)
+        held.release()
+        starter.join(10)
+        wait_until(lambda: sorted(i for _ft, i in ran) == [0, 1], 10, message=lambda: f"{ran}")
+        assert {ft for ft, _i in ran} == {at.timestamp()}
+        assert runner.stats["skipped"] == 0
+    finally:
+        held.release()
+        rt.stop_now()

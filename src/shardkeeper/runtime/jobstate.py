@@ -53,6 +53,9 @@ class JobState:
     config: JobConfig
     lock: threading.RLock = field(default_factory=threading.RLock)
     registered: bool = False
+    #: a registration is under way (a fire meanwhile waits for it: the membership it
+    #: writes says it joined before that fire, so the leader may give it items)
+    registering: bool = False
     joined: bool = False
     #: wall time of the last registration (the membership's started_at): the leader
     #: gives no items of an earlier fire to this instance

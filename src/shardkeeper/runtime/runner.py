@@ -222,6 +222,7 @@ class JobRunner:
         """Join the job (also after a new session): config, membership, switches,
         election. Raises on failure; the housekeeping pass retries it."""
         st = self.state
+        st.registering = True
         try:
             config, count_changed = self.configs.sync(st.config)
             st.set_config(config)
@@ -237,11 +238,13 @@ class JobRunner:
             self.sharding.set_necessary(
                 "count changed" if count_changed else f"instance joined: {self._me}"
             )
+            st.registered = True  # before registering ends: a waiting fire sees one
         except Exception as exc:
             st.registered = False
             st.register_error = str(exc)
             raise
-        st.registered = True
+        finally:
+            st.registering = False
         st.joined = True
         st.suspended = False
         st.register_error = None

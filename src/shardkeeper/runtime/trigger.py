@@ -112,6 +112,9 @@ class TriggerFlow:
         if not fire.deadline:
             fire.deadline = time.monotonic() + cfg.sharding_wait_timeout
         reason = self._state.skip_reason()
+        registering = reason is SkipReason.NOT_REGISTERED and self._state.registering
+        if registering and time.monotonic() < fire.deadline:
+            return Wait(POLL, "registration under way")
         if reason is not None:
             return Skipped(reason)
         ft = fire.fire_time
