@@ -1,8 +1,9 @@
 """Leader election for one job: an atomic create of an ephemeral node.
 
 Connection-state policy (Curator's LeaderLatch): on SUSPENDED stop acting as leader
-until the connection is back; on RECONNECTED re-read the leader node instead of
-trusting the old belief; on LOST (or a new session) leadership is gone.
+until the connection is back; on RECONNECTED the session (and so our ephemeral node)
+survived, and the repair pass that follows re-reads the leader node (``sync``); on
+LOST (or a new session) leadership is gone.
 """
 
 from __future__ import annotations
@@ -75,11 +76,12 @@ class LeaderElection:
         if state is ConnectionState.SUSPENDED:
             self._suspended = True
         elif state is ConnectionState.RECONNECTED:
+            # The same session survived, so our ephemeral leader node (if we had one)
+            # did too: the belief still holds. No read here: this runs on the store's
+            # event thread, and a read over a slow link would hold every event (a
+            # fire meanwhile still saw "suspended"). The job's next repair pass
+            # re-reads the node and aligns the belief (LeaderElection.sync).
             self._suspended = False
-            try:
-                self._leading = self.current_leader() == self._me
-            except StoreError:
-                self._leading = False
         else:  # LOST, or CONNECTED with a brand-new session
             self._suspended = False
             self._leading = False

@@ -119,6 +119,7 @@ class ShardingService:
         previous: Assignment | None = None,
         flag_version: int | None = None,
         on_late: Callable[[list[str]], None] | None = None,
+        from_next_fire: bool = False,
     ) -> Assignment | None:
         """Compute the assignment for the trigger at ``fire`` and commit it with the
         flag's removal, only while still leader and while the flag is the one read.
@@ -133,7 +134,10 @@ class ShardingService:
         if not members:
             log.warning("%s: no enabled instance to assign items to", self._paths.job)
             return None
-        started = self.last_started_fire(members) >= fire - 1e-6
+        # from_next_fire: the flag was set while this fire was being decided, so some
+        # instance may have decided it already from the previous assignment (with no
+        # items, leaving no trace): the new one must not apply to it
+        started = from_next_fire or self.last_started_fire(members) >= fire - 1e-6
         effective = fire + 1e-3 if started and previous is not None else fire
         eligible = sorted(i for i, joined in members.items() if started or joined <= fire)
         late = sorted(set(members) - set(eligible))

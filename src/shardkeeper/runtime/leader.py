@@ -39,6 +39,8 @@ class LeaderDuties:
         #: the flag is set at the first later fire (setting it at once would block
         #: every start commit of the fire just resharded)
         self._owed: tuple[float, str] | None = None
+        #: the fire during which the owed flag was set (its reshard applies after it)
+        self._owed_flag_fire: float | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -104,10 +106,17 @@ class LeaderDuties:
         if not self.is_leader:
             return ReshardStep.DONE
         owed = self._owed
+        from_next_fire = False
         if owed is not None and fire > owed[0] + 1e-6:
             self._owed = None
             self._s.sharding.set_necessary(owed[1])
+            # set during this fire: the joiners decided it already (no items), so
+            # the reshard that includes them applies from the next fire
+            self._owed_flag_fire = fire
+        if self._owed_flag_fire is not None:
+            from_next_fire = abs(self._owed_flag_fire - fire) < 1e-6
         if not self._s.sharding.is_necessary():
+            self._owed_flag_fire = None
             return ReshardStep.DONE
         if cfg.monitor_execution:
             self.requeue_orphans()
@@ -135,8 +144,10 @@ class LeaderDuties:
                 previous=current,
                 flag_version=flag.version,
                 on_late=lambda late: self._owe(fire, late),
+                from_next_fire=from_next_fire,
             )
             if done:
+                self._owed_flag_fire = None
                 self._state.count("reshards")
                 return ReshardStep.DONE
             if not self.is_leader:

@@ -331,7 +331,7 @@ class JobRunner:
     # -- connection states ----------------------------------------------------------
 
     def on_state(self, state: ConnectionState) -> None:
-        """Apply a connection-state change (store event thread)."""
+        """Apply a connection-state change (store event thread: no store call here)."""
         self.election.on_state(state)
         if state is ConnectionState.SUSPENDED:
             self.state.suspended = True
