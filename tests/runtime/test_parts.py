@@ -271,3 +271,19 @@ def test_a_fire_delivered_twice_runs_once() -> None:
     finally:
         rt.stop_now()
         server.shutdown()
+
+
+def test_own_stray_marks_are_handed_over_and_the_fire_proceeds(store: MemoryStore) -> None:
+    """A mark naming this instance for an earlier fire, with no execution here (its
+    start commit's reply was lost and could not be read back), used to make every
+    later fire skip the item as "running elsewhere" until a repair pass. The fire
+    hands it to failover and runs its own items."""
+    flow, _state, services, _launched = _flow(store)
+    _assign(store, services, {0: ME, 1: ME})
+    stray = RunningMark(ME, 1.0, f"{JOB}@1000#0")
+    store.put(services.paths.running(0), stray.to_bytes())
+    fire = Fire(time.time())
+    first = flow.step(fire)
+    assert isinstance(first, Wait)
+    assert store.children(services.paths.failover_queue) == ["0"]
+    assert flow.step(fire) == Launched((0, 1))

@@ -75,6 +75,8 @@ SkipSink = Callable[[str, SkipReason, float, str], None]
 
 #: fires queued behind the one in progress, at most (more are coalesced)
 MAX_QUEUED_FIRES = 2
+#: how soon a fire whose decision met a store error is decided again
+POLL_AFTER_ERROR = 0.1
 
 
 def _log_skip(job: str, reason: SkipReason, ft: float, detail: str) -> None:
@@ -128,6 +130,7 @@ class JobRunner:
             local_items=lambda: self.batches.busy_items(include_failover=False),
             launch=self._launch,
             session=self._session,
+            owns=self.batches.owns,
         )
         self.repairs = RepairPass(
             services,
@@ -484,6 +487,16 @@ class JobRunner:
                     result: Launched | Skipped | Deferred | Wait = Skipped(SkipReason.DUPLICATE)
                 else:
                     result = self.trigger.step(fire)
+            except StoreError as exc:
+                # a read or write of the decision failed: the fire is not dropped, it
+                # is decided again shortly, until its deadline
+                if fire.deadline and time.monotonic() < fire.deadline:
+                    log.info(
+                        "%s: fire at %s: %s; trying again", self.name, fmt_fire(fire.fire_time), exc
+                    )
+                    result = Wait(POLL_AFTER_ERROR, "store error")
+                else:
+                    result = Skipped(SkipReason.STORE)
             except Exception:
                 with self._fires_lock:
                     if self._fires and self._fires[0] is fire:
@@ -518,7 +531,11 @@ class JobRunner:
                     if st.misfire_at is None or fire.fire_time < st.misfire_at:
                         st.misfire_at = fire.fire_time
                 st.count("misfires")
-                self.execution.mark_misfire(list(result.items), fire.fire_time)
+                try:
+                    # operators' view only: the re-run is recorded locally already
+                    self.execution.mark_misfire(list(result.items), fire.fire_time)
+                except StoreError as exc:
+                    log.info("%s: could not record the misfire: %s", self.name, exc)
                 if self.batches.idle:  # the holder ended meanwhile
                     self._on_batch_done()
             else:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from shardkeeper.coordination.model import RunningMark
 from shardkeeper.runtime.batches import Batch, execution_id
 from shardkeeper.runtime.jobstate import JobState, SkipReason
 from shardkeeper.runtime.leader import LeaderDuties, ReshardStep
@@ -98,6 +99,7 @@ class TriggerFlow:
         local_items: Callable[[], set[int]],
         launch: Callable[[Batch], None],
         session: Callable[[], str],
+        owns: Callable[[int, str], bool] = lambda _item, _execution: False,
     ) -> None:
         self._s = services
         self._state = state
@@ -105,6 +107,10 @@ class TriggerFlow:
         self._local_items = local_items
         self._launch = launch
         self._session = session
+        self._owns = owns
+
+    def _owns_mark(self, item: int, mark: RunningMark) -> bool:
+        return self._owns(item, mark.execution_id)
 
     def step(self, fire: Fire) -> StepResult:
         """One non-blocking attempt at ``fire`` (see module docstring)."""
@@ -215,7 +221,21 @@ class TriggerFlow:
             if rest:
                 self._start(fire, rest, version)
             return Launched(tuple(sorted(adopted)))
-        elsewhere = set(self._s.execution.running_items())
+        marks = self._s.execution.running_items()
+        stray = [
+            i
+            for i in items
+            if i in marks
+            and marks[i].instance_id == self._s.instance_id
+            and not self._owns(i, marks[i].execution_id)
+        ]
+        if stray:
+            # Our own marks without an execution here (an earlier start commit whose
+            # reply was lost): hand them to failover now (a valid run of their fire
+            # follows elsewhere), then decide this fire again.
+            self._s.failover.requeue_own(self._owns_mark, keep=cfg.failover)
+            return self._retry(fire, f"own stray marks of items {stray} handed over")
+        elsewhere = set(marks)
         left = [i for i in items if i not in elsewhere]
         if not left:
             return Skipped(SkipReason.RUNNING_ELSEWHERE, tuple(items))
