@@ -287,3 +287,22 @@ def test_own_stray_marks_are_handed_over_and_the_fire_proceeds(store: MemoryStor
     assert isinstance(first, Wait)
     assert store.children(services.paths.failover_queue) == ["0"]
     assert flow.step(fire) == Launched((0, 1))
+
+
+def test_an_item_busy_with_a_later_fire_runs_this_fire_after_it(store: MemoryStore) -> None:
+    """A reshard moved item 1 away and back around this fire: another instance runs
+    it for the NEXT fire when this one gets to it. This fire of item 1 is still due
+    here: the free item starts now, item 1 once the later run ended (it used to be
+    skipped as running elsewhere: found by the chaos checker, etcd seed 3003)."""
+    flow, _state, services, launched = _flow(store)
+    _assign(store, services, {0: ME, 1: ME})
+    ft = time.time()
+    later = RunningMark("host@2@other", ft + 1, f"{JOB}@later#1")
+    store.put(services.paths.running(1), later.to_bytes())
+    fire = Fire(ft)
+    result = flow.step(fire)
+    assert isinstance(result, Wait)
+    assert [b.items for b in launched] == [[0]]
+    store.delete(services.paths.running(1))
+    assert flow.step(fire) == Launched((1,))
+    assert [b.items for b in launched] == [[0], [1]]

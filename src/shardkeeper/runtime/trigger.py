@@ -52,6 +52,8 @@ class Fire:
     reshard_wait_since: float = 0.0
     retries: int = 0
     started: float = field(default_factory=time.monotonic)
+    #: only these items are still to start (the others of the fire started already)
+    only: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,9 @@ class TriggerFlow:
         items = [
             i
             for i in assignment.items_of(self._s.instance_id, ft)
-            if i not in self._state.disabled_items and i < cfg.sharding_total_count
+            if i not in self._state.disabled_items
+            and i < cfg.sharding_total_count
+            and (fire.only is None or i in fire.only)
         ]
         if not items:
             # An instance without items in the old assignment must still wait for a
@@ -237,6 +241,15 @@ class TriggerFlow:
             return self._retry(fire, f"own stray marks of items {stray} handed over")
         elsewhere = set(marks)
         left = [i for i in items if i not in elsewhere]
+        # Items running for a LATER fire elsewhere (a reshard moved them back and
+        # forth around this fire): this fire of theirs is still due here. Start the
+        # free items now and come back for these once that run ended, within the
+        # fire's deadline, instead of skipping them for this fire.
+        later = frozenset(i for i in items if i in marks and marks[i].fire_time > ft + 1e-6)
+        if later and time.monotonic() < fire.deadline:
+            started = isinstance(self._start(fire, left, version), Launched) if left else True
+            fire.only = later if started else later | frozenset(left)
+            return Wait(POLL * 2, f"items {sorted(later)} busy with a later fire")
         if not left:
             return Skipped(SkipReason.RUNNING_ELSEWHERE, tuple(items))
         if left == items:
