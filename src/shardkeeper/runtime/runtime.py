@@ -444,8 +444,8 @@ class Runtime:
                 log.exception("housekeeping tick failed")
 
     def _housekeeping_tick(self, tick: int) -> None:
-        if self._stopping:
-            return
+        # The probe goes on during a graceful stop: the items finishing in the grace
+        # period must stay valid (without probes the freshness clock fenced them).
         sent = time.monotonic()
         present: bool | None = None
         if self.store.state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
@@ -459,6 +459,8 @@ class Runtime:
         if not self.liveness.fresh():
             for runner in self.runners.values():
                 runner.fence_all()
+        if self._stopping:
+            return  # leaving: no repairs, no re-creating the instance node
         if present is False and self._started.is_set():
             self._spawn(self._reput_instance)
         if present is None:
