@@ -21,7 +21,7 @@ from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.errors import StoreError
 from shardkeeper.registry.base import Check, CoordinationStore, Create, Delete, Op, Put
 
-__all__ = ["FENCE_PREFIX", "ExecutionService", "StartResult", "new_fence"]
+__all__ = ["FENCE_PREFIX", "ExecutionService", "StartResult", "clear_mark_ops", "new_fence"]
 
 #: name prefix of a persistent mark's fence child
 FENCE_PREFIX = "fence-"
@@ -30,6 +30,17 @@ FENCE_PREFIX = "fence-"
 def new_fence() -> str:
     """A fence child name that is never used twice."""
     return f"{FENCE_PREFIX}{uuid.uuid4().hex[:16]}"
+
+
+def clear_mark_ops(paths: JobPaths, item: int, token: int, fence: str) -> list[Op]:
+    """Ops that delete ``item``'s mark only while it is the one an execution owns: a
+    persistent mark by its fence child (checked, deleted, then the mark), any other by
+    its created_revision ``token``."""
+    path = paths.running(item)
+    if fence:
+        child = f"{path}/{fence}"
+        return [Check(child, exists=True), Delete(child), Delete(path)]
+    return [Check(path, created_revision=token), Delete(path)]
 
 
 log = logging.getLogger(__name__)
@@ -270,11 +281,7 @@ class ExecutionService:
 
     def clear_ops(self, item: int, token: int, fence: str) -> list[Op]:
         """The conditional deletion of ``item``'s mark (see :meth:`finish`)."""
-        path = self._paths.running(item)
-        if fence:
-            child = f"{path}/{fence}"
-            return [Check(child, exists=True), Delete(child), Delete(path)]
-        return [Check(path, created_revision=token), Delete(path)]
+        return clear_mark_ops(self._paths, item, token, fence)
 
     def mark_misfire(self, items: Sequence[int], fire_time: float) -> None:
         """Record that a trigger was missed while ``items`` ran (for operators)."""

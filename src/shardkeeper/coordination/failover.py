@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from shardkeeper.coordination.execution import FENCE_PREFIX, new_fence
+from shardkeeper.coordination.execution import FENCE_PREFIX, clear_mark_ops, new_fence
 from shardkeeper.coordination.model import DocumentError, FailoverEntry, RunningMark
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.errors import ConfigError
@@ -170,16 +170,8 @@ class FailoverService:
                 moved.append(item)
         return moved
 
-    def _fence_of(self, item: int) -> str:
-        kids = self._store.children(self._paths.running(item))
-        return next((k for k in kids if k.startswith(FENCE_PREFIX)), "")
-
     def _clear_ops(self, item: int, token: int, fence: str) -> list[Op]:
-        path = self._paths.running(item)
-        if fence:
-            child = f"{path}/{fence}"
-            return [Check(child, exists=True), Delete(child), Delete(path)]
-        return [Check(path, created_revision=token), Delete(path)]
+        return clear_mark_ops(self._paths, item, token, fence)
 
     def queued(self) -> list[int]:
         """Items waiting in the failover queue."""

@@ -30,7 +30,9 @@ succeeds, whatever made it fail.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import logging
 import threading
 import time
@@ -427,15 +429,25 @@ class JobRunner:
     # -- triggers -------------------------------------------------------------------
 
     def _run_now(self) -> None:
+        # Every instance uses the time the operator's request carries: one fire time
+        # cluster-wide, so one assignment serves it (with "now" per instance, a reshard
+        # between two instances' fire times could leave items to nobody).
+        node = self._store.get(self.paths.trigger(self._me))
+        at = time.time()
+        if node is not None:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                at = float(json.loads(node.value)["at"])
         self._store.delete(self.paths.trigger(self._me), recursive=False)
-        self.on_trigger(datetime.now(UTC))
+        self._enqueue(Fire(at, manual=True))
 
     def on_trigger(self, fire_time: datetime) -> None:
         """A trigger fired: queue it on the job's lane (fires of one job run in order;
         beyond MAX_QUEUED_FIRES waiting behind the current one, the oldest waiting
         fire is folded into a misfire re-run or counted as skipped)."""
+        self._enqueue(Fire(fire_time.timestamp()))
+
+    def _enqueue(self, fire: Fire) -> None:
         self.state.count("triggers")
-        fire = Fire(fire_time.timestamp())
         dropped: Fire | None = None
         with self._fires_lock:
             if len(self._fires) > MAX_QUEUED_FIRES:
@@ -476,7 +488,7 @@ class JobRunner:
                     self._fires.clear()
                 return
             try:
-                if not fire.misfire and fire.fire_time <= self._last_fire:
+                if not fire.misfire and not fire.manual and fire.fire_time <= self._last_fire:
                     # decided already (a second delivery of the same fire): running
                     # it again would run its items twice for one fire
                     log.warning(
@@ -515,7 +527,7 @@ class JobRunner:
                 if self._fires and self._fires[0] is fire:
                     self._fires.popleft()
                 last = not self._fires
-                if not fire.misfire:
+                if not fire.misfire and not fire.manual:
                     self._last_fire = max(self._last_fire, fire.fire_time)
             self._record(fire, result)
             if last and not isinstance(result, Launched) and self.batches.idle:

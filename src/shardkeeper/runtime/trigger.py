@@ -54,6 +54,8 @@ class Fire:
     started: float = field(default_factory=time.monotonic)
     #: only these items are still to start (the others of the fire started already)
     only: frozenset[int] | None = None
+    #: an operator's run-now request (not in the schedule's order of fires)
+    manual: bool = False
 
 
 @dataclass(frozen=True)
