@@ -73,10 +73,6 @@ class ExecutionService:
         self._paths = paths
         self._me = instance_id
 
-    def _chunks(self, ops: Sequence[Op], fixed: Sequence[Op]) -> list[list[Op]]:
-        room = max(1, self._store.max_ops_per_commit - len(fixed))
-        return [[*fixed, *ops[i : i + room]] for i in range(0, len(ops), room)] or [list(fixed)]
-
     def start(
         self,
         items: Sequence[int],
@@ -286,13 +282,13 @@ class ExecutionService:
     def mark_misfire(self, items: Sequence[int], fire_time: float) -> None:
         """Record that a trigger was missed while ``items`` ran (for operators)."""
         ops: list[Op] = [Put(self._paths.misfire(i), str(fire_time).encode()) for i in items]
-        for chunk in self._chunks(ops, []):
+        for _members, chunk in self._pack([[op] for op in ops], []):
             if chunk:
                 self._store.commit(chunk)
 
     def clear_misfire(self, items: Sequence[int]) -> None:
         """Remove misfire marks once the re-run has started."""
         ops: list[Op] = [Delete(self._paths.misfire(i)) for i in items]
-        for chunk in self._chunks(ops, []):
+        for _members, chunk in self._pack([[op] for op in ops], []):
             if chunk:
                 self._store.commit(chunk)
