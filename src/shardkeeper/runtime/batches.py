@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from datetime import UTC, datetime
 from shardkeeper.coordination.model import FailoverEntry
 from shardkeeper.errors import StoreError
 from shardkeeper.job import ClusterOnceListener, JobListener, ShardedJob, ShardingContext
+from shardkeeper.observe import ExecutionRecord, Observers, Outcome, format_traceback
 from shardkeeper.runtime.jobstate import JobState
 from shardkeeper.runtime.pool import WorkerPool
 from shardkeeper.runtime.services import JobServices
@@ -87,8 +89,10 @@ class Batches:
         valid: Callable[[Batch], bool],
         session: Callable[[], str] = lambda: "",
         on_idle: Callable[[], None],
+        observers: Observers | None = None,
     ) -> None:
         self._s = services
+        self._observers = observers or Observers()
         self._state = state
         self._job = job
         self._workers = workers
@@ -164,6 +168,8 @@ class Batches:
     def _run_item(self, batch: Batch, item: int) -> None:
         ctx = batch.contexts[item]
         outcome = OK
+        started = time.time()
+        error: BaseException | None = None
         if batch.fenced or self._state.hard_stop or not self._valid(batch):
             outcome = FENCED
         else:
@@ -171,6 +177,7 @@ class Batches:
                 self._job.run_item(ctx)
             except BaseException as exc:  # user code: never let it kill the instance
                 outcome = FAILED
+                error = exc
                 self._state.count("failed")
                 try:
                     self._state.on_error(self._state.config.name, item, exc)
@@ -187,7 +194,36 @@ class Batches:
                 # it ran (maybe only partly: it was told it is invalid) while fenced:
                 # not "done" for the cluster, so it is handed to failover below
                 outcome = ZOMBIE
+        if self._observers:
+            self._observe(batch, item, outcome, started, error)
         self._item_done(batch, item, outcome)
+
+    def _observe(
+        self, batch: Batch, item: int, outcome: str, started: float, error: BaseException | None
+    ) -> None:
+        kind = {OK: Outcome.OK, FAILED: Outcome.FAILED}.get(outcome, Outcome.FENCED)
+        if outcome == FENCED:
+            started = time.time()  # it never started: zero duration
+        err_type, message, trace = format_traceback(error) if error is not None else ("", "", "")
+        self._observers.on_execution(
+            ExecutionRecord(
+                job=self._state.config.name,
+                item=item,
+                fire_time=batch.fire_time,
+                execution_id=batch.execution_ids.get(item)
+                or execution_id(self._state.config.name, batch.fire_time, item),
+                instance=self._s.instance_id,
+                started=started,
+                ended=time.time(),
+                outcome=kind,
+                failover=batch.failover,
+                misfire=batch.misfire,
+                fencing_token=batch.tokens.get(item, 0),
+                error_type=err_type,
+                error_message=message,
+                traceback=trace,
+            )
+        )
 
     def _item_done(self, batch: Batch, item: int, outcome: str) -> None:
         nxt: int | None = None

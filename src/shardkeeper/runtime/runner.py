@@ -50,6 +50,7 @@ from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.sharding import ShardingService
 from shardkeeper.errors import ShardkeeperError, StoreError
 from shardkeeper.job import JobListener, ShardedJob, ShardingContext
+from shardkeeper.observe import Observers, SkipRecord
 from shardkeeper.registry.base import ConnectionState, WatchEvent
 from shardkeeper.runtime import events as ev
 from shardkeeper.runtime.batches import Batch, Batches
@@ -101,8 +102,10 @@ class JobRunner:
         fresh: Callable[[], bool] | None = None,
         session: Callable[[], str] | None = None,
         on_skip: SkipSink | None = None,
+        observers: Observers | None = None,
     ) -> None:
         self.job = job
+        self._observers = observers or Observers()
         self.services = services
         self.state = JobState(config)
         self.paths: JobPaths = services.paths
@@ -124,6 +127,7 @@ class JobRunner:
             valid=self._valid,
             session=self._session,
             on_idle=self._on_batch_done,
+            observers=self._observers,
         )
         self.trigger = TriggerFlow(
             services,
@@ -565,6 +569,16 @@ class JobRunner:
             self.request_repair()
         if result.reason is not SkipReason.STOPPING:
             self._on_skip(self.name, result.reason, fire.fire_time, detail)
+            if self._observers:
+                self._observers.on_skip(
+                    SkipRecord(
+                        job=self.name,
+                        fire_time=fire.fire_time,
+                        instance=self._me,
+                        reason=result.reason.value,
+                        items=tuple(result.items),
+                    )
+                )
 
     def _launch(self, batch: Batch) -> None:
         self.batches.launch(batch, self._context)

@@ -55,6 +55,7 @@ from shardkeeper.errors import (
     StoreError,
 )
 from shardkeeper.job import JobListener, ShardedJob
+from shardkeeper.observe import ExecutionObserver, Observers
 from shardkeeper.registry import open_store
 from shardkeeper.registry.base import (
     ConnectionState,
@@ -79,7 +80,8 @@ class Runtime:
     """Runs sharded jobs for one instance (see module docstring).
 
     ``registry``: a registry URL, settings, an unstarted store, or None for the
-    ``SHARDKEEPER_REGISTRY`` environment variable.
+    ``SHARDKEEPER_REGISTRY`` environment variable. ``observers`` receive a record of
+    every item execution and skipped trigger (:mod:`shardkeeper.observe`).
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class Runtime:
         shutdown_grace: float = 30.0,
         labels: dict[str, str] | None = None,
         instance_id: str | None = None,
+        observers: Iterable[ExecutionObserver] = (),
     ) -> None:
         if worker_threads < 1:
             raise ConfigError(f"worker_threads={worker_threads!r} must be >= 1")
@@ -120,6 +123,8 @@ class Runtime:
         self._signals = 0
         self.liveness = Liveness(self.store)
         self.skips = SkipLog()
+        #: execution and skip observers (history, metrics, alerts): add before start
+        self.observers = Observers(observers)
         self._hard = False
         self._rr = 0  # round-robin position of the housekeeping sweep
 
@@ -191,6 +196,7 @@ class Runtime:
                     fresh=self.liveness.fresh,
                     session=self._session_id,
                     on_skip=self.skips.record,
+                    observers=self.observers,
                 )
                 runner.on_config_change = self._config_changed
                 runner.on_retire = self._retired

@@ -1,0 +1,152 @@
+"""What the runtime tells observers: one record per item execution, one per skip.
+
+Observers are how history, metrics and alerting see executions without sitting on
+the trigger path. The runtime calls them on the worker thread that ran the item (for
+an execution) or on the job's coordination lane (for a skip), so an observer must
+return at once: hand the record to a queue of its own and do slow work elsewhere.
+Whatever an observer does, including raising, the item's outcome and the store are
+unaffected (:class:`Observers` catches and logs).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import traceback as tb
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "ExecutionObserver",
+    "ExecutionRecord",
+    "Observers",
+    "Outcome",
+    "SkipRecord",
+    "format_traceback",
+]
+
+log = logging.getLogger(__name__)
+
+#: Longest traceback text kept in a record (the tail is kept: it names the raise site).
+TRACEBACK_LIMIT = 8_000
+#: Longest error message kept in a record.
+MESSAGE_LIMIT = 1_000
+
+
+class Outcome(enum.StrEnum):
+    """How one item execution ended."""
+
+    OK = "ok"
+    """``execute`` returned."""
+    FAILED = "failed"
+    """``execute`` raised."""
+    FENCED = "fenced"
+    """The execution was fenced off (session lost, membership removed) before or
+    while it ran; the item is handed to failover and runs again elsewhere."""
+    SKIPPED = "skipped"
+    """The item was not run for this fire (its trigger was skipped)."""
+    TIMED_OUT = "timed_out"
+    """``execute`` ran longer than the job's execution timeout."""
+
+
+@dataclass(frozen=True)
+class ExecutionRecord:
+    """The outcome of one execution of one item (times are epoch seconds, UTC)."""
+
+    job: str
+    item: int
+    fire_time: float
+    execution_id: str
+    instance: str
+    started: float
+    ended: float
+    outcome: Outcome
+    failover: bool = False
+    misfire: bool = False
+    fencing_token: int = 0
+    error_type: str = ""
+    error_message: str = ""
+    traceback: str = ""
+
+    @property
+    def duration(self) -> float:
+        """Seconds the execution took (0 when it never started)."""
+        return max(0.0, self.ended - self.started)
+
+
+@dataclass(frozen=True)
+class SkipRecord:
+    """A trigger that did not run here (APScheduler missed it, the job or instance
+    was disabled, the store could not be reached in time, ...)."""
+
+    job: str
+    fire_time: float
+    instance: str
+    reason: str
+    items: tuple[int, ...] = ()
+
+
+@runtime_checkable
+class ExecutionObserver(Protocol):
+    """Receives execution and skip records. Both methods must return at once."""
+
+    def on_execution(self, record: ExecutionRecord) -> None:
+        """One item execution ended (any outcome)."""
+
+    def on_skip(self, record: SkipRecord) -> None:
+        """A trigger was skipped on this instance."""
+
+
+def format_traceback(exc: BaseException) -> tuple[str, str, str]:
+    """(type name, message, traceback text) of ``exc``, each bounded in size."""
+    text = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
+    if len(text) > TRACEBACK_LIMIT:
+        text = "...\n" + text[-TRACEBACK_LIMIT:]
+    message = str(exc)
+    if len(message) > MESSAGE_LIMIT:
+        message = message[:MESSAGE_LIMIT] + "..."
+    return type(exc).__qualname__, message, text
+
+
+class Observers:
+    """A fan-out over observers that never raises: a failing observer is logged
+    (once per observer and kind of failure, so a broken one cannot flood the log)."""
+
+    def __init__(self, observers: Iterable[ExecutionObserver] = ()) -> None:
+        self._observers = list(observers)
+        self._lock = threading.Lock()
+        self._warned: set[tuple[int, str]] = set()
+
+    def add(self, observer: ExecutionObserver) -> None:
+        """Add ``observer`` (it sees records from now on)."""
+        with self._lock:
+            self._observers = [*self._observers, observer]
+
+    def __bool__(self) -> bool:
+        return bool(self._observers)
+
+    def on_execution(self, record: ExecutionRecord) -> None:
+        """Pass ``record`` to every observer."""
+        for obs in self._observers:
+            try:
+                obs.on_execution(record)
+            except Exception as exc:
+                self._warn(obs, exc)
+
+    def on_skip(self, record: SkipRecord) -> None:
+        """Pass ``record`` to every observer."""
+        for obs in self._observers:
+            try:
+                obs.on_skip(record)
+            except Exception as exc:
+                self._warn(obs, exc)
+
+    def _warn(self, obs: ExecutionObserver, exc: Exception) -> None:
+        key = (id(obs), type(exc).__name__)
+        with self._lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        log.error("observer %r failed (further failures of this kind not logged): %r", obs, exc)
