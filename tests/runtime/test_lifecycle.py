@@ -10,7 +10,7 @@ import pytest
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.job import ShardedJob, ShardingContext
-from shardkeeper.registry.memory import MemoryServer
+from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import wait_until
 
@@ -131,3 +131,66 @@ def test_a_fire_during_registration_waits_for_it(server: MemoryServer) -> None:
     finally:
         held.release()
         rt.stop_now()
+
+
+class MembershipProbe(ShardedJob):
+    """Records (instance, fire time, item, instance still a member) of each run."""
+
+    def __init__(self, observer: MemoryStore, runs: list[tuple[str, float, int, bool]]) -> None:
+        self.observer = observer
+        self.runs = runs
+
+    def execute(self, ctx: ShardingContext) -> None:
+        present = self.observer.exists(P.instance(ctx.instance_id))
+        self.runs.append((ctx.instance_id, ctx.fire_time.timestamp(), ctx.item, present))
+
+
+def test_graceful_stop_still_runs_a_fire_that_waited_for_a_reshard(
+    server: MemoryServer,
+) -> None:
+    """A fire of the stopping instance that was waiting for the leader's reshard when
+    the stop came used to be dropped with the stop: its items were assigned to this
+    instance for that fire and ran nowhere (chaos checker, the 600 s runs). A fire
+    from before the stop is still decided in the grace period and its items run
+    while the instance is still a member."""
+    observer = server.store()
+    observer.start()
+    runs: list[tuple[str, float, int, bool]] = []
+    config = JobConfig(
+        name=JOB, interval=0.5, sharding_total_count=2, failover=True, sharding_wait_timeout=8
+    )
+    leader_store = server.store()
+    leader = Runtime(leader_store, shutdown_grace=10)
+    leader.add_job(MembershipProbe(observer, runs), config)
+    leader.start()
+    joiner = Runtime(server.store(), shutdown_grace=10)
+    stopper: threading.Thread | None = None
+    held = None
+    try:
+        wait_until(lambda: any(r[0] == leader.instance_id for r in runs), 10)
+        # the leader's next reshard (the one that gives the joiner an item) is held
+        held = server.pause("commit", path=P.sharding, store=leader_store)
+        joiner.add_job(MembershipProbe(observer, runs), config)
+        joiner.start()
+        runner = joiner.runners[JOB]
+        assert held.wait_reached(10), "the leader did not reshard for the joiner"
+        # the joiner's fire waits for that reshard (queued on its lane, not in a step)
+        wait_until(lambda: runner.pending_fires() >= 1, 5)
+        stopper = threading.Thread(target=joiner.stop, name="test-stop")
+        stopper.start()
+        wait_until(lambda: runner.state.stopping, 5)
+        held.release()
+        stopper.join(30)
+        assert not stopper.is_alive(), "stop did not finish"
+        stop_at = runner.state.stop_at
+    finally:
+        if held is not None:
+            held.release()
+        joiner.stop_now()
+        leader.stop_now()
+        if stopper is not None:
+            stopper.join(30)
+    mine = [r for r in runs if r[0] == joiner.instance_id]
+    assert mine, "the joiner's fire from before the stop never ran its item"
+    assert all(ft < stop_at for _i, ft, _item, _p in mine), mine
+    assert all(present for *_rest, present in mine), "an item ran after the instance left"

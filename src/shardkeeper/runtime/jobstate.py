@@ -64,6 +64,9 @@ class JobState:
     register_error: str | None = None
     suspended: bool = False
     stopping: bool = False
+    #: wall time the graceful stop began: fires before it are still decided and run
+    #: in the grace period (their items are this instance's; nobody else runs them)
+    stop_at: float = 0.0
     hard_stop: bool = False
     disabled_job: bool = False
     disabled_items: set[int] = field(default_factory=set)
@@ -89,9 +92,13 @@ class JobState:
         self.strategy = resolve_strategy(config.sharding_strategy)
         self.on_error = resolve_error_handler(config.error_handler)
 
-    def skip_reason(self) -> SkipReason | None:
-        """Why a trigger cannot start items now, or None when it can."""
-        if self.stopping:
+    def skip_reason(self, fire_time: float | None = None) -> SkipReason | None:
+        """Why a trigger (of the fire at ``fire_time``, if given) cannot start items
+        now, or None when it can. During a graceful stop only fires from before the
+        stop may still start items."""
+        if self.stopping and (
+            self.hard_stop or fire_time is None or fire_time >= self.stop_at - 1e-6
+        ):
             return SkipReason.STOPPING
         if self.suspended:
             return SkipReason.SUSPENDED

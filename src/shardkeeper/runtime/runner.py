@@ -216,6 +216,20 @@ class JobRunner:
             starting = self.state.starting
         return starting + self.batches.running_count()
 
+    def stop_pending(self) -> bool:
+        """During a graceful stop: items still run here, or a fire from before the
+        stop is still to be decided (queued, waiting, or owed as a misfire re-run)."""
+        st = self.state
+        settled = not self.batches.unfinished()
+        with st.lock:
+            owed = (
+                settled
+                and st.config.misfire
+                and st.misfire_at is not None
+                and st.skip_reason(st.misfire_at) is None
+            )
+        return owed or self.running_count() > 0 or self.pending_fires() > 0
+
     def pending_fires(self) -> int:
         """Fires queued or in progress on the lane."""
         with self._fires_lock:
@@ -301,6 +315,8 @@ class JobRunner:
     def begin_stop(self, hard: bool = False) -> None:
         """Stop starting items (and, when hard, fence the running ones off)."""
         with self.state.lock:
+            if not self.state.stopping:
+                self.state.stop_at = time.time()
             self.state.stopping = True
             if hard:
                 self.state.hard_stop = True
@@ -484,13 +500,15 @@ class JobRunner:
                     return
                 fire = self._fires[0]
             with self.state.lock:
-                stopping = self.state.stopping
+                # a graceful stop still decides the fires from before it began
+                stopping = self.state.skip_reason(fire.fire_time) is SkipReason.STOPPING
                 if not stopping:
                     self.state.starting += 1
             if stopping:
                 with self._fires_lock:
-                    self._fires.clear()
-                return
+                    if self._fires and self._fires[0] is fire:
+                        self._fires.popleft()
+                continue
             try:
                 if not fire.misfire and not fire.manual and fire.fire_time <= self._last_fire:
                     # decided already (a second delivery of the same fire): running
@@ -587,17 +605,28 @@ class JobRunner:
         """A batch ended (worker thread) or marks were settled: a misfire re-run or a
         failover claim may be due."""
         st = self.state
-        if st.skip_reason() is not None:
+        if st.stopping:
+            # graceful stop: only a misfire re-run of a fire from before the stop
+            with st.lock:
+                due = st.misfire_at
+            if due is None or st.skip_reason(due) is not None or not self.batches.idle:
+                return
+        elif st.skip_reason() is not None:
             return
         if not self.batches.idle:
             if st.config.failover and st.queue_hint:
                 self.submit("claim", self.try_claim)
             return
+        settled = not self.batches.unfinished()
         with st.lock:
             misfire_at, st.misfire_at = st.misfire_at, None
-        if misfire_at is not None and st.config.misfire and not self.batches.unfinished():
-            with self._fires_lock:
-                self._fires.appendleft(Fire(misfire_at, misfire=True))
+            rerun = misfire_at is not None and st.config.misfire and settled
+            if rerun:
+                # queued under the state lock: a graceful stop never sees the re-run
+                # neither owed nor queued
+                with self._fires_lock:
+                    self._fires.appendleft(Fire(misfire_at or 0.0, misfire=True))
+        if rerun:
             self.submit("fires", self._pump)
         elif misfire_at is not None:
             with st.lock:  # marks still to clear: keep it for later

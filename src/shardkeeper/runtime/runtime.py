@@ -281,7 +281,9 @@ class Runtime:
         for runner in self.runners.values():
             runner.begin_stop()
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(r.running_count() for r in self.runners.values()):
+        # Fires from before the stop are still decided (bounded by their deadline)
+        # and their items run: they are this instance's, nobody else runs them.
+        while time.monotonic() < deadline and any(r.stop_pending() for r in self.runners.values()):
             if self._stopped.wait(0.05):  # bounded by the grace period
                 return
         hard = any(r.running_count() for r in self.runners.values())

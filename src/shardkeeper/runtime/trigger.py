@@ -121,7 +121,7 @@ class TriggerFlow:
         cfg = self._state.config
         if not fire.deadline:
             fire.deadline = time.monotonic() + cfg.sharding_wait_timeout
-        reason = self._state.skip_reason()
+        reason = self._state.skip_reason(fire.fire_time)
         registering = reason is SkipReason.NOT_REGISTERED and self._state.registering
         if registering and time.monotonic() < fire.deadline:
             return Wait(POLL, "registration under way")
@@ -244,14 +244,19 @@ class TriggerFlow:
         elsewhere = set(marks)
         left = [i for i in items if i not in elsewhere]
         # Items running for a LATER fire elsewhere (a reshard moved them back and
-        # forth around this fire): this fire of theirs is still due here. Start the
-        # free items now and come back for these once that run ended, within the
-        # fire's deadline, instead of skipping them for this fire.
+        # forth around this fire): this fire of theirs is still due here. Items
+        # running for an EARLIER fire elsewhere (a failover taker runs the fire a
+        # fenced or dead owner could not finish) with misfire on: this fire runs
+        # after that run, as it would after a run here. Start the free items now and
+        # come back for these once that run ended, within the fire's deadline,
+        # instead of skipping them for this fire.
         later = frozenset(i for i in items if i in marks and marks[i].fire_time > ft + 1e-6)
-        if later and time.monotonic() < fire.deadline:
+        earlier = frozenset(i for i in items if i in marks and marks[i].fire_time < ft - 1e-6)
+        busy = later | earlier if cfg.misfire else later
+        if busy and time.monotonic() < fire.deadline:
             started = isinstance(self._start(fire, left, version), Launched) if left else True
-            fire.only = later if started else later | frozenset(left)
-            return Wait(POLL * 2, f"items {sorted(later)} busy with a later fire")
+            fire.only = busy if started else busy | frozenset(left)
+            return Wait(POLL * 2, f"items {sorted(busy)} busy elsewhere with another fire")
         if not left:
             return Skipped(SkipReason.RUNNING_ELSEWHERE, tuple(items))
         if left == items:
