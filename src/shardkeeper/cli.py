@@ -77,6 +77,17 @@ JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print JSON (stable schema, see docs/cli.md).")
 ]
 JobArg = Annotated[str, typer.Argument(metavar="NAME", help="Job name.")]
+HistoryUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--history-url",
+        envvar="SHARDKEEPER_HISTORY_URL",
+        show_envvar=True,
+        metavar="URL",
+        help="Execution history: sqlite:///PATH, postgresql://USER:PW@HOST/DB or off "
+        "(default: $XDG_DATA_HOME/shardkeeper/history.db).",
+    ),
+]
 
 
 class Backend(StrEnum):
@@ -193,8 +204,10 @@ def run(
     log_level: Annotated[LogLevel, typer.Option("--log-level", help="Log level.")] = (
         LogLevel.info
     ),
+    history_url: HistoryUrlOpt = None,
 ) -> None:
     """Run job classes as one instance until SIGTERM/SIGINT or a remote shutdown."""
+    from shardkeeper.history import HistoryRecorder, resolve_url
     from shardkeeper.runtime import Runtime
 
     logging.basicConfig(
@@ -216,10 +229,18 @@ def run(
             config,
             ", ".join(unclaimed),
         )
+    history = resolve_url(history_url)  # a bad URL fails before anything starts
     runtime = Runtime(registry, worker_threads=worker_threads, shutdown_grace=grace, labels=labels)
     for cls, job_config in specs:
         runtime.add_job(cls, job_config)
-    runtime.run_forever()
+    recorder = HistoryRecorder(history) if history is not None else None
+    if recorder is not None:
+        runtime.observers.add(recorder)
+    try:
+        runtime.run_forever()
+    finally:
+        if recorder is not None:
+            recorder.close(timeout=10.0)  # flush what the last executions queued
 
 
 # -- reads -----------------------------------------------------------------------------
@@ -410,6 +431,55 @@ def _dump_line(entry: DumpEntry) -> str:
     kind = "E" if entry.kind == "ephemeral" else "P"
     value = entry.value if entry.encoding == "utf-8" else f"base64:{entry.value}"
     return f"{entry.path} [{kind}] {value}" if value else f"{entry.path} [{kind}]"
+
+
+@app.command()
+def history(
+    name: JobArg,
+    item: Annotated[int | None, typer.Option("--item", metavar="N", help="Only item N.")] = None,
+    instance: Annotated[
+        str | None, typer.Option("--instance", metavar="ID", help="Only runs on this instance.")
+    ] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="Only failed/timed-out runs.")] = False,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", metavar="DURATION", help="Only runs started since: 30s, 1h, 2d."),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows.")] = 50,
+    execution: Annotated[
+        str | None,
+        typer.Option("--execution", metavar="ID", help="Every run of one execution id."),
+    ] = None,
+    show_traceback: Annotated[
+        bool, typer.Option("--show-traceback", help="Print tracebacks below the table.")
+    ] = False,
+    history_url: HistoryUrlOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per row.")] = False,
+) -> None:
+    """Recorded executions of a job, newest first (from the execution history)."""
+    from shardkeeper.history import HistoryQuery, HistoryReader, parse_since
+    from shardkeeper.history.render import history_table, json_lines, tracebacks
+
+    query = HistoryQuery(
+        job=name,
+        item=item,
+        instance=instance,
+        failed_only=failed,
+        since=parse_since(since) if since is not None else None,
+        execution_id=execution,
+        limit=limit,
+    )
+    with HistoryReader(history_url) as reader:
+        entries = reader.query(query)
+        where = reader.describe()
+    if as_json:
+        sys.stdout.write(json_lines(entries))
+    elif not entries:
+        _out.print(f"no executions of {name!r} match in {where}")
+    else:
+        _out.print(history_table(entries))
+        if show_traceback or execution is not None:
+            sys.stdout.write(tracebacks(entries))
 
 
 # -- writes ----------------------------------------------------------------------------

@@ -1,0 +1,70 @@
+"""How ``shardkeeper history`` shows rows: a table, JSON lines, tracebacks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from rich.table import Table
+
+from shardkeeper.history.query import HistoryEntry
+from shardkeeper.history.rows import WHOLE_FIRE
+from shardkeeper.ops.views import iso
+
+__all__ = ["COLUMNS", "history_table", "json_lines", "tracebacks"]
+
+#: the table's columns
+COLUMNS = ("FIRE", "ITEM", "INSTANCE", "STARTED", "DURATION", "OUTCOME", "FLAGS", "ERROR")
+#: longest error text in a table cell (the whole of it is in --json and --execution)
+ERROR_WIDTH = 100
+
+
+def _when(value: float) -> str:
+    text = iso(value)
+    return text.replace("+00:00", "Z") if text else "-"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.3f}s" if seconds < 10 else f"{seconds:.1f}s"
+
+
+def _error(e: HistoryEntry) -> str:
+    text = f"{e.error_type}: {e.error_message}" if e.error_type else e.error_message
+    text = " ".join(text.split())
+    return (text[: ERROR_WIDTH - 3] + "...") if len(text) > ERROR_WIDTH else (text or "-")
+
+
+def history_table(entries: Iterable[HistoryEntry]) -> Table:
+    """The rows as a table (newest first, as given)."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in COLUMNS:
+        table.add_column(column, overflow="fold")
+    for e in entries:
+        flags = [name for name, on in (("failover", e.failover), ("misfire", e.misfire)) if on]
+        table.add_row(
+            _when(e.fire_time),
+            "all" if e.item == WHOLE_FIRE else str(e.item),
+            e.instance,
+            _when(e.started),
+            _duration(e.duration),
+            e.outcome,
+            ",".join(flags) or "-",
+            _error(e),
+        )
+    return table
+
+
+def json_lines(entries: Iterable[HistoryEntry]) -> str:
+    """One JSON object per row (``HistoryEntry.to_dict``), newline-terminated."""
+    return "".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in entries)
+
+
+def tracebacks(entries: Iterable[HistoryEntry]) -> str:
+    """The traceback of every row that has one, each under a header line."""
+    parts = [
+        f"--- {e.execution_id} on {e.instance} at {_when(e.started)} ({e.outcome})\n"
+        f"{e.traceback.rstrip()}\n"
+        for e in entries
+        if e.traceback
+    ]
+    return "\n".join(parts)
