@@ -28,6 +28,7 @@ from shardkeeper.errors import ShardkeeperError
 
 if TYPE_CHECKING:
     from shardkeeper.config import JobConfig
+    from shardkeeper.observe import SkipRecord
 
 __all__ = [
     "DataflowJob",
@@ -245,6 +246,12 @@ class JobListener:
 
     def after_job(self, contexts: Sequence[ShardingContext]) -> None:
         """Called after this instance ran its items of one trigger."""
+
+    def on_skipped(self, event: SkipRecord) -> None:
+        """Called when a trigger started nothing on this instance (the job or the
+        instance is disabled, the scheduler missed the fire, the store did not answer
+        in time, ...): ``event.reason`` says why, ``event.fire_time`` which fire.
+        Runs on the job's coordination lane: return quickly."""
 
 
 class ClusterOnceListener(JobListener):

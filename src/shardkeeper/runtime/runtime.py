@@ -55,6 +55,8 @@ from shardkeeper.errors import (
     StoreError,
 )
 from shardkeeper.job import JobListener, ShardedJob
+from shardkeeper.metrics import RuntimeMetrics
+from shardkeeper.metrics_http import MetricsServer, readiness
 from shardkeeper.observe import ExecutionObserver, Observers
 from shardkeeper.registry import open_store
 from shardkeeper.registry.base import (
@@ -68,6 +70,7 @@ from shardkeeper.runtime.liveness import Liveness, check_session_timeout
 from shardkeeper.runtime.pool import Lanes, WorkerPool, guarded
 from shardkeeper.runtime.runner import JobRunner
 from shardkeeper.runtime.services import JobServices
+from shardkeeper.runtime.skipevents import ListenerSkips, wants_skips
 from shardkeeper.runtime.skiplog import SkipLog
 from shardkeeper.scheduling.scheduler import TriggerScheduler
 
@@ -82,6 +85,8 @@ class Runtime:
     ``registry``: a registry URL, settings, an unstarted store, or None for the
     ``SHARDKEEPER_REGISTRY`` environment variable. ``observers`` receive a record of
     every item execution and skipped trigger (:mod:`shardkeeper.observe`).
+    ``metrics_port`` (0 = any free port) serves ``/metrics``, ``/healthz`` and
+    ``/readyz`` on ``metrics_host`` while the runtime runs (:mod:`shardkeeper.metrics`).
     """
 
     def __init__(
@@ -94,6 +99,8 @@ class Runtime:
         labels: dict[str, str] | None = None,
         instance_id: str | None = None,
         observers: Iterable[ExecutionObserver] = (),
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
         if worker_threads < 1:
             raise ConfigError(f"worker_threads={worker_threads!r} must be >= 1")
@@ -127,6 +134,18 @@ class Runtime:
         self.observers = Observers(observers)
         self._hard = False
         self._rr = 0  # round-robin position of the housekeeping sweep
+        #: Prometheus metrics and their HTTP server (None without ``metrics_port``)
+        self.metrics: RuntimeMetrics | None = None
+        self.metrics_server: MetricsServer | None = None
+        if metrics_port is not None:
+            self.metrics = RuntimeMetrics(self)
+            self.observers.add(self.metrics)
+            self.metrics_server = MetricsServer(
+                self.metrics.registry,
+                lambda: readiness(self),
+                port=metrics_port,
+                host=metrics_host,
+            )
 
     # -- jobs ---------------------------------------------------------------------
 
@@ -179,6 +198,8 @@ class Runtime:
         self._lanes = Lanes(self._coordinator)
         self._scheduler = TriggerScheduler(self._on_fire)
         try:
+            if self.metrics_server is not None:
+                self.metrics_server.start()  # /healthz answers during start-up
             self.store.start()
             check_session_timeout(self.store.session_timeout)
             self.liveness.contact()
@@ -201,6 +222,9 @@ class Runtime:
                 runner.on_config_change = self._config_changed
                 runner.on_retire = self._retired
                 self._runners[name] = runner
+            skip_listeners = {n: spec[2] for n, spec in self._specs.items()}
+            if any(wants_skips(x) for found in skip_listeners.values() for x in found):
+                self.observers.add(ListenerSkips(skip_listeners))
             # One watch for the whole namespace, established before we register so
             # that no change made after our registration can be missed. The
             # high-churn subtrees are left out (see paths.is_high_churn).
@@ -319,12 +343,19 @@ class Runtime:
         self.skips.flush(force=True)
         self.store.close()
         self._stopped.set()
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
         log.info("instance %s stopped", self.instance_id)
 
     @property
     def running(self) -> bool:
         """Started and not yet stopped."""
         return self._started.is_set() and not self._stopped.is_set()
+
+    @property
+    def stopping(self) -> bool:
+        """A stop has begun (graceful or not)."""
+        return self._stopping
 
     def wait_stopped(self, timeout: float | None = None) -> bool:
         """Block until the runtime has stopped (e.g. by a remote shutdown)."""
