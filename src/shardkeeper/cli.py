@@ -205,6 +205,18 @@ def run(
         LogLevel.info
     ),
     history_url: HistoryUrlOpt = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=0,
+            max=65535,
+            help="Serve /metrics, /healthz and /readyz on this port (0 = any free port).",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option("--metrics-host", help="Address the metrics port binds to.")
+    ] = "127.0.0.1",
 ) -> None:
     """Run job classes as one instance until SIGTERM/SIGINT or a remote shutdown."""
     from shardkeeper.history import HistoryRecorder, resolve_url
@@ -230,7 +242,14 @@ def run(
             ", ".join(unclaimed),
         )
     history = resolve_url(history_url)  # a bad URL fails before anything starts
-    runtime = Runtime(registry, worker_threads=worker_threads, shutdown_grace=grace, labels=labels)
+    runtime = Runtime(
+        registry,
+        worker_threads=worker_threads,
+        shutdown_grace=grace,
+        labels=labels,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+    )
     for cls, job_config in specs:
         runtime.add_job(cls, job_config)
     recorder = HistoryRecorder(history) if history is not None else None
