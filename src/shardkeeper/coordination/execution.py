@@ -245,7 +245,11 @@ class ExecutionService:
         return bool(self._store.children(self._paths.running_root))
 
     def finish(
-        self, items: Iterable[int], token: int, fences: dict[int, str] | None = None
+        self,
+        items: Iterable[int],
+        token: int,
+        fences: dict[int, str] | None = None,
+        results: dict[int, bytes] | None = None,
     ) -> list[int]:
         """Delete the marks of ``items`` that are still ours. Returns the items whose
         mark was no longer ours (fenced: someone else took them over).
@@ -255,17 +259,30 @@ class ExecutionService:
         it, then the mark. That check is native on every store (a ZooKeeper multi fails
         on the missing child by itself), so no pre-read can race with a take-over: a
         replaced mark has another fence. Other marks are checked by ``token`` (their
-        created_revision)."""
+        created_revision).
+
+        ``results`` (item -> an encoded :class:`~shardkeeper.coordination.results.ItemResult`)
+        are written by the same commit, each with its item's deletion: a result is
+        recorded exactly when the item's completion is, and costs no round trip."""
         items = list(items)
         fences = fences or {}
-        groups = [self.clear_ops(item, token, fences.get(item, "")) for item in items]
+        results = results or {}
+        clears = [self.clear_ops(item, token, fences.get(item, "")) for item in items]
+        groups = [
+            [*ops, Put(self._paths.result(item), results[item])] if item in results else ops
+            for item, ops in zip(items, clears, strict=True)
+        ]
         fenced: list[int] = []
         for members, chunk in self._pack(groups, []):
             if self._store.commit(chunk):
                 continue
             # Some mark is not ours any more: clear ours one by one, never theirs.
             for m in members:
-                if not self._store.commit(groups[m]):
+                done = self._store.commit(groups[m])
+                if not done and done.failed_path == self._paths.result(items[m]):
+                    # only the result write failed: the completion must not hinge on it
+                    done = self._store.commit(clears[m])
+                if not done:
                     fenced.append(items[m])
         if fenced:
             log.warning(

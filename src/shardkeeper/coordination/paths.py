@@ -17,6 +17,9 @@ The tree inside a namespace (the same on ZooKeeper and etcd)::
                                               for the survivors to take over
     /jobs/{job}/failover/queue/{item}      P  orphaned item waiting for a taker (JSON)
     /jobs/{job}/misfire/{item}             P  a trigger was missed while the item ran
+    /jobs/{job}/results/{item}             P  how the item's last execution ended (JSON:
+                                              outcome, times, last ok, error; written by
+                                              the completion commit)
     /jobs/{job}/disabled/job               P  whole job switched off by an operator
     /jobs/{job}/disabled/items/{item}      P  item switched off
     /jobs/{job}/disabled/instances/{inst}  P  instance gets no items of this job
@@ -133,6 +136,15 @@ class JobPaths:
         return f"{self.misfire_root}/{item}"
 
     @property
+    def results_root(self) -> str:
+        """Parent of the last-result documents."""
+        return f"{self.root}/results"
+
+    def result(self, item: int) -> str:
+        """Last result of one item (coordination/results.py)."""
+        return f"{self.results_root}/{item}"
+
+    @property
     def disabled_job(self) -> str:
         """Whole-job switch."""
         return f"{self.root}/disabled/job"
@@ -190,11 +202,12 @@ def job_paths(job: str) -> JobPaths:
 
 #: per-job subtrees that change at every trigger and that watchers can leave out
 #: (their readers re-read the store, polling with a deadline)
-HIGH_CHURN = frozenset({"running", "misfire", "once", "fired"})
+HIGH_CHURN = frozenset({"running", "misfire", "once", "fired", "results"})
 
 
 def is_high_churn(path: str) -> bool:
-    """Whether ``path`` is ``/jobs/{job}/running``, ``misfire`` or ``once`` itself.
+    """Whether ``path`` is ``/jobs/{job}/running``, ``misfire``, ``once``, ``fired`` or
+    ``results`` itself.
     The runtime's namespace watch excludes these subtrees: on ZooKeeper that saves
     reading every running mark on every instance at every trigger."""
     parsed = parse_job_path(path)
@@ -235,7 +248,7 @@ class ShutdownNode:
 class JobNode:
     """A node of one job's subtree: ``kind`` names it (``config``, ``member``, ``leader``,
     ``sharding``, ``necessary``, ``running``, ``failover``, ``misfire``, ``disabled_job``,
-    ``disabled_item``, ``disabled_instance``, ``trigger``, ``once``, ``fired``, or
+    ``disabled_item``, ``disabled_instance``, ``trigger``, ``once``, ``fired``, ``result``, or
     ``root`` for ``/jobs/{job}`` and ``subtree`` for a bare parent such as
     ``/jobs/{job}/running``). ``item`` is set for per-item nodes, ``instance`` for
     per-instance nodes, ``name`` for once markers and bare parents."""
@@ -256,10 +269,20 @@ class Unknown:
 
 ParsedNode = InstanceNode | ShutdownNode | JobNode | Unknown
 
-_ITEM_KINDS = {"running": "running", "misfire": "misfire"}
+_ITEM_KINDS = {"running": "running", "misfire": "misfire", "results": "result"}
 _INSTANCE_KINDS = {"instances": "member", "trigger": "trigger", "fired": "fired"}
 _SINGLE_KINDS = {"config", "leader", "sharding", "necessary"}
-_PARENTS = {"instances", "running", "misfire", "trigger", "fired", "once", "failover", "disabled"}
+_PARENTS = {
+    "instances",
+    "running",
+    "misfire",
+    "results",
+    "trigger",
+    "fired",
+    "once",
+    "failover",
+    "disabled",
+}
 
 
 def _item(name: str) -> int | None:

@@ -9,7 +9,9 @@ they are invalid and may have stopped half-way) are handed to failover by a
 conditional commit, so a valid execution runs them again; they are never left
 marked (a live instance must not keep a mark it will not clear), and never cleared
 as if done. A commit that fails is remembered and retried by every housekeeping pass
-until it succeeds; until then those marks count as this instance's own.
+until it succeeds; until then those marks count as this instance's own. The
+completion commit also writes each finished item's last result
+(coordination/results.py), with that item's deletion: no extra round trip.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from shardkeeper.coordination.model import FailoverEntry
+from shardkeeper.coordination.model import DocumentError, FailoverEntry
+from shardkeeper.coordination.results import ItemResult
 from shardkeeper.errors import StoreError
 from shardkeeper.job import ClusterOnceListener, JobListener, ShardedJob, ShardingContext
 from shardkeeper.observe import ExecutionRecord, Observers, Outcome, format_traceback
@@ -62,6 +65,8 @@ class Batch:
     pending: deque[int] = field(default_factory=deque)
     running: int = 0
     outcomes: dict[int, str] = field(default_factory=dict)
+    #: encoded last result of each item that ran to an end (written at completion)
+    results: dict[int, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -73,6 +78,7 @@ class _Unfinished:
     handoff: dict[int, int]  # item -> token
     execution_ids: dict[int, str]
     fences: dict[int, str]
+    results: dict[int, bytes] = field(default_factory=dict)
 
 
 class Batches:
@@ -103,6 +109,9 @@ class Batches:
         self._lock = threading.RLock()
         self._batches: list[Batch] = []
         self._unfinished: list[_Unfinished] = []
+        #: item -> (end of its last success, failures in a row since), as known here:
+        #: carried into the next result document without reading the store
+        self._history: dict[int, tuple[float, int]] = {}
 
     # -- inspection -------------------------------------------------------------
 
@@ -194,9 +203,52 @@ class Batches:
                 # it ran (maybe only partly: it was told it is invalid) while fenced:
                 # not "done" for the cluster, so it is handed to failover below
                 outcome = ZOMBIE
+        if outcome in (OK, FAILED):
+            self._record_result(batch, item, outcome, started, error)
         if self._observers:
             self._observe(batch, item, outcome, started, error)
         self._item_done(batch, item, outcome)
+
+    def _record_result(
+        self, batch: Batch, item: int, outcome: str, started: float, error: BaseException | None
+    ) -> None:
+        """Keep the item's last result on the batch for the completion commit."""
+        ended = time.time()
+        with self._lock:
+            known = self._history.get(item)
+        if known is None and outcome == FAILED:
+            # a failure of an item not run here before: carry its last success over
+            # (one read, on the failure path only and once per item)
+            known = self._stored_history(item)
+        last_ok, failures = known or (0.0, 0)
+        if outcome == OK:
+            last_ok, failures = ended, 0
+        else:
+            failures += 1
+        with self._lock:
+            self._history[item] = (last_ok, failures)
+        result = ItemResult(
+            outcome=outcome,
+            fire_time=batch.fire_time,
+            started=started,
+            ended=ended,
+            instance=self._s.instance_id,
+            last_ok=last_ok,
+            failures=failures,
+            error_type=type(error).__qualname__ if error is not None else "",
+            error=str(error) if error is not None else "",
+        )
+        batch.results[item] = result.to_bytes()
+
+    def _stored_history(self, item: int) -> tuple[float, int] | None:
+        try:
+            node = self._s.store.get(self._s.paths.result(item))
+            if node is None:
+                return None
+            stored = ItemResult.from_bytes(node.value, node.path)
+        except (StoreError, DocumentError):
+            return None
+        return stored.last_ok, stored.failures
 
     def _observe(
         self, batch: Batch, item: int, outcome: str, started: float, error: BaseException | None
@@ -277,6 +329,7 @@ class Batches:
             {i: t for i, t in never.items() if t} if monitor else {},
             dict(batch.execution_ids),
             dict(batch.fences),
+            {i: batch.results[i] for i in ran if i in batch.results} if monitor else {},
         )
         try:
             self._settle(entry)
@@ -305,10 +358,12 @@ class Batches:
         for item, token in entry.ran.items():
             groups.setdefault(token, []).append(item)
         for token, items in sorted(groups.items()):
-            fenced = self._s.execution.finish(sorted(items), token, entry.fences)
+            results = {i: entry.results[i] for i in items if i in entry.results}
+            fenced = self._s.execution.finish(sorted(items), token, entry.fences, results)
             self._state.count("fenced", len(fenced))
             for item in items:
                 entry.ran.pop(item, None)
+                entry.results.pop(item, None)
         if entry.handoff:
             keep = self._state.config.failover
             marks = {
