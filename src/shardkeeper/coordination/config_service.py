@@ -38,6 +38,7 @@ from typing import Any
 
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.coordination.sharding import necessary_value
 from shardkeeper.errors import JobConfigError, JobConflictError, OperationRefusedError
 from shardkeeper.registry.base import Check, CoordinationStore, Op, Put
 
@@ -365,7 +366,7 @@ class ConfigService:
             if old is None or new.sharding_total_count != old.sharding_total_count:
                 before = old.sharding_total_count if old is not None else "?"
                 reason = f"count changed: {before} -> {new.sharding_total_count}"
-                extra.append(Put(self._paths.necessary, reason.encode()))
+                extra.append(Put(self._paths.necessary, necessary_value(reason)))
             if self._write(doc, stored.version, extra):
                 return new, old
         raise OperationRefusedError(

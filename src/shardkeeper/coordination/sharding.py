@@ -10,6 +10,7 @@ the leader. Followers that find the flag wait (bounded) until it is gone.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Collection
 
@@ -24,6 +25,25 @@ __all__ = ["ShardingService"]
 log = logging.getLogger(__name__)
 
 
+#: how the flag's value ends: " @<epoch seconds>", the wall time it was set
+_SET_AT = re.compile(rb" @(\d+(?:\.\d+)?)$")
+
+
+def necessary_value(reason: str, at: float | None = None) -> bytes:
+    """The value of the reshard flag: the reason, and the wall time it was set (the
+    leader lets a reshard asked for after a fire apply from the next fire: some
+    instances may have decided that fire from the previous assignment already)."""
+    return f"{reason} @{time.time() if at is None else at:.3f}".encode()
+
+
+def necessary_parts(value: bytes) -> tuple[str, float | None]:
+    """(reason, wall time it was set or None) of a reshard flag's value."""
+    match = _SET_AT.search(value)
+    if match is None:
+        return value.decode("utf-8", "replace"), None
+    return value[: match.start()].decode("utf-8", "replace"), float(match.group(1))
+
+
 class ShardingService:
     """Reads and (as leader) rewrites one job's assignment."""
 
@@ -34,7 +54,7 @@ class ShardingService:
 
     def set_necessary(self, reason: str) -> None:
         """Ask for a reshard at the next trigger (idempotent)."""
-        self._store.put(self._paths.necessary, reason.encode())
+        self._store.put(self._paths.necessary, necessary_value(reason))
 
     def is_necessary(self) -> bool:
         """Whether a reshard is pending."""

@@ -36,6 +36,7 @@ from shardkeeper.coordination.paths import (
     instance_path,
     shutdown_path,
 )
+from shardkeeper.coordination.sharding import necessary_value
 from shardkeeper.errors import (
     ConfigError,
     InstanceLookupError,
@@ -457,7 +458,7 @@ class Operations:
             self.store.commit(
                 [
                     Put(paths.disabled_instance(instance), _stamp("disable instance")),
-                    Put(paths.necessary, f"instance disabled: {instance}".encode()),
+                    Put(paths.necessary, necessary_value(f"instance disabled: {instance}")),
                 ]
             )
         return jobs
@@ -474,7 +475,7 @@ class Operations:
                 [
                     Check(paths.disabled_instance(instance), exists=True),
                     Delete(paths.disabled_instance(instance)),
-                    Put(paths.necessary, f"instance enabled: {instance}".encode()),
+                    Put(paths.necessary, necessary_value(f"instance enabled: {instance}")),
                 ]
             )
             if result:

@@ -23,6 +23,7 @@ from shardkeeper.coordination.model import (
     RunningMark,
 )
 from shardkeeper.coordination.paths import JOBS
+from shardkeeper.coordination.sharding import necessary_parts
 from shardkeeper.errors import ShardkeeperError
 from shardkeeper.registry.base import Node
 from shardkeeper.scheduling.scheduler import build_trigger
@@ -100,7 +101,7 @@ def _apply(state: JobState, rest: list[str], node: Node) -> None:
         except DocumentError:
             state.assignment = None
     elif head == "necessary" and n == 1:
-        state.necessary = _text(node) or "(no reason given)"
+        state.necessary = necessary_parts(node.value or b"")[0] or "(no reason given)"
     elif head == "running" and n == 2 and (item := _item(rest[1])) is not None:
         try:
             state.running[item] = RunningMark.from_bytes(node.value, node.path)

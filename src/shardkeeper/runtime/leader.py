@@ -12,6 +12,7 @@ import enum
 import logging
 import time
 
+from shardkeeper.coordination.sharding import necessary_parts
 from shardkeeper.runtime.jobstate import JobState
 from shardkeeper.runtime.services import JobServices
 
@@ -135,6 +136,12 @@ class LeaderDuties:
                 return ReshardStep.DONE
             current, _ = self._s.sharding.read()
             generation = (current.generation + 1) if current else 1
+            # A flag set after the fire (a member left, the reconcile check) came
+            # while the instances decided it: one without items in the previous
+            # assignment may have skipped it already, and would never run items the
+            # new one gave it for this fire. Such a reshard applies from the next fire.
+            _reason, set_at = necessary_parts(flag.value or b"")
+            late_flag = set_at is not None and set_at > fire + 1e-3
             done = self._s.sharding.reshard(
                 self._state.strategy,
                 cfg.sharding_total_count,
@@ -144,7 +151,7 @@ class LeaderDuties:
                 previous=current,
                 flag_version=flag.version,
                 on_late=lambda late: self._owe(fire, late),
-                from_next_fire=from_next_fire,
+                from_next_fire=from_next_fire or late_flag,
             )
             if done:
                 self._owed_flag_fire = None

@@ -125,6 +125,12 @@ class TriggerFlow:
         registering = reason is SkipReason.NOT_REGISTERED and self._state.registering
         if registering and time.monotonic() < fire.deadline:
             return Wait(POLL, "registration under way")
+        if reason is SkipReason.SUSPENDED and time.monotonic() < fire.deadline:
+            # A connection that is merely suspended (a slow link, a store member
+            # failing over) usually comes back within a moment, the session intact:
+            # the fire is decided then, its commit checked as always, instead of
+            # being skipped for a blip.
+            return Wait(POLL * 2, "connection to the store suspended")
         if reason is not None:
             return Skipped(reason)
         ft = fire.fire_time
