@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BACKEND ?= zookeeper
 STAMP := $(VENV)/.installed
-APT_PACKAGES := zookeeper etcd-server etcd-client default-jre-headless docker-compose iproute2
+APT_PACKAGES := zookeeper etcd-server etcd-client default-jre-headless docker-compose iproute2 postgresql-15
 PYTEST_ARGS ?=
 
 .PHONY: demo test lint typecheck pytest system-deps venv chaos bench clean registry-up registry-down
@@ -33,7 +33,8 @@ bench: system-deps venv
 	$(VENV)/bin/pip install -q -e '.[bench]'
 	$(PY) -m shardkeeper.bench $(if $(QUICK),--quick,)
 
-# ZooKeeper, etcd and a JRE come from Debian packages; install only what is missing.
+# ZooKeeper, etcd, a JRE and PostgreSQL 15 (the history tests start a throwaway server
+# with its initdb/pg_ctl) come from Debian packages; install only what is missing.
 # docker-compose (v1) only validates docker-compose.yml offline (tests/test_compose.py):
 # no Docker engine is needed, so its recommended docker.io is not installed.
 system-deps:
@@ -43,6 +44,7 @@ system-deps:
 	command -v etcdctl >/dev/null || missing="$$missing etcd-client"; \
 	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
+	[ -x /usr/lib/postgresql/15/bin/initdb ] || missing="$$missing postgresql-15"; \
 	command -v docker-compose >/dev/null || bare="$$bare docker-compose"; \
 	if [ -n "$$missing$$bare" ]; then \
 	  echo "installing system packages:$$missing$$bare"; \
