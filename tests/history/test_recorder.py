@@ -322,6 +322,15 @@ def test_a_bad_url_is_a_clear_error(value: str, named: str) -> None:
     assert "'off', sqlite:///PATH" in text and "postgresql://USER:PASSWORD@HOST" in text
 
 
+def test_an_unusable_sqlite_directory_is_a_clear_error(tmp_path: Any) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ConfigError) as err:
+        HistoryRecorder(f"sqlite:///{blocker / 'sub' / 'history.db'}")
+    assert f"history file '{blocker / 'sub' / 'history.db'}'" in str(err.value)
+    assert "cannot create its directory" in str(err.value) and "'off'" in str(err.value)
+
+
 def test_url_forms(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     assert default_path() == tmp_path / "shardkeeper" / "history.db"

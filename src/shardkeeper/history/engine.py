@@ -8,6 +8,8 @@ from typing import Any
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Engine
 
+from shardkeeper.errors import ConfigError
+
 __all__ = ["CONNECT_TIMEOUT", "open_engine", "sqlite_path"]
 
 #: seconds a connection attempt may take (a down database must not stall the writer long)
@@ -26,7 +28,13 @@ def open_engine(url: URL, *, create_dir: bool = True) -> Engine:
     path = sqlite_path(url)
     if path is not None:
         if create_dir:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(
+                    f"history file {str(path)!r}: cannot create its directory ({exc.strerror}); "
+                    "give another history_url (sqlite:///PATH or postgresql://...) or 'off'"
+                ) from None
         engine = create_engine(url, connect_args={"timeout": 10.0})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
