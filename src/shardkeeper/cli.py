@@ -494,7 +494,7 @@ def history(
     if as_json:
         sys.stdout.write(json_lines(entries))
     elif not entries:
-        _out.print(f"no executions of {name!r} match in {where}")
+        _out.print(f"no executions of {name!r} match in {where}", markup=False)
     else:
         _out.print(history_table(entries))
         if show_traceback or execution is not None:
