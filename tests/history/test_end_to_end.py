@@ -37,7 +37,7 @@ class Flaky(ShardedJob):
 
     def execute(self, ctx: ShardingContext) -> None:
         if ctx.item == 1:
-            raise ValueError(f"item {ctx.item} broke")
+            raise ValueError(f"item {ctx.item} broke [bold]")
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -101,9 +101,9 @@ def test_history_shows_ok_and_failed_runs_with_the_error(recorded: str) -> None:
     failed = [r for r in rows if r.item == 1]
     assert failed and {r.outcome for r in failed} == {"failed"}
     first = failed[0]
-    assert (first.error_type, first.error_message) == ("ValueError", "item 1 broke")
+    assert (first.error_type, first.error_message) == ("ValueError", "item 1 broke [bold]")
     assert "in execute" in first.traceback
-    assert first.traceback.rstrip().endswith("ValueError: item 1 broke")
+    assert first.traceback.rstrip().endswith("ValueError: item 1 broke [bold]")
     assert first.execution_id.startswith(f"{JOB}@") and first.execution_id.endswith("#1")
     assert first.fencing_token > 0 and first.instance
     assert all(r.ended >= r.started for r in rows)
@@ -114,11 +114,11 @@ def test_history_command(recorded: str) -> None:
     table = ok(cli("history", JOB, env=env))
     header = table.splitlines()[0].split()
     assert header == list(COLUMNS)
-    assert "ValueError: item 1 broke" in table and " ok " in table
+    assert "ValueError: item 1 broke [bold]" in table and " ok " in table
 
     failed = json_lines(cli("history", JOB, "--failed", "--json", env=env))
     assert failed and {(r["item"], r["outcome"]) for r in failed} == {(1, "failed")}
-    assert failed[0]["traceback"].rstrip().endswith("ValueError: item 1 broke")
+    assert failed[0]["traceback"].rstrip().endswith("ValueError: item 1 broke [bold]")
 
     everything = json_lines(cli("history", JOB, "--json", "--limit", "500", env=env))
     assert {r["item"] for r in everything if r["outcome"] == "ok"} == {0, 2}

@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable
 
 from rich.table import Table
+from rich.text import Text
 
 from shardkeeper.history.query import HistoryEntry
 from shardkeeper.history.rows import WHOLE_FIRE
@@ -41,7 +42,7 @@ def history_table(entries: Iterable[HistoryEntry]) -> Table:
         table.add_column(column, overflow="fold")
     for e in entries:
         flags = [name for name, on in (("failover", e.failover), ("misfire", e.misfire)) if on]
-        table.add_row(
+        cells = (
             _when(e.fire_time),
             "all" if e.item == WHOLE_FIRE else str(e.item),
             e.instance,
@@ -51,6 +52,8 @@ def history_table(entries: Iterable[HistoryEntry]) -> Table:
             ",".join(flags) or "-",
             _error(e),
         )
+        # Text, not str: an error message such as "missing key [id]" is not markup
+        table.add_row(*(Text(c) for c in cells))
     return table
 
 
