@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -193,3 +194,22 @@ def test_run_records_history_and_flushes_at_shutdown(registry_url: str, tmp_path
     with HistoryReader(url) as reader:
         (row,) = reader.executions(JOB, failed_only=True, limit=1)
     assert (row.error_type, row.error_message) == ("RuntimeError", "no luck")
+
+
+def test_history_command_on_an_unreachable_database(tmp_path: Path) -> None:
+    """A database that does not answer is one error line (exit 1), password hidden;
+    a file that is not a database likewise."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    down = cli("history", JOB, "--history-url", f"postgresql://u:hunter2@127.0.0.1:{port}/db")
+    assert down.returncode == 1, down.stderr
+    lines = down.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: cannot read history from postgresql+psycopg://u:***@127.0.0.1:{port}/db: "
+    )
+    assert "hunter2" not in down.stderr
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not a SQLite database, not at all" * 100)
+    bad = cli("history", JOB, "--history-url", f"sqlite:///{junk}")
+    assert bad.returncode == 1 and bad.stderr.startswith("error: cannot read history from")

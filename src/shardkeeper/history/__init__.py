@@ -7,9 +7,11 @@ docs/monitoring.md.
 
 Modules: ``url`` (the ``history_url`` setting), ``engine`` (SQLAlchemy engines),
 ``schema`` (the ``executions`` table), ``rows`` (records to rows), ``recorder`` (the
-queue and writer thread), ``retention`` (age and row limits), ``query`` (reading).
+queue and writer thread), ``retention`` (age and row limits), ``query`` (reading), ``render`` (the
+command's output), ``errors``.
 """
 
+from shardkeeper.history.errors import HistoryUnavailableError
 from shardkeeper.history.query import HistoryEntry, HistoryQuery, HistoryReader, parse_since
 from shardkeeper.history.recorder import HistoryRecorder, RecorderStats
 from shardkeeper.history.retention import Retention, apply_retention
@@ -21,6 +23,7 @@ __all__ = [
     "HistoryQuery",
     "HistoryReader",
     "HistoryRecorder",
+    "HistoryUnavailableError",
     "RecorderStats",
     "Retention",
     "apply_retention",

@@ -9,9 +9,11 @@ from typing import Any
 
 from sqlalchemy import inspect, select
 from sqlalchemy.engine import URL, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from shardkeeper.errors import ConfigError
 from shardkeeper.history.engine import open_engine, sqlite_path
+from shardkeeper.history.errors import HistoryUnavailableError
 from shardkeeper.history.schema import COLUMNS, executions
 from shardkeeper.history.url import display_url, resolve_url
 from shardkeeper.observe import Outcome
@@ -101,10 +103,21 @@ class HistoryReader:
         return display_url(self.url)
 
     def query(self, q: HistoryQuery, *, now: float | None = None) -> list[HistoryEntry]:
-        """The rows matching ``q``, newest first (by start time), at most ``q.limit``."""
+        """The rows matching ``q``, newest first (by start time), at most ``q.limit``.
+        Raises HistoryUnavailableError when the database cannot be read."""
         path = sqlite_path(self.url)
         if path is not None and not path.exists():
             return []  # nothing recorded there yet; do not create the file
+        try:
+            return self._query(q, now)
+        except SQLAlchemyError as exc:
+            cause = getattr(exc, "orig", None) or exc
+            reason = " ".join(str(cause).split())[:300]
+            raise HistoryUnavailableError(
+                f"cannot read history from {self.describe()}: {type(cause).__name__}: {reason}"
+            ) from None
+
+    def _query(self, q: HistoryQuery, now: float | None) -> list[HistoryEntry]:
         if not inspect(self._engine).has_table(executions.name):
             return []
         t = executions.c

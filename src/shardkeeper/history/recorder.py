@@ -253,10 +253,13 @@ class HistoryRecorder:
             except queue.Empty:
                 break
         for record in taken:
-            if isinstance(record, ExecutionRecord):
-                rows.append(execution_row(record))
-            elif isinstance(record, SkipRecord):
-                rows.extend(skip_rows(record))
+            try:
+                if isinstance(record, ExecutionRecord):
+                    rows.append(execution_row(record))
+                elif isinstance(record, SkipRecord):
+                    rows.extend(skip_rows(record))
+            except Exception as exc:  # a malformed record must not end the writer
+                self._failed("record conversion", exc)
         return rows
 
     def _retain(self) -> None:
