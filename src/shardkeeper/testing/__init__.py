@@ -12,6 +12,8 @@
   ``ip``; :func:`unavailable_reason` says why not.
 * :mod:`shardkeeper.testing.proxy`: a slow network: :class:`SlowProxy`, a userspace
   TCP proxy adding delay and stalls, switched on and off while connections run.
+* :mod:`shardkeeper.testing.postgres`: a throwaway PostgreSQL server
+  (:class:`~shardkeeper.testing.postgres.PostgresServer`) for the history tests.
 * :mod:`shardkeeper.testing.local`: detached local registries (``up``/``down``/
   ``status``), also as ``python -m shardkeeper.testing``.
 """
