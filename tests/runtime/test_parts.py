@@ -398,3 +398,58 @@ def test_a_fire_waits_through_a_suspended_connection_within_its_deadline(
     state.suspended = True
     late.deadline = time.monotonic() - 0.001
     assert flow.step(late) == Skipped(SkipReason.SUSPENDED)
+
+
+# ---- the assignment cache --------------------------------------------------------------
+
+
+def test_a_fire_with_items_commits_against_the_cached_assignment(store: MemoryStore) -> None:
+    """The second fire reads nothing before its start commit: the commit checks the
+    version it decided on."""
+    flow, _state, services, launched = _flow(store)
+    _assign(store, services, {0: ME, 1: ME})
+    assert flow.step(Fire(time.time())) == Launched((0, 1))
+    for item in (0, 1):
+        store.delete(services.paths.running(item), recursive=True)
+    before = store.round_trips
+    assert flow.step(Fire(time.time() + 1)) == Launched((0, 1))
+    assert store.round_trips - before == 1, "the second fire read before committing"
+    assert len(launched) == 2
+
+
+def test_a_stale_cached_assignment_fails_the_commit_and_the_fire_reads_again(
+    store: MemoryStore,
+) -> None:
+    """A reshard the watch has not reported yet: the start commit's version check
+    refuses the stale copy and the fire runs what the new assignment says."""
+    flow, _state, services, launched = _flow(store)
+    _assign(store, services, {0: ME, 1: ME})
+    assert flow.step(Fire(time.time())) == Launched((0, 1))
+    for item in (0, 1):
+        store.delete(services.paths.running(item), recursive=True)
+    _assign(store, services, {0: ME, 1: "host@2@other"})  # no event delivered
+    assert _decide(flow, Fire(time.time() + 1)) == Launched((0,))
+    assert launched[-1].items == [0]
+
+
+def test_no_items_is_never_decided_from_the_cached_assignment(store: MemoryStore) -> None:
+    """A copy saying "nothing for this instance" is checked against the store before
+    the fire is skipped (a skip commits nothing that could refuse a stale copy)."""
+    flow, _state, services, _launched = _flow(store)
+    _assign(store, services, {0: ME, 1: ME})
+    assert flow.step(Fire(time.time())) == Launched((0, 1))
+    for item in (0, 1):
+        store.delete(services.paths.running(item), recursive=True)
+    _assign(store, services, {0: "host@2@other", 1: "host@2@other"})
+    assert _decide(flow, Fire(time.time() + 1)) == Skipped(SkipReason.NO_ITEMS)
+    _assign(store, services, {0: ME, 1: ME})  # the copy now says "none": stale
+    assert flow.step(Fire(time.time() + 2)) == Launched((0, 1))
+
+
+def _decide(flow: TriggerFlow, fire: Fire) -> object:
+    result = flow.step(fire)
+    for _ in range(20):
+        if not isinstance(result, Wait):
+            break
+        result = flow.step(fire)
+    return result

@@ -358,6 +358,9 @@ class JobRunner:
     def on_state(self, state: ConnectionState) -> None:
         """Apply a connection-state change (store event thread: no store call here)."""
         self.election.on_state(state)
+        if state is not ConnectionState.SUSPENDED:
+            # events may have been missed meanwhile: the next fire reads the assignment
+            self.trigger.forget_assignment()
         if state is ConnectionState.SUSPENDED:
             self.state.suspended = True
         elif state is ConnectionState.RECONNECTED:
@@ -377,10 +380,13 @@ class JobRunner:
 
     def on_event(self, event: WatchEvent) -> None:
         """A change of one of this job's nodes (store event thread): a hint."""
+        if event.path == self.paths.sharding:
+            self.trigger.forget_assignment()
         hint = ev.classify(event, self._me)
         st = self.state
         match hint:
             case ev.Resync():
+                self.trigger.forget_assignment()
                 self.request_repair()
             case ev.MemberLeft(instance=inst):
                 if self.leader.is_leader:

@@ -19,12 +19,13 @@ and every wait is bounded by the fire's deadline.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from shardkeeper.coordination.model import RunningMark
+from shardkeeper.coordination.model import Assignment, RunningMark
 from shardkeeper.runtime.batches import Batch, execution_id
 from shardkeeper.runtime.jobstate import JobState, SkipReason
 from shardkeeper.runtime.leader import LeaderDuties, ReshardStep
@@ -112,6 +113,28 @@ class TriggerFlow:
         self._launch = launch
         self._session = session
         self._owns = owns
+        #: the assignment as last read, with its version: a fire that finds items of
+        #: its own in it commits against that version (a stale copy fails the commit
+        #: and the fire reads again); a fire that finds none reads it fresh
+        self._cached: tuple[Assignment, int] | None = None
+        self._cache_lock = threading.Lock()
+
+    def forget_assignment(self) -> None:
+        """The assignment changed (a watch event) or may have: read it at the next fire."""
+        with self._cache_lock:
+            self._cached = None
+
+    def _read_assignment(self, fire: Fire) -> tuple[Assignment | None, int, bool]:
+        """(assignment, version, from the cache). The cache serves a fire's first
+        attempt only: every retry reads the store."""
+        with self._cache_lock:
+            cached = self._cached
+        if cached is not None and fire.retries == 0:
+            return cached[0], cached[1], True
+        assignment, version = self._s.sharding.read()
+        with self._cache_lock:
+            self._cached = (assignment, version) if assignment is not None else None
+        return assignment, version, False
 
     def _owns_mark(self, item: int, mark: RunningMark) -> bool:
         return self._owns(item, mark.execution_id)
@@ -142,22 +165,25 @@ class TriggerFlow:
         if self._leader.is_leader:
             if not fire.reshard_wait_since:
                 fire.reshard_wait_since = time.monotonic()
+            before = self._leader.reshards
             step = self._leader.serve_reshard(ft, fire.reshard_wait_since)
+            if self._leader.reshards != before:
+                self.forget_assignment()
             if step is ReshardStep.WAIT:
                 return Wait(POLL * 2, "leader waits for running items before resharding")
-        assignment, version = self._s.sharding.read()
+        assignment, version, cached = self._read_assignment(fire)
         if assignment is None or assignment.total != cfg.sharding_total_count:
             if self._leader.is_leader:
                 self._s.sharding.set_necessary("no assignment for the current count")
                 return self._retry(fire, "no assignment yet")
             return self._wait_reshard(fire)
-        items = [
-            i
-            for i in assignment.items_of(self._s.instance_id, ft)
-            if i not in self._state.disabled_items
-            and i < cfg.sharding_total_count
-            and (fire.only is None or i in fire.only)
-        ]
+        items = self._mine(assignment, fire)
+        if not items and cached:
+            # "nothing for me" is decided without a commit: never from a copy
+            assignment, version, _ = self._read_assignment(Fire(ft, retries=1))
+            if assignment is None or assignment.total != cfg.sharding_total_count:
+                return self._retry(fire, "assignment changed")
+            items = self._mine(assignment, fire)
         if not items:
             # An instance without items in the old assignment must still wait for a
             # pending reshard: the new assignment may give it items for this fire.
@@ -172,6 +198,16 @@ class TriggerFlow:
         if held:
             return Deferred(tuple(sorted(held)))
         return self._start(fire, items, version)
+
+    def _mine(self, assignment: Assignment, fire: Fire) -> list[int]:
+        cfg = self._state.config
+        return [
+            i
+            for i in assignment.items_of(self._s.instance_id, fire.fire_time)
+            if i not in self._state.disabled_items
+            and i < cfg.sharding_total_count
+            and (fire.only is None or i in fire.only)
+        ]
 
     def _start(self, fire: Fire, items: list[int], version: int) -> StepResult:
         cfg = self._state.config
@@ -202,6 +238,8 @@ class TriggerFlow:
             )
             self._launch(batch)
             return Launched(tuple(result.marked))
+        if result.reason in ("reshard", "assignment", "unknown"):
+            self.forget_assignment()
         if result.reason == "reshard":
             return self._wait_reshard(fire)
         if result.reason == "membership":
