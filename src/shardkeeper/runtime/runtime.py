@@ -205,6 +205,10 @@ class Runtime:
             self.liveness.contact()
             self._sessions = 1
             info = self._info()
+            skip_listeners = {n: spec[2] for n, spec in self._specs.items()}
+            if any(wants_skips(x) for found in skip_listeners.values() for x in found):
+                # before the runners: they keep the observers they are given
+                self.observers.add(ListenerSkips(skip_listeners))
             for name, (cfg, job, listeners) in self._specs.items():
                 runner = JobRunner(
                     services=JobServices.build(self.store, name, self.instance_id),
@@ -222,9 +226,6 @@ class Runtime:
                 runner.on_config_change = self._config_changed
                 runner.on_retire = self._retired
                 self._runners[name] = runner
-            skip_listeners = {n: spec[2] for n, spec in self._specs.items()}
-            if any(wants_skips(x) for found in skip_listeners.values() for x in found):
-                self.observers.add(ListenerSkips(skip_listeners))
             # One watch for the whole namespace, established before we register so
             # that no change made after our registration can be missed. The
             # high-churn subtrees are left out (see paths.is_high_churn).
