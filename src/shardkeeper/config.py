@@ -30,6 +30,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -63,13 +64,15 @@ instance, and the scheduler cannot represent intervals below a microsecond at al
 BUILTIN_STRATEGY_NAMES = ("average", "odevity", "round_robin")
 """Sharding strategies selectable by name (see shardkeeper.coordination.strategies)."""
 
-BUILTIN_ERROR_HANDLER_NAMES = ("log", "ignore", "raise")
+BUILTIN_ERROR_HANDLER_NAMES = ("log", "ignore", "raise", "webhook", "email")
 """Error handlers selectable by name (see shardkeeper.errorhandlers)."""
 
 # \Z, not $: "$" also matches before a trailing newline, which is no node name.
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}\Z")
 _ITEM_KEY = re.compile(r"^[0-9]+$")
 _PARAMS_EXAMPLE = "'0=Beijing,1=Shanghai'"
+#: what an alert recipient must look like (the SMTP server has the final word)
+_EMAIL = re.compile(r"^[^@\s<>,;]+@[^@\s<>,;]+\.[^@\s<>,;]+\Z")
 
 
 def parse_item_parameters(text: str) -> dict[int, str]:
@@ -160,7 +163,15 @@ class JobConfig(BaseModel):
     sharding_strategy: str = Field(
         default="average", description="average, odevity, round_robin or an import path."
     )
-    error_handler: str = Field(default="log", description="log, ignore, raise or an import path.")
+    error_handler: str = Field(
+        default="log", description="log, ignore, raise, webhook, email or an import path."
+    )
+    alert_webhook_url: str | None = Field(
+        default=None, description="http(s) URL the webhook error handler POSTs alerts to."
+    )
+    alert_email_to: tuple[str, ...] = Field(
+        default=(), description="Recipients of the email error handler's alerts."
+    )
     listeners: tuple[str, ...] = Field(default=(), description="Import paths of listeners.")
     max_threads: int = Field(
         default=0, ge=0, description="Items of this job at once per instance; 0 = no limit."
@@ -297,6 +308,38 @@ class JobConfig(BaseModel):
     def _check_error_handler(cls, value: str) -> str:
         return _check_plugin(value, "error handler", BUILTIN_ERROR_HANDLER_NAMES)
 
+    @field_validator("alert_webhook_url")
+    @classmethod
+    def _check_webhook_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parsed = urlsplit(value.strip())
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(
+                f"alert_webhook_url {value!r} is not an http(s) URL; expected e.g. "
+                "'https://hooks.example.com/services/T000/B000/XXXX'"
+            )
+        return value.strip()
+
+    @field_validator("alert_email_to", mode="before")
+    @classmethod
+    def _split_recipients(cls, value: Any) -> Any:
+        # "a@x, b@y" in a file or on the command line means two recipients
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("alert_email_to")
+    @classmethod
+    def _check_recipients(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for address in value:
+            if not _EMAIL.match(address):
+                raise ValueError(
+                    f"alert_email_to: {address!r} is not an email address; expected "
+                    "name@domain (several: a list, or 'a@x.org, b@y.org')"
+                )
+        return value
+
     @field_validator("listeners")
     @classmethod
     def _check_listeners(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -334,6 +377,15 @@ class JobConfig(BaseModel):
                 f"sharding_item_parameters names item {too_big[0]}, but items are "
                 f"0..{self.sharding_total_count - 1} (sharding_total_count="
                 f"{self.sharding_total_count})"
+            )
+        if self.error_handler == "webhook" and not self.alert_webhook_url:
+            raise ValueError(
+                "error_handler 'webhook' needs alert_webhook_url (the URL alerts are POSTed to)"
+            )
+        if self.error_handler == "email" and not self.alert_email_to:
+            raise ValueError(
+                "error_handler 'email' needs alert_email_to (who receives the alerts); the "
+                "SMTP server comes from SHARDKEEPER_SMTP_HOST/PORT/FROM"
             )
         if self.failover and not self.monitor_execution:
             raise ValueError(
