@@ -84,13 +84,13 @@ class JobState:
 
     def __post_init__(self) -> None:
         self.strategy: ShardingStrategy = resolve_strategy(self.config.sharding_strategy)
-        self.on_error: ErrorHandler = resolve_error_handler(self.config.error_handler)
+        self.on_error: ErrorHandler = resolve_error_handler(self.config.error_handler, self.config)
 
     def set_config(self, config: JobConfig) -> None:
         """Adopt ``config`` (strategy and error handler follow it)."""
         self.config = config
         self.strategy = resolve_strategy(config.sharding_strategy)
-        self.on_error = resolve_error_handler(config.error_handler)
+        self.on_error = resolve_error_handler(config.error_handler, config)
 
     def skip_reason(self, fire_time: float | None = None) -> SkipReason | None:
         """Why a trigger (of the fire at ``fire_time``, if given) cannot start items
