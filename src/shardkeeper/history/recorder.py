@@ -103,6 +103,7 @@ class HistoryRecorder:
         self._error_warned = -float("inf")
         self._closing = threading.Event()
         self._abandoned = threading.Event()
+        self._interrupt = threading.Event()
         self._deadline = float("inf")
         self._lost = 0
         self._writer = threading.Thread(target=self._run, name="sk-history", daemon=True)
@@ -170,6 +171,7 @@ class HistoryRecorder:
         writer. Returns whether everything queued was written. Idempotent."""
         self._deadline = time.monotonic() + timeout
         self._closing.set()
+        self._interrupt.set()
         # wake the writer if it waits for records (a full queue keeps it busy anyway)
         with contextlib.suppress(queue.Full):
             self._queue.put_nowait(None)
@@ -276,12 +278,13 @@ class HistoryRecorder:
     def _pause(self) -> bool:
         """Wait before a retry; False when the writer should give up (closing and out
         of time: what is left is lost, and the close says so)."""
-        if self._closing.is_set():
-            left = self._deadline - time.monotonic()
-            if left <= 0:
-                return False
-            return not self._abandoned.wait(min(self._retry_interval, 0.2, left))
-        return not self._abandoned.wait(self._retry_interval)
+        if not self._closing.is_set():
+            self._interrupt.wait(self._retry_interval)  # close() cuts the wait short
+            return True
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            return False
+        return not self._abandoned.wait(min(self._retry_interval, 0.2, left))
 
     def _failed(self, what: str, exc: Exception) -> None:
         now = time.monotonic()
