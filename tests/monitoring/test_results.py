@@ -115,3 +115,23 @@ def test_a_runtime_records_the_last_result_of_every_item(
     assert r1.last_ok == 1234.0 and r1.instance == rt.instance_id
     assert r0.outcome == "ok" and r0.last_ok == pytest.approx(r0.ended)
     assert r0.failures == 0 and r0.ended >= r0.started > 0
+
+
+def test_a_put_of_an_existing_node_is_written_whether_or_not_the_hint_holds(
+    store: CoordinationStore,
+) -> None:
+    """``Put(existing=True)`` lets ZooKeeper skip the pre-read; a wrong hint (the node
+    is missing, its parent too) still creates it, in the same single commit."""
+    from shardkeeper.registry.base import Check, Put
+
+    path = P.result(7)
+    assert store.commit([Put(path, b"one", existing=True)])
+    node = store.get(path)
+    assert node is not None and node.value == b"one" and not node.ephemeral
+    assert store.commit([Check(P.results_root, exists=True), Put(path, b"two", existing=True)])
+    node = store.get(path)
+    assert node is not None and node.value == b"two"
+    store.delete(path)
+    assert store.commit([Put(path, b"three", existing=True)])
+    node = store.get(path)
+    assert node is not None and node.value == b"three"

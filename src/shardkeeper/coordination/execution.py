@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from shardkeeper.coordination.model import DocumentError, RunningMark
@@ -250,6 +250,7 @@ class ExecutionService:
         token: int,
         fences: dict[int, str] | None = None,
         results: dict[int, bytes] | None = None,
+        written: Collection[int] = (),
     ) -> list[int]:
         """Delete the marks of ``items`` that are still ours. Returns the items whose
         mark was no longer ours (fenced: someone else took them over).
@@ -263,13 +264,17 @@ class ExecutionService:
 
         ``results`` (item -> an encoded :class:`~shardkeeper.coordination.results.ItemResult`)
         are written by the same commit, each with its item's deletion: a result is
-        recorded exactly when the item's completion is, and costs no round trip."""
+        recorded exactly when the item's completion is, and costs no round trip.
+        ``written`` are the items whose result node is known to exist (written
+        before): ZooKeeper then sets it without reading it first."""
         items = list(items)
         fences = fences or {}
         results = results or {}
         clears = [self.clear_ops(item, token, fences.get(item, "")) for item in items]
         groups = [
-            [*ops, Put(self._paths.result(item), results[item])] if item in results else ops
+            [*ops, Put(self._paths.result(item), results[item], existing=item in written)]
+            if item in results
+            else ops
             for item, ops in zip(items, clears, strict=True)
         ]
         fenced: list[int] = []

@@ -275,11 +275,17 @@ class Create:
 @dataclass(frozen=True)
 class Put:
     """Create the node or overwrite its value. After the commit the node is
-    ephemeral iff ``ephemeral`` is true."""
+    ephemeral iff ``ephemeral`` is true.
+
+    ``existing`` is a hint: the writer believes the node exists as a persistent node
+    (it wrote it before). A backend may then write it without reading it first
+    (ZooKeeper sets its data natively in the multi instead of pre-reading it); the
+    outcome is the same either way (a missing node is still created)."""
 
     path: str
     value: bytes = b""
     ephemeral: bool = False
+    existing: bool = False
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,9 @@ Commits
     ``Put``                        present with the right kind: ``set_data(path,
                                    pre-read version)``; wrong ephemeral kind:
                                    ``delete`` + ``create``; absent: ``create``
+    ``Put(existing=True)``         persistent: ``set_data(path, -1)`` with no
+                                   pre-read (a missing node fails the multi, which
+                                   is then planned again with the pre-read)
     ``Delete``                     present: ``delete``; absent: absence guard
     ============================== ================================================
 
@@ -759,9 +762,11 @@ class ZooKeeperStore(CoordinationStore):
         # ("pair", first missing ancestor) or ("exists", ephemeral ancestor)
         guards: dict[str, tuple[str, str]] = {}
         parents: set[str] = set()  # missing parents of created nodes, made in the multi
+        # Put(existing=True) paths found missing: pre-read like any Put from now on
+        reread: set[str] = set()
         last_contended = ops[0].path if ops else None
         for _ in range(_COMMIT_ATTEMPTS):
-            plan = self._plan(deadline, ops, guards, parents)
+            plan = self._plan(deadline, ops, guards, parents, reread)
             if isinstance(plan, CommitResult):
                 return plan
             zk_ops, origins = plan
@@ -787,6 +792,9 @@ class ZooKeeperStore(CoordinationStore):
             ):
                 parents.update(self._missing_ancestors(deadline, zk_path, targets))
                 continue
+            if kind == "existing" and isinstance(exc, kz.NoNodeError):
+                reread.add(op.path)  # the hint was wrong: the node is gone
+                continue
             if kind == "parent" and isinstance(exc, kz.NodeExistsError):
                 parents.discard(zk_path)  # someone else made it meanwhile
                 continue
@@ -811,15 +819,25 @@ class ZooKeeperStore(CoordinationStore):
         ops: list[Op],
         guards: dict[str, tuple[str, str]],
         parents: set[str],
+        reread: set[str] | None = None,
     ) -> CommitResult | tuple[list[Any], list[tuple[str, Op, str]]]:
         """Pre-read what the conditions need and build the multi, checks first; or a
         failed result when a condition is already false. Origins say, per multi
         operation, why it is there: (kind, user op, path)."""
         zk = self._zk
+        reread = reread or set()
+
+        def blind(op: Op) -> bool:
+            # a Put of a node the writer says exists (persistent): set it natively
+            return (
+                isinstance(op, Put) and op.existing and not op.ephemeral and op.path not in reread
+            )
+
         need = {
             op.path
             for op in ops
-            if isinstance(op, Put | Delete) or (isinstance(op, Check) and op.version is None)
+            if (isinstance(op, Put | Delete) and not blind(op))
+            or (isinstance(op, Check) and op.version is None)
         }
         sent = {p: self._send(zk.get_async, p) for p in sorted(need)}
         seen: dict[str, tuple[bytes, ZnodeStat] | None] = {}
@@ -870,6 +888,8 @@ class ZooKeeperStore(CoordinationStore):
                 checks.append((zkproto.CheckVersion(full, stat.version), ("derived", op, op.path)))
             elif isinstance(op, Create):
                 create(op, "user")
+            elif isinstance(op, Put) and blind(op) and op.path not in seen:
+                writes.append((zkproto.SetData(full, op.value, -1), ("existing", op, op.path)))
             elif isinstance(op, Put):
                 got = seen[op.path]
                 if got is None:

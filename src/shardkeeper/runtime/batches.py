@@ -112,6 +112,8 @@ class Batches:
         #: item -> (end of its last success, failures in a row since), as known here:
         #: carried into the next result document without reading the store
         self._history: dict[int, tuple[float, int]] = {}
+        #: items whose result node exists (written or read here): set, not created
+        self._written: set[int] = set()
 
     # -- inspection -------------------------------------------------------------
 
@@ -245,6 +247,8 @@ class Batches:
             node = self._s.store.get(self._s.paths.result(item))
             if node is None:
                 return None
+            with self._lock:
+                self._written.add(item)
             stored = ItemResult.from_bytes(node.value, node.path)
         except (StoreError, DocumentError):
             return None
@@ -359,8 +363,12 @@ class Batches:
             groups.setdefault(token, []).append(item)
         for token, items in sorted(groups.items()):
             results = {i: entry.results[i] for i in items if i in entry.results}
-            fenced = self._s.execution.finish(sorted(items), token, entry.fences, results)
+            with self._lock:
+                written = self._written & set(results)
+            fenced = self._s.execution.finish(sorted(items), token, entry.fences, results, written)
             self._state.count("fenced", len(fenced))
+            with self._lock:
+                self._written.update(set(results) - set(fenced))
             for item in items:
                 entry.ran.pop(item, None)
                 entry.results.pop(item, None)
