@@ -273,3 +273,34 @@ def test_listeners_get_an_event_when_a_trigger_does_not_run(registry_url: str) -
     event = listener.events[0]
     assert event.job == "off" and event.reason == "job disabled"
     assert event.fire_time > 0 and event.instance == rt.instance_id
+
+
+def test_a_fire_the_scheduler_missed_reaches_listeners_and_metrics(registry_url: str) -> None:
+    """With misfire off, a fire delivered later than the grace time is dropped by the
+    scheduler (APScheduler's EVENT_JOB_MISSED): listeners and metrics hear of it."""
+    from datetime import UTC, datetime, timedelta
+
+    from shardkeeper.scheduling.scheduler import MISFIRE_GRACE_SECONDS, _Fire
+
+    listener = Skips()
+    rt = Runtime(registry_url, shutdown_grace=2, metrics_port=0)
+    rt.add_job(
+        Broken(),
+        JobConfig(name="late", cron="0 0 1 1 *", sharding_total_count=1, misfire=False),
+        listeners=[listener],
+    )
+    with rt:
+        late = datetime.now(UTC) - timedelta(seconds=MISFIRE_GRACE_SECONDS + 5)
+        # the scheduler's delivery step, as its thread runs it for a late fire
+        assert rt._scheduler is not None
+        rt._scheduler._deliver(_Fire("late", [late], MISFIRE_GRACE_SECONDS, False))
+        assert [e.reason for e in listener.events] == [
+            "missed by the scheduler (later than the grace time, misfire off)"
+        ]
+        assert listener.events[0].fire_time == pytest.approx(late.timestamp())
+        assert rt.runners["late"].stats["skipped"] == 1
+        assert rt.metrics is not None
+        sample = rt.metrics.registry.get_sample_value(
+            "shardkeeper_skipped_triggers_total", {"job": "late", "reason": "missed"}
+        )
+        assert sample == 1.0

@@ -44,6 +44,7 @@ class SkipReason(enum.Enum):
     CHANGING = "assignment kept changing"
     MEMBERSHIP = "membership changed since registration (re-registering)"
     STORE = "store did not answer"
+    MISSED = "missed by the scheduler (later than the grace time, misfire off)"
 
 
 @dataclass

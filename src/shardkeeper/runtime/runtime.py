@@ -57,7 +57,7 @@ from shardkeeper.errors import (
 from shardkeeper.job import JobListener, ShardedJob
 from shardkeeper.metrics import RuntimeMetrics
 from shardkeeper.metrics_http import MetricsServer, readiness
-from shardkeeper.observe import ExecutionObserver, Observers
+from shardkeeper.observe import ExecutionObserver, Observers, SkipRecord
 from shardkeeper.registry import open_store
 from shardkeeper.registry.base import (
     ConnectionState,
@@ -66,6 +66,7 @@ from shardkeeper.registry.base import (
     WatchEvent,
 )
 from shardkeeper.registry.url import RegistrySettings
+from shardkeeper.runtime.jobstate import SkipReason
 from shardkeeper.runtime.liveness import Liveness, check_session_timeout
 from shardkeeper.runtime.pool import Lanes, WorkerPool, guarded
 from shardkeeper.runtime.runner import JobRunner
@@ -196,7 +197,7 @@ class Runtime:
         self._workers = WorkerPool(self._worker_threads, "sk-worker")
         self._coordinator = WorkerPool(self._coordinator_threads, "sk-coord")
         self._lanes = Lanes(self._coordinator)
-        self._scheduler = TriggerScheduler(self._on_fire)
+        self._scheduler = TriggerScheduler(self._on_fire, on_missed=self._on_missed)
         try:
             if self.metrics_server is not None:
                 self.metrics_server.start()  # /healthz answers during start-up
@@ -410,6 +411,21 @@ class Runtime:
         runner = self.runners.get(job_name)
         if runner is not None:
             runner.on_trigger(fire_time)
+
+    def _on_missed(self, job_name: str, fire_time: datetime) -> None:
+        """The scheduler dropped a late fire (misfire off): a skip like any other."""
+        runner = self.runners.get(job_name)
+        if runner is None:
+            return
+        runner.state.count("skipped")
+        self.observers.on_skip(
+            SkipRecord(
+                job=job_name,
+                fire_time=fire_time.timestamp(),
+                instance=self.instance_id,
+                reason=SkipReason.MISSED.value,
+            )
+        )
 
     def _on_event(self, event: WatchEvent) -> None:
         parsed = parse_job_path(event.path)

@@ -16,7 +16,8 @@ Delivery rules, the contract the runtime relies on:
 * Late fires: a job whose config has ``misfire`` on gets that one coalesced call however
   late it is (as ElasticJob makes up a missed trigger). A job with ``misfire`` off gets
   it only when it is at most :data:`MISFIRE_GRACE_SECONDS` late, and otherwise a
-  WARNING and nothing until its next regular fire.
+  WARNING, a call of ``on_missed(job_name, scheduled_fire_time)`` when given (what
+  APScheduler reports as EVENT_JOB_MISSED), and nothing until its next regular fire.
 * ``on_fire`` runs on the pool threads, never on the caller's thread, and at most
   ``threads`` calls run at once. It must return quickly (hand the work to an
   executor): while it runs it holds one of the few delivery threads, and the next
@@ -251,10 +252,13 @@ class TriggerScheduler:
     See the module docstring for the delivery contract of ``on_fire``.
     """
 
-    def __init__(self, on_fire: FireCallback, *, threads: int = 2) -> None:
+    def __init__(
+        self, on_fire: FireCallback, *, threads: int = 2, on_missed: FireCallback | None = None
+    ) -> None:
         if threads < 1:
             raise ValueError(f"threads={threads!r}: need at least 1 delivery thread")
         self._on_fire = on_fire
+        self._on_missed = on_missed
         self._threads = threads
         self._queue: queue.SimpleQueue[_Fire | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
@@ -415,6 +419,14 @@ class TriggerScheduler:
                 if fire.counted:
                     self._executor.done(fire.job_name)
 
+    def _missed(self, job_name: str, run_time: datetime) -> None:
+        if self._on_missed is None:
+            return
+        try:
+            self._on_missed(job_name, run_time)
+        except Exception:
+            logger.exception("job %r: on_missed raised for the fire due at %s", job_name, run_time)
+
     def _deliver(self, fire: _Fire) -> None:
         for run_time in fire.run_times:
             if fire.grace is not None:
@@ -428,6 +440,7 @@ class TriggerScheduler:
                         late.total_seconds(),
                         fire.grace,
                     )
+                    self._missed(fire.job_name, run_time)
                     continue
             try:
                 self._on_fire(fire.job_name, run_time)
