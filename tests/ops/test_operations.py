@@ -164,6 +164,14 @@ def test_jobs_summary_and_detail(ops: Operations, start: Start) -> None:
         "misfire",
         "misfire_fire_time",
         "disabled",
+        "last_run",
+        "last_duration",
+        "last_outcome",
+        "last_ok",
+        "last_error",
+        "last_instance",
+        "failures",
+        "health",
     }
 
 
@@ -347,7 +355,9 @@ def test_shutdown(ops: Operations, start: Start) -> None:
     assert ops.instances() == []
     assert ops.dump("/control") == {} or all(not e.value for e in ops.dump("/control").values())
     assert ops.jobs()[0].instances == []
-    assert ops.status().jobs[0].health == "no-instances"
+    status = ops.status().jobs[0]
+    assert status.health == "stale"
+    assert status.summary.next_fire is None and status.summary.next_fire_reason == "no instance"
     with pytest.raises(InstanceLookupError):
         ops.shutdown(rt.instance_id)
 

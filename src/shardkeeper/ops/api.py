@@ -43,6 +43,7 @@ from shardkeeper.errors import (
     JobLookupError,
     OperationRefusedError,
 )
+from shardkeeper.ops.health import JobHealth, assess
 from shardkeeper.ops.state import JobState, instance_info, next_fire, read_jobs
 from shardkeeper.ops.views import (
     DumpEntry,
@@ -156,6 +157,9 @@ class Operations:
 
     @staticmethod
     def _summary(state: JobState) -> JobSummary:
+        reason = None if state.enabled else "disabled"
+        if reason is None and not state.instances:
+            reason = "no instance"  # nothing would fire at the trigger's next time
         return JobSummary(
             name=state.name,
             trigger=state.trigger,
@@ -164,9 +168,29 @@ class Operations:
             leader=state.leader,
             enabled=state.enabled,
             failover=bool(state.config and state.config.failover),
-            next_fire=next_fire(state.config) if state.enabled else None,
+            next_fire=next_fire(state.config) if reason is None else None,
             config_error=state.config_error,
+            next_fire_reason=reason if state.config is not None else None,
         )
+
+    def _health(self, state: JobState) -> tuple[str, JobHealth]:
+        """The job's health word and its items' health (see :class:`JobStatus`)."""
+        items = assess(state, now=time.time(), grace=self.store.session_timeout + 1.0)
+        if state.config_error:
+            return "config-error", items
+        if not state.instances:
+            return "stale", items
+        if not state.enabled:
+            return "disabled", items
+        if items.failing:
+            return "failing", items
+        if items.stale:
+            return "stale", items
+        if state.failover:
+            return "failover-pending", items
+        if state.necessary is not None:
+            return "reshard-pending", items
+        return "ok", items
 
     def jobs(self) -> list[JobSummary]:
         """Every registered job (one with a stored config), sorted by name."""
@@ -178,18 +202,7 @@ class Operations:
         jobs = []
         for state in states.values():
             in_range = set(range(state.total))
-            if state.config_error:
-                health = "config-error"
-            elif not state.instances:
-                health = "no-instances"
-            elif not state.enabled:
-                health = "disabled"
-            elif state.failover:
-                health = "failover-pending"
-            elif state.necessary is not None:
-                health = "reshard-pending"
-            else:
-                health = "ok"
+            health, items = self._health(state)
             jobs.append(
                 JobStatus(
                     summary=self._summary(state),
@@ -200,6 +213,8 @@ class Operations:
                     disabled_items=len(state.disabled_items & in_range),
                     disabled_instances=len(state.disabled_instances & set(state.instances)),
                     health=health,
+                    failing_items=items.failing,
+                    stale_items=items.stale,
                 )
             )
         settings: RegistrySettings | None = getattr(self.store, "settings", None)
@@ -216,12 +231,14 @@ class Operations:
     def job(self, name: str) -> JobDetail:
         """Everything about job ``name``; JobLookupError when it is not registered."""
         state = self._job_state(name)
+        health, item_health = self._health(state)
         items: list[ItemView] = []
         owners = state.assignment.owners if state.assignment else {}
         params = state.config.sharding_item_parameters if state.config else {}
         for item in range(state.total):
             mark = state.running.get(item)
             entry = state.failover.get(item)
+            result = state.results.get(item)
             items.append(
                 ItemView(
                     item=item,
@@ -238,9 +255,20 @@ class Operations:
                     misfire=item in state.misfire,
                     misfire_fire_time=state.misfire.get(item),
                     disabled=item in state.disabled_items,
+                    last_run=result.ended if result else None,
+                    last_duration=round(result.duration, 3) if result else None,
+                    last_outcome=result.outcome if result else None,
+                    last_ok=(result.last_ok or None) if result else None,
+                    last_error=(
+                        f"{result.error_type}: {result.error}" if result and result.failed else None
+                    ),
+                    last_instance=result.instance if result else None,
+                    failures=result.failures if result else 0,
+                    health=item_health.items.get(item, "ok"),
                 )
             )
         assignment = state.assignment
+        summary = self._summary(state)
         return JobDetail(
             name=state.name,
             config=state.config_data,
@@ -255,8 +283,10 @@ class Operations:
             reshard_reason=state.necessary,
             assignment_generation=assignment.generation if assignment else None,
             assigned_at=assignment.at if assignment else None,
-            next_fire=next_fire(state.config) if state.enabled else None,
+            next_fire=summary.next_fire,
             items=items,
+            next_fire_reason=summary.next_fire_reason,
+            health=health,
         )
 
     def instances(self, job: str | None = None) -> list[InstanceView]:

@@ -23,6 +23,7 @@ from shardkeeper.coordination.model import (
     RunningMark,
 )
 from shardkeeper.coordination.paths import JOBS
+from shardkeeper.coordination.results import ItemResult
 from shardkeeper.coordination.sharding import necessary_parts
 from shardkeeper.errors import ShardkeeperError
 from shardkeeper.registry.base import Node
@@ -47,6 +48,8 @@ class JobState:
     running: dict[int, RunningMark | None] = field(default_factory=dict)
     failover: dict[int, FailoverEntry | None] = field(default_factory=dict)
     misfire: dict[int, float | None] = field(default_factory=dict)
+    #: last result of each item that has one (None: malformed document)
+    results: dict[int, ItemResult | None] = field(default_factory=dict)
     disabled_job: bool = False
     disabled_items: set[int] = field(default_factory=set)
     disabled_instances: set[str] = field(default_factory=set)
@@ -118,6 +121,11 @@ def _apply(state: JobState, rest: list[str], node: Node) -> None:
             state.misfire[item] = float(_text(node))
         except ValueError:
             state.misfire[item] = None
+    elif head == "results" and n == 2 and (item := _item(rest[1])) is not None:
+        try:
+            state.results[item] = ItemResult.from_bytes(node.value, node.path)
+        except DocumentError:
+            state.results[item] = None
     elif head == "disabled" and n >= 2:
         if rest[1] == "job" and n == 2:
             state.disabled_job = True

@@ -44,8 +44,10 @@ class JobSummary:
     ``enabled`` is false when an operator disabled the job (``disabled/job`` node) or
     its config says ``disabled``. ``next_fire`` is computed from the stored trigger
     (interval triggers are anchored at the Unix epoch, so it is exact for them too);
-    it is None for a disabled job or an unreadable config.
-    ``config_error`` explains a stored config that could not be read.
+    it is None for a disabled job or an unreadable config, and when no live instance
+    runs the job (nothing would fire): ``next_fire_reason`` then says why
+    (``disabled``, ``no instance``). ``config_error`` explains a stored config that
+    could not be read.
     """
 
     name: str
@@ -57,6 +59,7 @@ class JobSummary:
     failover: bool
     next_fire: datetime | None
     config_error: str | None = None
+    next_fire_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON view (schema ``JobSummary`` in docs/cli.md)."""
@@ -69,6 +72,7 @@ class JobSummary:
             "enabled": self.enabled,
             "failover": self.failover,
             "next_fire": iso(self.next_fire),
+            "next_fire_reason": self.next_fire_reason,
             "config_error": self.config_error,
         }
 
@@ -77,9 +81,11 @@ class JobSummary:
 class JobStatus:
     """A job's summary plus its health, for the ``status`` overview.
 
-    ``health`` is one of ``ok``, ``disabled``, ``no-instances``, ``reshard-pending``,
-    ``failover-pending``, ``config-error`` (the first that applies, in that order of
-    severity: config-error, no-instances, disabled, failover-pending, reshard-pending).
+    ``health`` is the first that applies of: ``config-error`` (the stored config is
+    unreadable), ``stale`` (no live instance runs the job), ``disabled``, ``failing``
+    (an item's last execution failed: ``failing_items``), ``stale`` (an item has not
+    run for longer than its schedule allows: ``stale_items``; see ops/health.py),
+    ``failover-pending``, ``reshard-pending``, ``ok``.
     """
 
     summary: JobSummary
@@ -90,6 +96,8 @@ class JobStatus:
     disabled_items: int
     disabled_instances: int
     health: str
+    failing_items: list[int] = field(default_factory=list)
+    stale_items: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON view: the JobSummary fields plus the health fields."""
@@ -102,6 +110,8 @@ class JobStatus:
             "disabled_items": self.disabled_items,
             "disabled_instances": self.disabled_instances,
             "health": self.health,
+            "failing_items": list(self.failing_items),
+            "stale_items": list(self.stale_items),
         }
 
 
@@ -132,6 +142,11 @@ class ItemView:
     first reshard). ``running_on``: the instance whose running mark it carries now.
     ``failover_queued``/``failover_from``: the item is orphaned and waits for a
     taker. ``misfire``: a trigger was missed while it ran (``misfire_fire_time``).
+    ``last_*``: how its last execution ended (none yet, or monitor_execution off:
+    None): ``last_run`` (end), ``last_duration`` (seconds), ``last_outcome`` (``ok``
+    or ``failed``), ``last_ok`` (end of the last success), ``last_error`` (type:
+    message, cut to 200 characters), ``last_instance``, ``failures`` (in a row).
+    ``health`` is ``ok``, ``failing`` or ``stale`` (see ops/health.py).
     """
 
     item: int
@@ -146,6 +161,14 @@ class ItemView:
     misfire: bool
     misfire_fire_time: float | None
     disabled: bool
+    last_run: float | None = None
+    last_duration: float | None = None
+    last_outcome: str | None = None
+    last_ok: float | None = None
+    last_error: str | None = None
+    last_instance: str | None = None
+    failures: int = 0
+    health: str = "ok"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON view (schema ``ItemView`` in docs/cli.md)."""
@@ -162,6 +185,14 @@ class ItemView:
             "misfire": self.misfire,
             "misfire_fire_time": iso(self.misfire_fire_time),
             "disabled": self.disabled,
+            "last_run": iso(self.last_run),
+            "last_duration": self.last_duration,
+            "last_outcome": self.last_outcome,
+            "last_ok": iso(self.last_ok),
+            "last_error": self.last_error,
+            "last_instance": self.last_instance,
+            "failures": self.failures,
+            "health": self.health,
         }
 
 
@@ -173,6 +204,8 @@ class JobDetail:
     then ``config_error`` says why). ``reshard_pending`` is true while the
     ``necessary`` flag is set (``reshard_reason`` is its text); the leader reshards
     at the next trigger. ``disabled_by_operator`` is the ``disabled/job`` switch.
+    ``health`` and ``next_fire_reason`` are those of :class:`JobStatus` and
+    :class:`JobSummary`.
     """
 
     name: str
@@ -190,6 +223,8 @@ class JobDetail:
     assigned_at: float | None
     next_fire: datetime | None
     items: list[ItemView] = field(default_factory=list)
+    next_fire_reason: str | None = None
+    health: str = "ok"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON view (schema ``JobDetail`` in docs/cli.md)."""
@@ -208,6 +243,8 @@ class JobDetail:
             "assignment_generation": self.assignment_generation,
             "assigned_at": iso(self.assigned_at),
             "next_fire": iso(self.next_fire),
+            "next_fire_reason": self.next_fire_reason,
+            "health": self.health,
             "items": [i.to_dict() for i in self.items],
         }
 
