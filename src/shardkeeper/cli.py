@@ -146,6 +146,25 @@ def _when(value: datetime | float | None) -> str:
     return text.replace("+00:00", "Z") if text else "-"
 
 
+def _next(when: datetime | None, reason: str | None) -> str:
+    """The next fire time, or why there is none (``- (no instance)``)."""
+    if when is None and reason:
+        return f"- ({reason})"
+    return _when(when)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.1f}s"
+
+
+def _short(text: str | None, limit: int = 60) -> str:
+    if not text:
+        return "-"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _ids(values: Sequence[str]) -> str:
     return ", ".join(values) if values else "-"
 
@@ -291,7 +310,7 @@ def status(registry: RegistryOpt = None, as_json: JsonOpt = False) -> None:
             str(len(s.instances)),
             str(job.running_items),
             str(job.failover_queued),
-            _when(s.next_fire),
+            _next(s.next_fire, s.next_fire_reason),
             job.health,
         )
     _out.print(table)
@@ -308,7 +327,7 @@ def _jobs_table(summaries: list[JobSummary]) -> Table:
             s.leader or "-",
             _yes(s.enabled),
             _yes(s.failover),
-            _when(s.next_fire),
+            _next(s.next_fire, s.next_fire_reason),
         )
     return table
 
@@ -327,7 +346,19 @@ def jobs_cmd(registry: RegistryOpt = None, as_json: JsonOpt = False) -> None:
 
 
 def _items_table(items: list[ItemView]) -> Table:
-    table = _table("ITEM", "PARAMETER", "OWNER", "RUNNING ON", "FAILOVER", "MISFIRE", "DISABLED")
+    table = _table(
+        "ITEM",
+        "PARAMETER",
+        "OWNER",
+        "RUNNING ON",
+        "FAILOVER",
+        "MISFIRE",
+        "DISABLED",
+        "LAST RUN",
+        "DURATION",
+        "LAST OK",
+        "LAST ERROR",
+    )
     for i in items:
         failover = f"queued (from {i.failover_from})" if i.failover_queued else "-"
         if i.running_as_failover:
@@ -340,6 +371,10 @@ def _items_table(items: list[ItemView]) -> Table:
             failover,
             _yes(i.misfire),
             _yes(i.disabled),
+            _when(i.last_run) + (" (stale)" if i.health == "stale" else ""),
+            _seconds(i.last_duration),
+            _when(i.last_ok),
+            _short(i.last_error),
         )
     return table
 
@@ -363,7 +398,8 @@ def job_cmd(name: JobArg, registry: RegistryOpt = None, as_json: JsonOpt = False
         ("disabled instances", _ids(detail.disabled_instances)),
         ("reshard pending", detail.reshard_reason or "no"),
         ("generation", str(detail.assignment_generation or "-")),
-        ("next fire", _when(detail.next_fire)),
+        ("next fire", _next(detail.next_fire, detail.next_fire_reason)),
+        ("health", detail.health),
     ]
     if detail.config_error:
         rows.append(("config error", detail.config_error))

@@ -140,6 +140,7 @@ SUMMARY_KEYS = {
     "enabled",
     "failover",
     "next_fire",
+    "next_fire_reason",
     "config_error",
 }
 STATUS_JOB_KEYS = SUMMARY_KEYS | {
@@ -150,6 +151,8 @@ STATUS_JOB_KEYS = SUMMARY_KEYS | {
     "disabled_items",
     "disabled_instances",
     "health",
+    "failing_items",
+    "stale_items",
 }
 ITEM_KEYS = {
     "item",
@@ -164,6 +167,14 @@ ITEM_KEYS = {
     "misfire",
     "misfire_fire_time",
     "disabled",
+    "last_run",
+    "last_duration",
+    "last_outcome",
+    "last_ok",
+    "last_error",
+    "last_instance",
+    "failures",
+    "health",
 }
 DETAIL_KEYS = {
     "name",
@@ -180,6 +191,8 @@ DETAIL_KEYS = {
     "assignment_generation",
     "assigned_at",
     "next_fire",
+    "next_fire_reason",
+    "health",
     "items",
 }
 INSTANCE_KEYS = {
