@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from shardkeeper.errors import ShardkeeperError
 from shardkeeper.ops.state import JobState
@@ -51,14 +52,8 @@ class JobHealth:
         return sorted(i for i, h in self.items.items() if h == STALE)
 
 
-def _fires_after(state: JobState, since: float, count: int) -> list[float]:
-    """The first ``count`` fire times of the job's trigger after ``since``."""
-    if state.config is None:
-        return []
-    try:
-        trigger = build_trigger(state.config)
-    except (ShardkeeperError, ValueError):
-        return []
+def _fires_after(trigger: Any, since: float, count: int) -> list[float]:
+    """The first ``count`` fire times of ``trigger`` after ``since``."""
     out: list[float] = []
     at = datetime.fromtimestamp(since, UTC) + timedelta(milliseconds=1)
     for _ in range(count):
@@ -80,6 +75,12 @@ def assess(state: JobState, *, now: float, grace: float) -> JobHealth:
         return JobHealth(items)
     owners = state.assignment.owners if state.assignment else {}
     assigned_at = state.assignment.at if state.assignment else 0.0
+    try:
+        trigger = build_trigger(cfg)
+    except (ShardkeeperError, ValueError):
+        trigger = None
+    # items of one batch share a fire time: each fire time is looked up once
+    overdue_since: dict[float, bool] = {}
     for item in range(state.total):
         result = state.results.get(item)
         if item in state.disabled_items:
@@ -97,10 +98,11 @@ def assess(state: JobState, *, now: float, grace: float) -> JobHealth:
             items[item] = OK
             continue
         since = result.fire_time if result is not None else assigned_at
-        if since <= 0:
+        if since <= 0 or trigger is None:
             items[item] = OK
             continue
-        fires = _fires_after(state, since, 2)
-        overdue = len(fires) == 2 and fires[1] + grace < now
-        items[item] = STALE if overdue else OK
+        if since not in overdue_since:
+            fires = _fires_after(trigger, since, 2)
+            overdue_since[since] = len(fires) == 2 and fires[1] + grace < now
+        items[item] = STALE if overdue_since[since] else OK
     return JobHealth(items)
