@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from shardkeeper.bench import (
+    busy_failover,
     coordination_cost,
     failover,
     jitter,
+    overload,
     report,
     resharding,
     scale,
@@ -41,6 +43,8 @@ BENCHMARKS: dict[str, BenchFn] = {
     "throughput": throughput.run,
     "jitter": jitter.run,
     "failover": failover.run,
+    "busy_failover": busy_failover.run,
+    "overload": overload.run,
     "scale": scale.run,
 }
 

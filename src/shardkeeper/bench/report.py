@@ -80,6 +80,44 @@ def tables(doc: Results) -> str:
             )
         out += _errors(doc, "failover")
 
+    if "busy_failover" in doc:
+        out += ["", "### Busy-survivor failover (kill -9 of one of 3 busy instances)", ""]
+        out.append(
+            "| backend | kills | items taken | session timeout (baseline) | p50 s | p95 s | "
+            "max s | via failover claim | not taken in time | stale failover runs |"
+        )
+        out.append("|---|---|---|---|---|---|---|---|---|---|")
+        for b, r in _ok(doc, "busy_failover"):
+            lat = r["latency"]
+            out.append(
+                f"| {b} | {r['kills']} | {lat['n']} | {r['session_timeout']:.1f} | "
+                f"{_s(lat.get('median'))} | {_s(lat.get('p95'))} | {_s(lat.get('max'))} | "
+                f"{sum(r['via_failover'])}/{len(r['via_failover'])} | {r['unclaimed']} | "
+                f"{r['stale_failover_runs']}/{r['failover_runs']} |"
+            )
+        out += _errors(doc, "busy_failover")
+
+    if "overload" in doc:
+        out += ["", "### Overload (3 instances, 12 no-op items, 3x the sustainable rate)", ""]
+        out.append(
+            "| backend | seconds | fires/s offered (sustainable) | queue p50 / max | "
+            "fire age p50 / p95 / max ms | age p95 first / last third ms | "
+            "reshards initial / during | executions/s | raw commits/s | ratio |"
+        )
+        out.append("|---|---|---|---|---|---|---|---|---|---|")
+        for b, r in _ok(doc, "overload"):
+            q, a = r["pending_fires"], r["fire_age"]
+            out.append(
+                f"| {b} | {r['duration']:.0f} | {r['offered_fires_per_s']:.0f} "
+                f"({r['sustainable_fires_per_s']:.0f}) | {_num(q.get('median'))} / "
+                f"{_num(q.get('max'))} | {_ms(a.get('median'))} / {_ms(a.get('p95'))} / "
+                f"{_ms(a.get('max'))} | {_ms(r['fire_age_first_third'].get('p95'))} / "
+                f"{_ms(r['fire_age_last_third'].get('p95'))} | {r['reshards_initial']:.0f} / "
+                f"{r['reshards_during']:.0f} | {r['executions_per_s']:.0f} | "
+                f"{r['raw_commits_per_s']:.0f} | {r['ratio_to_raw_commits']:.2f} |"
+            )
+        out += _errors(doc, "overload")
+
     if "resharding" in doc:
         out += ["", "### Resharding", ""]
         out.append(
@@ -98,19 +136,29 @@ def tables(doc: Results) -> str:
                 )
         out += ["", "Leader: 10,000 items over 100 instances, on a store directly:", ""]
         out.append(
-            "| backend | assignment bytes | strategy (average) ms | reshard() p50 ms | "
-            "reshard() round trips | commit p50 ms | commit round trips |"
+            "| backend | assignment bytes | strategy (average) ms | reshard() p50 ms "
+            "(requests): fire not started | fire started elsewhere | requests of: listings "
+            "/ member nodes / fired marks | commit alone p50 ms (requests) |"
         )
         out.append("|---|---|---|---|---|---|---|")
         for b, r in _ok(doc, "resharding"):
             big = r["leader"]
+            parts = big.get("parts_round_trips", {})
+            started = big.get("reshard_started_seconds", {})
+            started_rt = big.get("reshard_started_round_trips", {})
+
+            def part(k: str, parts: dict[str, Any] = parts) -> str:
+                return _num(parts.get(k, {}).get("median"))
+
             out.append(
                 f"| {b} | {big['assignment_bytes']:,} | "
                 f"{_ms(big['strategy_seconds']['average']['median'])} | "
-                f"{_ms(big['reshard_seconds']['median'])} | "
-                f"{_num(big['reshard_round_trips']['median'])} | "
-                f"{_ms(big['commit_seconds']['median'])} | "
-                f"{_num(big['commit_round_trips']['median'])} |"
+                f"{_ms(big['reshard_seconds']['median'])} "
+                f"({_num(big['reshard_round_trips']['median'])}) | "
+                f"{_ms(started.get('median'))} ({_num(started_rt.get('median'))}) | "
+                f"{part('listings')} / {part('members')} / {part('fired')} | "
+                f"{_ms(big['commit_seconds']['median'])} "
+                f"({_num(big['commit_round_trips']['median'])}) |"
             )
         out += _errors(doc, "resharding")
 
@@ -197,7 +245,7 @@ def tables(doc: Results) -> str:
     return "\n".join(out) + "\n"
 
 
-PLOTS = ("coordination_cost", "failover", "jitter", "scale")
+PLOTS = ("coordination_cost", "failover", "busy_failover", "jitter", "scale")
 
 SKELETON = f"""# Benchmarks
 
@@ -271,6 +319,19 @@ def plots(doc: Results, img_dir: Path) -> None:
         ax.set_title("Failover latency (grey: session timeout, red: target)")
         fig.tight_layout()
         fig.savefig(img_dir / "failover.png", dpi=100)
+        plt.close(fig)
+
+    if _ok(doc, "busy_failover"):
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for k, (b, r) in enumerate(_ok(doc, "busy_failover")):
+            ax.scatter([k] * len(r["samples"]), r["samples"], label=b)
+            ax.hlines(r["session_timeout"], k - 0.3, k + 0.3, colors="grey", linestyles=":")
+        names = [b for b, _ in _ok(doc, "busy_failover")]
+        ax.set_xticks(range(len(names)), names)
+        ax.set_ylabel("kill -9 to item started elsewhere (s)")
+        ax.set_title("Busy-survivor failover (grey: session timeout)")
+        fig.tight_layout()
+        fig.savefig(img_dir / "busy_failover.png", dpi=100)
         plt.close(fig)
 
     if _ok(doc, "jitter"):

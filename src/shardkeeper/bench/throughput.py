@@ -1,15 +1,14 @@
 """Throughput: shard executions per second of a no-op job across 3 instances.
 
 Three bench workers (separate processes) run a no-op job of 12 items (4 per
-instance) on the shortest interval we drive the trigger at (``INTERVAL``). A fire
+instance) fired every ``INTERVAL`` (5 ms: below the shortest interval a
+configuration accepts, so the workers fire the job themselves: ``--drive``). A fire
 that finds the previous batch still running is a misfire: the items are marked
 and re-run once right after the batch, so the instances run back to back and the
-rate is what they sustain. (misfire=False would skip instead, but a job with
-misfire off cannot start at all today: the scheduler passes APScheduler a float
-misfire_grace_time, which it refuses; see docs/benchmarks.md.) The workers write
+rate is what they sustain (misfire=False would skip instead). The workers write
 their counters every 0.2 s; the rate is the growth of ``executed`` over a
-measuring window after a warm-up. Measured with monitor_execution on (two commits per trigger per
-instance: marks and clears) and off (one check-only commit).
+measuring window after a warm-up. Measured with monitor_execution on (two commits
+per trigger per instance: marks and clears) and off (one check-only commit).
 
 Baseline, measured by the same harness against the same server: the raw rate of
 the store's own write commits (one ``Put`` per commit), from one client and from
@@ -53,7 +52,7 @@ def executions(ctx: BenchContext, backend: str, *, monitor: bool, window: float)
                     url,
                     scratch / f"rec-{n}.jsonl",
                     count=ITEMS,
-                    interval=INTERVAL,
+                    drive=INTERVAL,
                     no_monitor=not monitor,
                     stats=files[n],
                     record=False,
