@@ -96,9 +96,14 @@ class ShardingService:
         # an enabled instance without items while there are enough items for all
         return total < len(live) or owners == live
 
-    def enabled_members(self) -> dict[str, float]:
-        """Live, enabled instances with the time they (re-)joined the job."""
-        disabled = set(self._store.children(self._paths.disabled_instances))
+    def enabled_members(self, disabled: Collection[str] | None = None) -> dict[str, float]:
+        """Live, enabled instances with the time they (re-)joined the job.
+
+        This reads every membership node (on ZooKeeper two requests per member: the
+        store reads a subtree node by node); ``disabled`` saves the listing of the
+        disabled instances when the caller has it already."""
+        if disabled is None:
+            disabled = set(self._store.children(self._paths.disabled_instances))
         tree = self._store.get_tree(self._paths.instances)
         out: dict[str, float] = {}
         for path, node in tree.items():
@@ -150,14 +155,27 @@ class ShardingService:
         instances still to run ``fire``). An instance that joined after ``fire`` gets
         no items for it: it will not fire it; the flag is set again so that the next
         trigger includes it. None when nothing was committed."""
-        members = self.enabled_members()
-        if not members:
+        # The membership listing first (one request): whether some instance started
+        # this fire decides whether join times matter at all. When it did, every
+        # member gets items from the next fire on, which all of them fire, so the
+        # membership nodes (one read each) are not read.
+        disabled = set(self._store.children(self._paths.disabled_instances))
+        enabled = [i for i in self.live_instances() if i not in disabled]
+        if not enabled:
             log.warning("%s: no enabled instance to assign items to", self._paths.job)
             return None
         # from_next_fire: the flag was set while this fire was being decided, so some
         # instance may have decided it already from the previous assignment (with no
         # items, leaving no trace): the new one must not apply to it
-        started = from_next_fire or self.last_started_fire(members) >= fire - 1e-6
+        started = from_next_fire or self.last_started_fire(enabled) >= fire - 1e-6
+        members: dict[str, float]
+        if started:
+            members = dict.fromkeys(enabled, 0.0)  # join times do not matter
+        else:
+            members = self.enabled_members(disabled)
+            if not members:
+                log.warning("%s: no enabled instance to assign items to", self._paths.job)
+                return None
         effective = fire + 1e-3 if started and previous is not None else fire
         eligible = sorted(i for i, joined in members.items() if started or joined <= fire)
         late = sorted(set(members) - set(eligible))
