@@ -73,8 +73,8 @@ def test_coordination_cost_smallest_case(ctx: BenchContext, tmp_path: Path) -> N
 
 def test_busy_failover_one_kill(ctx: BenchContext) -> None:
     """One kill -9 of a busy instance: its items are taken elsewhere and counted."""
-    result = busy_failover.run(ctx, "etcd", rounds=1)
-    assert result["kills"] == 1
+    (result,) = busy_failover.run(ctx, "etcd", rounds=1, slots=(2,))["cases"]
+    assert result["kills"] == 1 and result["worker_threads"] == 2
     lat = result["latency"]
     # the killed instance ran items (2 of 6), and each was taken or counted as not
     assert lat["n"] + result["unclaimed"] >= 1

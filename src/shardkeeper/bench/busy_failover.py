@@ -5,13 +5,14 @@ Unlike ``failover.py`` (one item, two idle survivors), every instance here is bu
 all the time: 6 items (2 per instance) on a 1 s interval work 2 s each (twice the
 interval) and never look at ``ctx.should_stop()``, so each instance runs its items
 back to back (every fire finds them running: a misfire re-run follows each batch).
-Each round kills (SIGKILL, whole process group) the instance that started an item
-last, and for every item that instance was running at the kill (its latest start
-anywhere was that instance's, less than ``WORK`` before), times from the kill to
-the first start of that item by another instance
-(a failover claim into a free worker slot, or a normal fire after the reshard). A
-replacement is started after each round, and the next round waits until every live
-instance runs items again.
+Two cases: 8 worker threads per instance (free slots next to its 2 items) and 2
+(no free slot: the instance is fully busy). Each round kills (SIGKILL, whole
+process group) the instance that started an item last, and for every item that
+instance was running at the kill (its latest start anywhere was that instance's,
+less than ``WORK`` before), times from the kill to the first start of that item by
+another instance (a failover claim into a free worker slot, or a normal fire after
+the reshard). A replacement is started after each round, and the next round waits
+until every live instance runs items again.
 
 Next to the latency, the run counts *stale* failover runs: a failover run of fire F
 of an item that starts after a run of a newer fire of that item started (the killed
@@ -38,6 +39,10 @@ SESSION_TIMEOUT = 2.0
 INTERVAL = 1.0
 WORK = 2.0
 ITEMS = 6
+#: worker threads per instance, one case each: free slots next to the 2 items an
+#: instance runs, and none (the instance is fully busy until one of its items ends;
+#: after a kill the survivors own 3 items each, more than they have threads for)
+SLOTS = (8, 2)
 #: how long a round waits for one item of the killed instance to start elsewhere
 CLAIM_DEADLINE = SESSION_TIMEOUT + 20.0
 
@@ -60,9 +65,21 @@ def stale_failover_runs(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return stale
 
 
-def run(ctx: BenchContext, backend: str, *, rounds: int | None = None) -> dict[str, Any]:
-    """``rounds`` kills (8, quick: 3) on ``backend``."""
+def run(
+    ctx: BenchContext,
+    backend: str,
+    *,
+    rounds: int | None = None,
+    slots: tuple[int, ...] = SLOTS,
+) -> dict[str, Any]:
+    """``rounds`` kills (8, quick: 3) on ``backend`` for each worker pool size in
+    ``slots``."""
     rounds = rounds if rounds is not None else (3 if ctx.quick else 8)
+    return {"cases": [case(ctx, backend, rounds, n) for n in slots]}
+
+
+def case(ctx: BenchContext, backend: str, rounds: int, threads: int) -> dict[str, Any]:
+    """``rounds`` kills with ``threads`` worker threads per instance."""
     url = ctx.url(backend, "busyfo", session_timeout=SESSION_TIMEOUT)
     scratch = ctx.scratch(f"busyfo-{backend}")
     options: dict[str, Any] = {
@@ -72,6 +89,7 @@ def run(ctx: BenchContext, backend: str, *, rounds: int | None = None) -> dict[s
         "failover": True,
         "no_poll": True,
         "grace": 0.5,
+        "worker_threads": threads,
     }
     workers: list[Worker] = []
     latencies: list[float] = []
@@ -152,13 +170,15 @@ def run(ctx: BenchContext, backend: str, *, rounds: int | None = None) -> dict[s
                 via_failover.append(bool(rec["failover"]))
             worst = max((r["start"] - killed_at for r in taken.values()), default=float("nan"))
             ctx.log(
-                f"  busy failover {backend} round {n + 1}/{rounds}: {len(taken)}/{len(owned)} "
+                f"  busy failover {backend} ({threads} worker threads) round "
+                f"{n + 1}/{rounds}: {len(taken)}/{len(owned)} "
                 f"items elsewhere, last after {worst:.2f}s"
             )
             since = spawn().ready_at
         recs = all_records()
     stale = stale_failover_runs(recs)
     return {
+        "worker_threads": threads,
         "session_timeout": SESSION_TIMEOUT,
         "interval": INTERVAL,
         "work": WORK,

@@ -83,18 +83,21 @@ def tables(doc: Results) -> str:
     if "busy_failover" in doc:
         out += ["", "### Busy-survivor failover (kill -9 of one of 3 busy instances)", ""]
         out.append(
-            "| backend | kills | items taken | session timeout (baseline) | p50 s | p95 s | "
-            "max s | via failover claim | not taken in time | stale failover runs |"
+            "| backend | worker threads | kills | items taken | session timeout (baseline) | "
+            "p50 s | p95 s | max s | via failover claim | not taken in time | "
+            "stale failover runs |"
         )
-        out.append("|---|---|---|---|---|---|---|---|---|---|")
-        for b, r in _ok(doc, "busy_failover"):
-            lat = r["latency"]
-            out.append(
-                f"| {b} | {r['kills']} | {lat['n']} | {r['session_timeout']:.1f} | "
-                f"{_s(lat.get('median'))} | {_s(lat.get('p95'))} | {_s(lat.get('max'))} | "
-                f"{sum(r['via_failover'])}/{len(r['via_failover'])} | {r['unclaimed']} | "
-                f"{r['stale_failover_runs']}/{r['failover_runs']} |"
-            )
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        for b, res in _ok(doc, "busy_failover"):
+            for r in res["cases"]:
+                lat = r["latency"]
+                out.append(
+                    f"| {b} | {r['worker_threads']} | {r['kills']} | {lat['n']} | "
+                    f"{r['session_timeout']:.1f} | {_s(lat.get('median'))} | "
+                    f"{_s(lat.get('p95'))} | {_s(lat.get('max'))} | "
+                    f"{sum(r['via_failover'])}/{len(r['via_failover'])} | {r['unclaimed']} | "
+                    f"{r['stale_failover_runs']}/{r['failover_runs']} |"
+                )
         out += _errors(doc, "busy_failover")
 
     if "overload" in doc:
@@ -323,10 +326,13 @@ def plots(doc: Results, img_dir: Path) -> None:
 
     if _ok(doc, "busy_failover"):
         fig, ax = plt.subplots(figsize=(6, 3.5))
-        for k, (b, r) in enumerate(_ok(doc, "busy_failover")):
-            ax.scatter([k] * len(r["samples"]), r["samples"], label=b)
-            ax.hlines(r["session_timeout"], k - 0.3, k + 0.3, colors="grey", linestyles=":")
-        names = [b for b, _ in _ok(doc, "busy_failover")]
+        names: list[str] = []
+        for b, res in _ok(doc, "busy_failover"):
+            for r in res["cases"]:
+                k = len(names)
+                names.append(f"{b}\n{r['worker_threads']} threads")
+                ax.scatter([k] * len(r["samples"]), r["samples"])
+                ax.hlines(r["session_timeout"], k - 0.3, k + 0.3, colors="grey", linestyles=":")
         ax.set_xticks(range(len(names)), names)
         ax.set_ylabel("kill -9 to item started elsewhere (s)")
         ax.set_title("Busy-survivor failover (grey: session timeout)")
