@@ -72,9 +72,9 @@ def run(
     rounds: int | None = None,
     slots: tuple[int, ...] = SLOTS,
 ) -> dict[str, Any]:
-    """``rounds`` kills (8, quick: 3) on ``backend`` for each worker pool size in
+    """``rounds`` kills (6, quick: 3) on ``backend`` for each worker pool size in
     ``slots``."""
-    rounds = rounds if rounds is not None else (3 if ctx.quick else 8)
+    rounds = rounds if rounds is not None else (3 if ctx.quick else 6)
     return {"cases": [case(ctx, backend, rounds, n) for n in slots]}
 
 
