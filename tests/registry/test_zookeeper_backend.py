@@ -21,6 +21,7 @@ from shardkeeper.registry import (
     ConnectionState,
     CoordinationStore,
     Create,
+    Delete,
     EventKind,
     Put,
     RegistrySettings,
@@ -263,3 +264,46 @@ def test_a_read_cut_off_by_a_frozen_member_is_sent_again(
         finally:
             zk_ensemble.resume(victim)
         assert node is not None and node.value == b"1"
+
+
+def test_a_completion_shaped_commit_is_one_request(store: CoordinationStore) -> None:
+    """Existence checks are native (check version -1), and the deletion of a node
+    whose existence (or a descendant's) the same commit checks needs no pre-read: the
+    fenced clearing of a running mark is ONE multi, and it still refuses to delete a
+    mark whose fence child is gone (somebody else's mark now)."""
+    for item in (0, 1):
+        store.put(f"/jobs/j/running/{item}", b"mark")
+        store.put(f"/jobs/j/running/{item}/fence-{item}", b"")
+
+    def clear(item: int, fence: str) -> list[Delete | Check]:
+        mark = f"/jobs/j/running/{item}"
+        return [
+            Check(f"{mark}/{fence}", exists=True),
+            Delete(f"{mark}/{fence}"),
+            Delete(mark),
+        ]
+
+    before = store.round_trips
+    assert store.commit(clear(0, "fence-0"))
+    assert store.round_trips - before == 1
+    assert not store.exists("/jobs/j/running/0")
+    refused = store.commit(clear(1, "fence-other"))
+    assert not refused
+    assert refused.failed_path == "/jobs/j/running/1/fence-other"
+    assert store.exists("/jobs/j/running/1/fence-1")
+
+
+def test_an_absence_check_is_a_guard_without_a_pre_read(store: CoordinationStore) -> None:
+    """``Check(exists=False)`` costs the multi alone, passes on a missing node (also
+    under a missing parent) and fails, naming the path, on an existing one."""
+    store.put("/jobs/j/x", b"0")
+    before = store.round_trips
+    assert store.commit([Check("/jobs/j/necessary", exists=False), Create("/jobs/j/w")])
+    assert store.round_trips - before == 1
+    store.put("/jobs/j/necessary", b"reshard")
+    before = store.round_trips
+    refused = store.commit([Check("/jobs/j/necessary", exists=False), Create("/jobs/j/y")])
+    assert not refused and refused.failed_path == "/jobs/j/necessary"
+    assert store.round_trips - before == 1
+    assert not store.exists("/jobs/j/y")
+    assert store.commit([Check("/jobs/nothing/here", exists=False), Create("/jobs/j/z")])

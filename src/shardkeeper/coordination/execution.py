@@ -72,6 +72,8 @@ class ExecutionService:
         self._store = store
         self._paths = paths
         self._me = instance_id
+        #: this instance's "fired" node was written (a hint: a wrong one costs a retry)
+        self._fired_written = False
 
     def start(
         self,
@@ -99,7 +101,11 @@ class ExecutionService:
             Check(self._paths.necessary, exists=False),
             Check(self._paths.sharding, version=assignment_version),
             # tells a leader about to reshard that this fire already started here
-            Put(self._paths.fired(self._me), repr(fire_time).encode()),
+            Put(
+                self._paths.fired(self._me),
+                repr(fire_time).encode(),
+                existing=self._fired_written,
+            ),
         ]
         groups: list[list[Op]] = []
         fences: dict[int, str] = {}
@@ -157,6 +163,7 @@ class ExecutionService:
                 )
                 break
             token = token or result.revision
+            self._fired_written = True  # from now on it is overwritten without a read
             marked.extend(chunk_items)
             tokens.update(dict.fromkeys(chunk_items, result.revision))
         if not monitor:

@@ -38,12 +38,15 @@ Commits
     operation                      inside the multi
     ============================== ================================================
     ``Check(version=v)``           ``check(path, v)`` (native)
-    ``Check(exists/value/created_ if the pre-read satisfies the condition:
+    ``Check(exists=True)``         ``check(path, -1)`` (native: existence only)
+    ``Check(value/created_        if the pre-read satisfies the condition:
     revision)``                    ``check(path, pre-read version)``; else the
                                    commit fails without sending anything
-    ``Check(exists=False)``        *absence guard*: ``create(g)`` + ``delete(g)``
-                                   where ``g`` is the path (or, when its parent is
-                                   missing, the first missing ancestor segment)
+    ``Check(exists=False)``        *absence guard*, no pre-read: ``create(g)`` +
+                                   ``delete(g)`` where ``g`` is the path (or, when
+                                   its parent is missing, the first missing
+                                   ancestor segment); NodeExists on the path itself
+                                   is the failed condition
     ``Create``                     ``create`` (NodeExists -> failed commit)
     ``Put``                        present with the right kind: ``set_data(path,
                                    pre-read version)``; wrong ephemeral kind:
@@ -51,7 +54,10 @@ Commits
     ``Put(existing=True)``         persistent: ``set_data(path, -1)`` with no
                                    pre-read (a missing node fails the multi, which
                                    is then planned again with the pre-read)
-    ``Delete``                     present: ``delete``; absent: absence guard
+    ``Delete``                     present: ``delete``; absent: absence guard;
+                                   no pre-read when an existence check on the path
+                                   or a descendant is in the same commit (then it
+                                   exists whenever the multi applies)
     ============================== ================================================
 
     Every check and guard comes first in the multi, so conditions are evaluated against
@@ -803,6 +809,11 @@ class ZooKeeperStore(CoordinationStore):
             if kind == "guard" and isinstance(exc, kz.NoNodeError):
                 guards[op.path] = ("pair", self._absent_guard(deadline, op.path))
                 continue
+            if kind == "guard" and isinstance(exc, kz.NodeExistsError):
+                if isinstance(op, Check) and zk_path == op.path:
+                    return CommitResult(False, failed_path=op.path)  # it exists
+                guards.pop(op.path, None)  # a missing ancestor appeared: plan again
+                continue
             # an operation derived from the pre-read failed: the store changed, re-read
             last_contended = op.path
         return CommitResult(False, failed_path=last_contended)
@@ -833,11 +844,26 @@ class ZooKeeperStore(CoordinationStore):
                 isinstance(op, Put) and op.existing and not op.ephemeral and op.path not in reread
             )
 
+        # Paths that exist if the commit applies at all: a bare existence check on
+        # the path or on one of its descendants (it comes first in the multi and
+        # fails it otherwise). Deleting them needs no pre-read.
+        known = {op.path for op in ops if _bare_exists(op)}
+        present = known | {a for p in known for a in _ancestors(p)}
+
+        def native_delete(op: Op) -> bool:
+            return isinstance(op, Delete) and op.path in present and op.path != "/"
+
         need = {
             op.path
             for op in ops
-            if (isinstance(op, Put | Delete) and not blind(op))
-            or (isinstance(op, Check) and op.version is None)
+            if (isinstance(op, Put) and not blind(op))
+            or (isinstance(op, Delete) and not native_delete(op))
+            or (
+                isinstance(op, Check)
+                and op.version is None
+                and not _bare_exists(op)
+                and op.exists is not False
+            )
         }
         sent = {p: self._send(zk.get_async, p) for p in sorted(need)}
         seen: dict[str, tuple[bytes, ZnodeStat] | None] = {}
@@ -872,12 +898,15 @@ class ZooKeeperStore(CoordinationStore):
                 if op.version is not None:
                     checks.append((zkproto.CheckVersion(full, op.version), ("user", op, op.path)))
                     continue
-                got = seen[op.path]
+                if _bare_exists(op):
+                    # version -1 checks existence only: native, no pre-read
+                    checks.append((zkproto.CheckVersion(full, -1), ("user", op, op.path)))
+                    continue
                 if op.exists is False:
-                    if got is not None:
-                        return CommitResult(False, failed_path=op.path)
+                    # the guard itself fails when the node exists: no pre-read
                     guard(op)
                     continue
+                got = seen[op.path]
                 if got is None:
                     return CommitResult(False, failed_path=op.path)
                 value, stat = got
@@ -908,6 +937,8 @@ class ZooKeeperStore(CoordinationStore):
                             ("derived", op, op.path),
                         )
                     )
+            elif native_delete(op):
+                writes.append((zkproto.Delete(full, -1), ("user", op, op.path)))
             elif seen[op.path] is None:
                 guard(op)
             else:
@@ -1333,6 +1364,17 @@ class ZooKeeperStore(CoordinationStore):
             raise StoreUnavailableError("drop_connection: the ZooKeeper store is not connected")
         with suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
+
+
+def _bare_exists(op: Op) -> bool:
+    """A check of existence alone (no version, value or created revision)."""
+    return (
+        isinstance(op, Check)
+        and op.exists is True
+        and op.version is None
+        and op.value is None
+        and op.created_revision is None
+    )
 
 
 def _first_error(results: list[Any]) -> tuple[int, Exception] | None:
