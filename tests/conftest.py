@@ -27,6 +27,7 @@ Stores:
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
@@ -231,3 +232,19 @@ def store_factory(registry_url: str) -> Iterator[StoreFactory]:
 def store(store_factory: StoreFactory) -> CoordinationStore:
     """One started store on ``registry_url``."""
     return store_factory()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _history_in_the_session_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """``shardkeeper run`` records history by default in the user's data directory:
+    the processes the tests start write it under the session's temporary directory
+    instead (tests that test history set their own URL)."""
+    saved = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("xdg-data"))
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("XDG_DATA_HOME", None)
+        else:
+            os.environ["XDG_DATA_HOME"] = saved
