@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from shardkeeper._imports import is_import_path
 from shardkeeper.coordination.assignment_codec import ASSIGNMENT_MAX_BYTES
 from shardkeeper.errors import JobConfigError
-from shardkeeper.scheduling.scheduler import parse_cron, resolve_time_zone
+from shardkeeper.scheduling.triggers import parse_cron, resolve_time_zone
 
 __all__ = [
     "BUILTIN_ERROR_HANDLER_NAMES",
