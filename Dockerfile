@@ -25,9 +25,9 @@ WORKDIR /app
 
 # The package first, so that editing an example does not re-install dependencies.
 # (README.md* : the readme is optional for the build.)
-COPY pyproject.toml README.md* ./
+COPY pyproject.toml README.md* constraints.txt ./
 COPY src ./src
-RUN pip install . && rm -rf src
+RUN pip install -c constraints.txt '.[etcd]' && rm -rf src
 
 COPY examples ./examples
 RUN useradd --create-home --uid 10001 shardkeeper

@@ -77,7 +77,10 @@ def test_dockerfile_runs_the_example_service() -> None:
     stages = re.findall(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", text, flags=re.MULTILINE)
     assert stages[-1][0] == "python:3.11-slim"  # the default target: the worker
     assert ("debian:bookworm-slim", "etcd") in stages
-    assert "pip install ." in text
+    # the package with the etcd extra (the compose file's store), pinned as tested
+    assert "pip install -c constraints.txt '.[etcd]'" in text
+    assert (ROOT / "constraints.txt").is_file()
+    assert "constraints.txt" in text.split("COPY pyproject.toml", 1)[1].splitlines()[0]
     cmd = re.findall(r"^CMD\s+(\[.*\])\s*$", text, flags=re.MULTILINE)[-1]
     assert cmd == '["python", "examples/embedded_service.py"]'
     assert (ROOT / "examples" / "embedded_service.py").is_file()

@@ -38,6 +38,14 @@ def open_engine(url: URL, *, create_dir: bool = True) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 10.0})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
+    try:
+        import psycopg  # noqa: F401  (the driver SQLAlchemy loads for this URL)
+    except ImportError:
+        raise ConfigError(
+            f"history URL {url.render_as_string(hide_password=True)!r} needs the psycopg "
+            "driver, which is not installed: pip install 'shardkeeper[postgres]' (or use "
+            "sqlite:///PATH, or 'off')"
+        ) from None
     return create_engine(
         url,
         pool_size=2,

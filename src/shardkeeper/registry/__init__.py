@@ -7,6 +7,7 @@ call ``start()`` (or use it as a context manager) to connect.
 
 from __future__ import annotations
 
+from shardkeeper.errors import ConfigError
 from shardkeeper.registry.base import (
     Check,
     CommitResult,
@@ -61,6 +62,14 @@ def open_store(url: str | RegistrySettings | None = None) -> CoordinationStore:
         from shardkeeper.registry.zookeeper import ZooKeeperStore
 
         return ZooKeeperStore(settings)
-    from shardkeeper.registry.etcd import EtcdStore
+    try:
+        from shardkeeper.registry.etcd import EtcdStore
+    except ImportError as exc:
+        if exc.name not in ("etcd3", "grpc", "google", "google.protobuf"):
+            raise
+        raise ConfigError(
+            f"etcd:// registry URLs need the etcd extra ({exc.name} is not installed): "
+            "pip install 'shardkeeper[etcd]'"
+        ) from None
 
     return EtcdStore(settings)

@@ -98,7 +98,7 @@ class Batches:
         observers: Observers | None = None,
     ) -> None:
         self._s = services
-        self._observers = observers or Observers()
+        self._observers = observers if observers is not None else Observers()
         self._state = state
         self._job = job
         self._workers = workers

@@ -105,7 +105,7 @@ class JobRunner:
         observers: Observers | None = None,
     ) -> None:
         self.job = job
-        self._observers = observers or Observers()
+        self._observers = observers if observers is not None else Observers()
         self.services = services
         self.state = JobState(config)
         self.paths: JobPaths = services.paths
