@@ -26,6 +26,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from shardkeeper._version import __version__
 from shardkeeper.config import load_job_configs
 from shardkeeper.errors import ConfigError, JobConflictError, ShardkeeperError
 from shardkeeper.ops import (
@@ -173,6 +174,12 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        _out.print(f"shardkeeper {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
     log_level: Annotated[
@@ -181,6 +188,15 @@ def _root(
             "--log-level", help="Show library logs at this level (default: none; run: info)."
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            callback=_show_version,
+            is_eager=True,
+        ),
+    ] = False,
 ) -> None:
     """Elastic sharded jobs on ZooKeeper or etcd: run them, inspect and steer them."""
     root = logging.getLogger()

@@ -652,3 +652,10 @@ def test_corrupt_config_is_shown_and_repaired(
         cli("config", "replace", JOB, "-f", str(tmp_path / "jobs.yaml"), registry=registry_url)
     )
     assert "interval 60.0 -> 30.0" in out
+
+
+def test_version_prints_the_package_version_without_a_registry() -> None:
+    from shardkeeper import __version__
+
+    out = ok(cli("--version"))
+    assert out.strip() == f"shardkeeper {__version__}"
