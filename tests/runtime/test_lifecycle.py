@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -194,3 +195,48 @@ def test_graceful_stop_still_runs_a_fire_that_waited_for_a_reshard(
     assert mine, "the joiner's fire from before the stop never ran its item"
     assert all(ft < stop_at for _i, ft, _item, _p in mine), mine
     assert all(present for *_rest, present in mine), "an item ran after the instance left"
+
+
+class FireRecorder(ShardedJob):
+    """Records (fire time, item, misfire) of every run."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[float, int, bool]] = []
+        self.lock = threading.Lock()
+
+    def execute(self, ctx: ShardingContext) -> None:
+        with self.lock:
+            self.runs.append((ctx.fire_time.timestamp(), ctx.item, ctx.is_misfire))
+
+
+def test_a_misfire_rerun_queued_during_another_is_never_run_twice(server: MemoryServer) -> None:
+    """A misfire re-run queued while another fire was being decided used to go in
+    front of it; that fire then stayed queued after it launched and, a misfire
+    re-run being outside the schedule's duplicate guard, ran a second time (chaos
+    checker, etcd seed 3003: one fire's items twice on one instance, a slow link)."""
+    job = FireRecorder()
+    rt = Runtime(server.store(), shutdown_grace=5)
+    rt.add_job(job, JobConfig(name=JOB, cron="0 0 1 1 *", sharding_total_count=1))
+    rt.start()
+    held = None
+    try:
+        runner = rt.runners[JOB]
+        wait_until(lambda: runner.state.registered, 10)
+        first = time.time()  # after this instance joined (earlier fires are not its)
+        second = first + 1
+        held = server.pause("commit", path=P.running_root, thread="sk-coord")
+        with runner._fires_lock:
+            runner._queue_misfire_rerun(first)
+        runner.submit("fires", runner._pump)
+        assert held.wait_reached(10), "the re-run never committed its marks"
+        # a batch ended meanwhile and owes another re-run: queued behind this one
+        with runner._fires_lock:
+            assert runner._queue_misfire_rerun(second)
+            assert not runner._queue_misfire_rerun(second), "queued twice"
+        held.release()
+        wait_until(lambda: runner.pending_fires() == 0 and runner.idle, 10)
+    finally:
+        if held is not None:
+            held.release()
+        rt.stop()
+    assert sorted(job.runs) == [(first, 0, True), (second, 0, True)], job.runs

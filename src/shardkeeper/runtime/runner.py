@@ -152,6 +152,9 @@ class JobRunner:
             ),
         )
         self._fires: deque[Fire] = deque()
+        #: the fire the pump is deciding (at the front of ``_fires``, also while it
+        #: waits): nothing is ever queued in front of it
+        self._current: Fire | None = None
         self._fires_lock = threading.Lock()
         #: the latest fire time a normal fire was decided for (fires of a job are
         #: decided in order: a normal fire at or before it is a duplicate delivery)
@@ -498,13 +501,35 @@ class JobRunner:
             st.count("skipped")
             self._on_skip(self.name, SkipReason.QUEUED, fire.fire_time, "")
 
+    def _remove(self, fire: Fire) -> None:
+        """Take ``fire`` out of the queue, wherever it is (under ``_fires_lock``)."""
+        for n, queued in enumerate(self._fires):
+            if queued is fire:
+                del self._fires[n]
+                break
+        if self._current is fire:
+            self._current = None
+
+    def _queue_misfire_rerun(self, fire_time: float) -> bool:
+        """Queue the misfire re-run of ``fire_time`` first, but behind a fire being
+        decided; at most one re-run per fire time is queued (under ``_fires_lock``).
+        False when one was queued already."""
+        if any(f.misfire and abs(f.fire_time - fire_time) < 1e-6 for f in self._fires):
+            return False
+        rerun = Fire(fire_time, misfire=True)
+        if self._fires and self._fires[0] is self._current:
+            self._fires.insert(1, rerun)
+        else:
+            self._fires.appendleft(rerun)
+        return True
+
     def _pump(self) -> None:
         """Work the queued fires in order (lane task)."""
         while True:
             with self._fires_lock:
                 if not self._fires:
                     return
-                fire = self._fires[0]
+                fire = self._current = self._fires[0]
             with self.state.lock:
                 # a graceful stop still decides the fires from before it began
                 stopping = self.state.skip_reason(fire.fire_time) is SkipReason.STOPPING
@@ -512,8 +537,7 @@ class JobRunner:
                     self.state.starting += 1
             if stopping:
                 with self._fires_lock:
-                    if self._fires and self._fires[0] is fire:
-                        self._fires.popleft()
+                    self._remove(fire)
                 continue
             try:
                 if not fire.misfire and not fire.manual and fire.fire_time <= self._last_fire:
@@ -539,8 +563,7 @@ class JobRunner:
                     result = Skipped(SkipReason.STORE)
             except Exception:
                 with self._fires_lock:
-                    if self._fires and self._fires[0] is fire:
-                        self._fires.popleft()
+                    self._remove(fire)
                 raise
             finally:
                 with self.state.lock:
@@ -552,8 +575,7 @@ class JobRunner:
                 )
                 return
             with self._fires_lock:
-                if self._fires and self._fires[0] is fire:
-                    self._fires.popleft()
+                self._remove(fire)
                 last = not self._fires
                 if not fire.misfire and not fire.manual:
                     self._last_fire = max(self._last_fire, fire.fire_time)
@@ -631,7 +653,7 @@ class JobRunner:
                 # queued under the state lock: a graceful stop never sees the re-run
                 # neither owed nor queued
                 with self._fires_lock:
-                    self._fires.appendleft(Fire(misfire_at or 0.0, misfire=True))
+                    self._queue_misfire_rerun(misfire_at or 0.0)
         if rerun:
             self.submit("fires", self._pump)
         elif misfire_at is not None:
