@@ -134,12 +134,10 @@ class ShardedJob:
 def _call(fn: Callable[..., Any], *args: Any) -> Any:
     result = fn(*args)
     if inspect.isawaitable(result):
-        import asyncio
+        # one long-lived loop for every async job of the process (see asyncloop)
+        from shardkeeper.asyncloop import run_awaitable
 
-        async def _await() -> Any:
-            return await result
-
-        return asyncio.run(_await())
+        return run_awaitable(result)
     return result
 
 
