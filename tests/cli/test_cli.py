@@ -276,6 +276,31 @@ def test_human_output(registry_url: str, start: Start, ops: Operations) -> None:
     assert f"/jobs/{JOB}/config [P] " in out and f"/instances/{me} [E] " in out
 
 
+@pytest.mark.parametrize("command", [["instances"], ["jobs"], ["job", JOB]])
+def test_piped_tables_never_wrap_ids(
+    registry_url: str, start: Start, ops: Operations, command: list[str]
+) -> None:
+    """Piped with COLUMNS unset (rich would assume 80 columns), a long instance id
+    stays whole on one line, so ``| grep ID`` and ``| awk`` see it."""
+    rt, _ = start()
+    wait_until(lambda: ops.job(JOB).leader, message="no leader")
+    env = {**os.environ, "SHARDKEEPER_REGISTRY": registry_url}
+    env.pop("COLUMNS", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "shardkeeper.cli", *command],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if rt.instance_id in line]
+    assert rows, f"no line holds the whole id {rt.instance_id!r}:\n{result.stdout}"
+    assert max(len(line) for line in result.stdout.splitlines()) > 80  # really unwrapped
+
+
 def test_switches(registry_url: str, start: Start, ops: Operations) -> None:
     rt, _ = start()
     me = rt.instance_id

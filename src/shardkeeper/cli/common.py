@@ -1,0 +1,154 @@
+"""What every command module shares: the Typer apps, common options, exit codes.
+
+The root callback (``--log-level``, ``--version``) lives here too, so that the
+command modules only add commands.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from shardkeeper._version import __version__
+from shardkeeper.cli.render import out
+from shardkeeper.errors import ConfigError, JobConflictError, ShardkeeperError
+from shardkeeper.ops import Operations
+from shardkeeper.registry.url import ENV_VAR
+
+__all__ = [
+    "Backend",
+    "Failed",
+    "HistoryUrlOpt",
+    "JobArg",
+    "JsonOpt",
+    "LogLevel",
+    "RegistryOpt",
+    "app",
+    "config_app",
+    "connect",
+    "exit_code",
+    "registry_app",
+]
+
+app = typer.Typer(
+    name="shardkeeper",
+    help="Elastic sharded jobs on ZooKeeper or etcd: run them, inspect and steer them.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+config_app = typer.Typer(help="Read or change a job's stored configuration.", no_args_is_help=True)
+registry_app = typer.Typer(
+    help="A local ZooKeeper or etcd for development (detached servers); fix-acl.",
+    no_args_is_help=True,
+)
+app.add_typer(config_app, name="config")
+app.add_typer(registry_app, name="registry")
+
+RegistryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--registry",
+        "-r",
+        envvar=ENV_VAR,
+        show_envvar=True,
+        metavar="URL",
+        help="Registry URL, e.g. zk://host:2181/my-app or etcd://host:2379/my-app.",
+    ),
+]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print JSON (stable schema, see docs/cli.md).")
+]
+JobArg = Annotated[str, typer.Argument(metavar="NAME", help="Job name.")]
+HistoryUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--history-url",
+        envvar="SHARDKEEPER_HISTORY_URL",
+        show_envvar=True,
+        metavar="URL",
+        help="Execution history: sqlite:///PATH, postgresql://USER:PW@HOST/DB or off "
+        "(default: $XDG_DATA_HOME/shardkeeper/history.db).",
+    ),
+]
+
+
+class Backend(StrEnum):
+    """Backends of ``shardkeeper registry up``."""
+
+    zookeeper = "zookeeper"
+    etcd = "etcd"
+
+
+class LogLevel(StrEnum):
+    """Log levels of ``--log-level``."""
+
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+def exit_code(exc: ShardkeeperError) -> int:
+    """The exit code for an error: 2 for bad input, 1 for everything else."""
+    if isinstance(exc, JobConflictError):
+        return 1  # the input is fine; the registry refuses it
+    return 2 if isinstance(exc, ConfigError) else 1
+
+
+class Failed(Exception):
+    """A command that ran but did not achieve what was asked (exit 1)."""
+
+
+@contextmanager
+def connect(registry: str | None) -> Iterator[Operations]:
+    """Operations on the registry (URL or ``$SHARDKEEPER_REGISTRY``), closed on exit."""
+    ops = Operations.connect(registry)
+    try:
+        yield ops
+    finally:
+        ops.close()
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        out.print(f"shardkeeper {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    log_level: Annotated[
+        LogLevel | None,
+        typer.Option(
+            "--log-level", help="Show library logs at this level (default: none; run: info)."
+        ),
+    ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            callback=_show_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Elastic sharded jobs on ZooKeeper or etcd: run them, inspect and steer them."""
+    root = logging.getLogger()
+    if log_level is not None:
+        logging.basicConfig(
+            level=log_level.value.upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+    elif not root.handlers:
+        # Client libraries log connection retries as warnings; an operator command
+        # reports one clear error line instead.
+        root.addHandler(logging.NullHandler())

@@ -1,0 +1,282 @@
+"""Read commands: status, jobs, job, shards, instances, dump, history."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from shardkeeper.cli.common import Failed, HistoryUrlOpt, JobArg, JsonOpt, RegistryOpt, app, connect
+from shardkeeper.cli.render import (
+    emit_json,
+    fmt_ids,
+    fmt_next,
+    fmt_seconds,
+    fmt_short,
+    fmt_time,
+    fmt_yes,
+    new_table,
+    out,
+)
+from shardkeeper.ops import DumpEntry, InstanceView, ItemView, JobSummary
+
+__all__ = ["dump", "history", "instances", "job_cmd", "jobs_cmd", "shards", "status"]
+
+
+@app.command()
+def status(registry: RegistryOpt = None, as_json: JsonOpt = False) -> None:
+    """Overview: live instances and every job with its health."""
+    with connect(registry) as ops:
+        overview = ops.status()
+    if as_json:
+        emit_json(overview.to_dict())
+        return
+    out.print(
+        f"{overview.backend} namespace {overview.namespace!r}: "
+        f"{len(overview.instances)} live instance(s), {len(overview.jobs)} job(s)"
+    )
+    if not overview.jobs:
+        return
+    table = new_table(
+        "JOB", "TRIGGER", "ITEMS", "INSTANCES", "RUNNING", "QUEUED", "NEXT FIRE", "HEALTH"
+    )
+    for job in overview.jobs:
+        s = job.summary
+        table.add_row(
+            s.name,
+            s.trigger,
+            str(s.sharding_total_count),
+            str(len(s.instances)),
+            str(job.running_items),
+            str(job.failover_queued),
+            fmt_next(s.next_fire, s.next_fire_reason),
+            job.health,
+        )
+    out.print(table)
+
+
+def _jobs_table(summaries: list[JobSummary]) -> Table:
+    table = new_table(
+        "NAME", "TRIGGER", "ITEMS", "INSTANCES", "LEADER", "ENABLED", "FAILOVER", "NEXT"
+    )
+    for s in summaries:
+        table.add_row(
+            s.name,
+            s.trigger,
+            str(s.sharding_total_count),
+            fmt_ids(s.instances),
+            s.leader or "-",
+            fmt_yes(s.enabled),
+            fmt_yes(s.failover),
+            fmt_next(s.next_fire, s.next_fire_reason),
+        )
+    return table
+
+
+@app.command("jobs")
+def jobs_cmd(registry: RegistryOpt = None, as_json: JsonOpt = False) -> None:
+    """List every registered job."""
+    with connect(registry) as ops:
+        summaries = ops.jobs()
+    if as_json:
+        emit_json({"jobs": [s.to_dict() for s in summaries]})
+    elif summaries:
+        out.print(_jobs_table(summaries))
+    else:
+        out.print("no jobs registered")
+
+
+def _items_table(items: list[ItemView]) -> Table:
+    table = new_table(
+        "ITEM",
+        "PARAMETER",
+        "OWNER",
+        "RUNNING ON",
+        "FAILOVER",
+        "MISFIRE",
+        "DISABLED",
+        "LAST RUN",
+        "DURATION",
+        "LAST OK",
+        "LAST ERROR",
+    )
+    for i in items:
+        failover = f"queued (from {i.failover_from})" if i.failover_queued else "-"
+        if i.running_as_failover:
+            failover = "running"
+        table.add_row(
+            str(i.item),
+            i.parameter or "-",
+            i.owner or "-",
+            i.running_on or "-",
+            failover,
+            fmt_yes(i.misfire),
+            fmt_yes(i.disabled),
+            fmt_time(i.last_run) + (" (stale)" if i.health == "stale" else ""),
+            fmt_seconds(i.last_duration),
+            fmt_time(i.last_ok),
+            fmt_short(i.last_error),
+        )
+    return table
+
+
+@app.command("job")
+def job_cmd(name: JobArg, registry: RegistryOpt = None, as_json: JsonOpt = False) -> None:
+    """Everything about one job: config, leader, instances, items."""
+    with connect(registry) as ops:
+        detail = ops.job(name)
+    if as_json:
+        emit_json(detail.to_dict())
+        return
+    head = new_table("FIELD", "VALUE")
+    head.show_header = False
+    rows = [
+        ("job", detail.name),
+        ("trigger", detail.trigger),
+        ("enabled", fmt_yes(detail.enabled)),
+        ("leader", detail.leader or "-"),
+        ("instances", fmt_ids(detail.instances)),
+        ("disabled instances", fmt_ids(detail.disabled_instances)),
+        ("reshard pending", detail.reshard_reason or "no"),
+        ("generation", str(detail.assignment_generation or "-")),
+        ("next fire", fmt_next(detail.next_fire, detail.next_fire_reason)),
+        ("health", detail.health),
+    ]
+    if detail.config_error:
+        rows.append(("config error", detail.config_error))
+    for key, value in rows:
+        head.add_row(key, value)
+    out.print(head)
+    out.print(_items_table(detail.items))
+
+
+@app.command()
+def shards(name: JobArg, registry: RegistryOpt = None, as_json: JsonOpt = False) -> None:
+    """The items of a job: owner, where each runs, failover, misfire, switches."""
+    with connect(registry) as ops:
+        detail = ops.job(name)
+    if as_json:
+        emit_json(
+            {
+                "job": detail.name,
+                "reshard_pending": detail.reshard_pending,
+                "assignment_generation": detail.assignment_generation,
+                "items": [i.to_dict() for i in detail.items],
+            }
+        )
+        return
+    out.print(_items_table(detail.items))
+
+
+def _instances_table(views: list[InstanceView]) -> Table:
+    table = new_table(
+        "INSTANCE", "HOST", "PID", "VERSION", "STARTED", "ITEMS", "LEADER OF", "LABELS"
+    )
+    for v in views:
+        items = "; ".join(
+            f"{job}: {','.join(map(str, its)) or '-'}{' (disabled)' if v.disabled[job] else ''}"
+            for job, its in v.items.items()
+        )
+        table.add_row(
+            v.instance_id,
+            v.host,
+            str(v.pid or "-"),
+            v.version,
+            fmt_time(v.started_at),
+            items or "-",
+            fmt_ids(v.leader_of),
+            ", ".join(f"{k}={val}" for k, val in v.labels.items()) or "-",
+        )
+    return table
+
+
+@app.command()
+def instances(
+    job: Annotated[str | None, typer.Option("--job", help="Only instances of this job.")] = None,
+    registry: RegistryOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List live instances with their items per job."""
+    with connect(registry) as ops:
+        views = ops.instances(job)
+    if as_json:
+        emit_json({"instances": [v.to_dict() for v in views]})
+    elif views:
+        out.print(_instances_table(views))
+    else:
+        out.print("no live instances")
+
+
+@app.command()
+def dump(
+    path: Annotated[str, typer.Argument(help="Subtree to show.")] = "/",
+    registry: RegistryOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Every stored node under PATH with its value and kind (for debugging)."""
+    with connect(registry) as ops:
+        nodes = ops.dump(path)
+    if not nodes and path != "/":
+        raise Failed(f"nothing is stored at {path}")
+    if as_json:
+        emit_json({"path": path, "nodes": {p: e.to_dict() for p, e in nodes.items()}})
+        return
+    # plain lines, never wrapped: values are long JSON documents that people grep
+    sys.stdout.write("".join(_dump_line(entry) + "\n" for entry in nodes.values()))
+
+
+def _dump_line(entry: DumpEntry) -> str:
+    kind = "E" if entry.kind == "ephemeral" else "P"
+    value = entry.value if entry.encoding == "utf-8" else f"base64:{entry.value}"
+    return f"{entry.path} [{kind}] {value}" if value else f"{entry.path} [{kind}]"
+
+
+@app.command()
+def history(
+    name: JobArg,
+    item: Annotated[int | None, typer.Option("--item", metavar="N", help="Only item N.")] = None,
+    instance: Annotated[
+        str | None, typer.Option("--instance", metavar="ID", help="Only runs on this instance.")
+    ] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="Only failed/timed-out runs.")] = False,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", metavar="DURATION", help="Only runs started since: 30s, 1h, 2d."),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows.")] = 50,
+    execution: Annotated[
+        str | None,
+        typer.Option("--execution", metavar="ID", help="Every run of one execution id."),
+    ] = None,
+    show_traceback: Annotated[
+        bool, typer.Option("--show-traceback", help="Print tracebacks below the table.")
+    ] = False,
+    history_url: HistoryUrlOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per row.")] = False,
+) -> None:
+    """Recorded executions of a job, newest first (from the execution history)."""
+    from shardkeeper.history import HistoryQuery, HistoryReader, parse_since
+    from shardkeeper.history.render import history_table, json_lines, tracebacks
+
+    query = HistoryQuery(
+        job=name,
+        item=item,
+        instance=instance,
+        failed_only=failed,
+        since=parse_since(since) if since is not None else None,
+        execution_id=execution,
+        limit=limit,
+    )
+    with HistoryReader(history_url) as reader:
+        entries = reader.query(query)
+        where = reader.describe()
+    if as_json:
+        sys.stdout.write(json_lines(entries))
+    elif not entries:
+        out.print(f"no executions of {name!r} match in {where}", markup=False)
+    else:
+        out.print(history_table(entries))
+        if show_traceback or execution is not None:
+            sys.stdout.write(tracebacks(entries))

@@ -1,0 +1,152 @@
+"""``shardkeeper registry up|down|status|fix-acl``: a local registry, ZooKeeper ACLs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from shardkeeper.cli.common import Backend, Failed, JsonOpt, RegistryOpt, registry_app
+from shardkeeper.cli.render import emit_json
+from shardkeeper.errors import ConfigError
+from shardkeeper.registry.url import redact
+
+__all__ = ["registry_down", "registry_fix_acl", "registry_status", "registry_up"]
+
+T = TypeVar("T")
+
+DirOpt = Annotated[
+    Path, typer.Option("--dir", help="State and data directory of the local registry.")
+]
+_DEFAULT_DIR = Path("registry/data")
+
+
+@registry_app.command("up")
+def registry_up(
+    backend: Annotated[Backend, typer.Option("--backend", help="Which store.")] = (
+        Backend.zookeeper
+    ),
+    nodes: Annotated[int, typer.Option("--nodes", help="1 or 3 members.")] = 1,
+    directory: DirOpt = _DEFAULT_DIR,
+    namespace: Annotated[
+        str, typer.Option("--namespace", help="Namespace of the printed URL.")
+    ] = "default",
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for ready.")] = 60.0,
+    auth: Annotated[
+        bool,
+        typer.Option("--auth", help="etcd only: enable auth (root user, password in state.json)."),
+    ] = False,
+) -> None:
+    """Start a detached local registry and print its URL (only the URL, on stdout)."""
+    from shardkeeper.testing.local import up
+
+    if nodes not in (1, 3):
+        raise ConfigError(f"--nodes {nodes}: give 1 or 3")
+    if auth and backend is not Backend.etcd:
+        raise ConfigError(f"--auth applies to --backend etcd only, not {backend.value}")
+    state = _local(
+        lambda: up(backend.value, nodes, directory, namespace=namespace, auth=auth, timeout=timeout)
+    )
+    verb = "already running" if state["already_running"] else "started"
+    typer.echo(
+        f"{state['nodes']}-node {state['backend']} {verb} "
+        f"(pids {', '.join(map(str, state['pids']))}; data in {directory})",
+        err=True,
+    )
+    typer.echo(state["url"])
+
+
+@registry_app.command("down")
+def registry_down(directory: DirOpt = _DEFAULT_DIR) -> None:
+    """Stop the local registry (every process it started)."""
+    from shardkeeper.testing.local import down
+
+    pids = _local(lambda: down(directory))
+    typer.echo(f"stopped pids {', '.join(map(str, pids))}" if pids else "nothing was running")
+
+
+@registry_app.command("status")
+def registry_status(directory: DirOpt = _DEFAULT_DIR, as_json: JsonOpt = False) -> None:
+    """Show the local registry and whether every member serves (exit 1 if not)."""
+    from shardkeeper.testing.local import status as local_status
+
+    info = _local(lambda: local_status(directory))
+    keys = ("backend", "nodes", "url", "hosts", "pids", "logs", "started_at", "healthy")
+    data: dict[str, Any] = {"running": info is not None, "dir": str(directory)}
+    if info is not None:
+        data.update({k: info.get(k) for k in keys})
+        data["url"] = redact(str(info.get("url", "")))
+        data["members"] = [
+            {
+                k: m.get(k)
+                for k in ("index", "client_port", "pid", "running", "paused", "serving", "role")
+            }
+            for m in info["members"]
+        ]
+    else:
+        data["healthy"] = False
+    if as_json:
+        emit_json(data)
+    elif info is None:
+        typer.echo(f"no registry runs in {directory}")
+    else:
+        health = "healthy" if data["healthy"] else "UNHEALTHY"
+        typer.echo(f"{data['nodes']}-node {data['backend']} registry: {health}")
+        typer.echo(f"url: {data['url']}")
+        for m in data["members"]:
+            word = (
+                "paused"
+                if m["paused"]
+                else "serving"
+                if m["serving"]
+                else "running, not serving"
+                if m["running"]
+                else "down"
+            )
+            role = f" ({m['role']})" if m["role"] else ""
+            typer.echo(
+                f"  member {m['index']}: port {m['client_port']} pid {m['pid']} {word}{role}"
+            )
+    if not data["healthy"]:
+        raise typer.Exit(1)
+
+
+@registry_app.command("fix-acl")
+def registry_fix_acl(registry: RegistryOpt = None) -> None:
+    """ZooKeeper: give every node of the namespace the URL user's digest ACL."""
+    from shardkeeper.registry.url import RegistrySettings
+    from shardkeeper.registry.zookeeper import ZooKeeperStore
+
+    settings = RegistrySettings.from_env(registry)
+    if settings.backend != "zookeeper":
+        raise ConfigError(
+            "fix-acl applies to ZooKeeper only; etcd access is granted by roles "
+            "(see docs/registry-backends.md)"
+        )
+    if not settings.username:
+        raise ConfigError(
+            f"fix-acl needs the credentials to protect namespace {settings.namespace!r} "
+            "with: give user:password in the registry URL"
+        )
+    # acl_repair: start() repairs an open namespace instead of refusing it
+    store = ZooKeeperStore(settings.model_copy(update={"acl_repair": True}))
+    try:
+        store.start()
+        count = store.acl_repaired or store.repair_acl()
+    finally:
+        store.close()
+    typer.echo(
+        f"namespace {settings.namespace!r}: ACL of {count} node(s) set to "
+        f"digest:{settings.username} (all rights)"
+    )
+
+
+def _local(fn: Callable[[], T]) -> T:
+    """Run a local-registry call; its failures become one error line (exit 1)."""
+    try:
+        return fn()
+    # RuntimeError covers the servers' ClusterError (a subclass)
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise Failed(str(exc)) from None

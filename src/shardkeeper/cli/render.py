@@ -1,0 +1,97 @@
+"""Rendering for the command line: the console, tables, JSON and value formats.
+
+Tables go through one :data:`out` console. On a terminal it wraps to the terminal's
+width; piped (stdout not a terminal and no ``COLUMNS`` set) it never wraps, so an
+instance id or an error stays on one line for ``grep`` and ``awk``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from shardkeeper.ops.views import iso
+
+__all__ = [
+    "emit_json",
+    "fmt_ids",
+    "fmt_next",
+    "fmt_seconds",
+    "fmt_short",
+    "fmt_time",
+    "fmt_yes",
+    "make_console",
+    "new_table",
+    "out",
+]
+
+#: the width of a piped console: wide enough that no row of ours is ever wrapped
+PIPE_WIDTH = 100_000
+
+
+def make_console() -> Console:
+    """The console tables print on: unbounded width when piped, see the module doc."""
+    piped = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
+    # rich would assume 80 columns for a pipe and fold long ids onto two lines
+    return Console(highlight=False, soft_wrap=False, width=PIPE_WIDTH if piped else None)
+
+
+out = make_console()
+
+
+def emit_json(data: Any) -> None:
+    """Print ``data`` as indented JSON on plain stdout."""
+    # plain stdout, not rich: the JSON must not be wrapped or coloured
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def new_table(*columns: str) -> Table:
+    """A borderless table with these column headers."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def fmt_time(value: datetime | float | None) -> str:
+    """A time as ISO 8601 UTC with ``Z``, or ``-``."""
+    text = iso(value)
+    return text.replace("+00:00", "Z") if text else "-"
+
+
+def fmt_next(when: datetime | None, reason: str | None) -> str:
+    """The next fire time, or why there is none (``- (no instance)``)."""
+    if when is None and reason:
+        return f"- ({reason})"
+    return fmt_time(when)
+
+
+def fmt_seconds(value: float | None) -> str:
+    """A duration: milliseconds below a second, else seconds."""
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.1f}s"
+
+
+def fmt_short(text: str | None, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters (with ``...``), or ``-``."""
+    if not text:
+        return "-"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def fmt_ids(values: Sequence[str]) -> str:
+    """A comma-separated list, or ``-``."""
+    return ", ".join(values) if values else "-"
+
+
+def fmt_yes(flag: bool) -> str:
+    """``yes`` or ``no``."""
+    return "yes" if flag else "no"

@@ -1,0 +1,226 @@
+"""Write commands: trigger, disable/enable, shutdown, remove, config get/set/replace."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from shardkeeper.cli.common import Failed, JobArg, JsonOpt, RegistryOpt, app, config_app, connect
+from shardkeeper.cli.render import emit_json, fmt_time, new_table, out
+from shardkeeper.config import load_job_configs
+from shardkeeper.errors import ConfigError
+from shardkeeper.ops import config_to_dict, parse_assignments
+
+__all__ = [
+    "config_get",
+    "config_replace",
+    "config_set",
+    "disable",
+    "enable",
+    "remove",
+    "shutdown",
+    "trigger",
+]
+
+
+@app.command()
+def trigger(
+    name: JobArg,
+    instance: Annotated[
+        str | None, typer.Option("--instance", help="Only this instance (default: all).")
+    ] = None,
+    registry: RegistryOpt = None,
+) -> None:
+    """Run a job's items now on its live instances (or on one)."""
+    with connect(registry) as ops:
+        asked = ops.trigger(name, instance)
+    out.print(f"triggered {name} on {', '.join(asked)}", markup=False)
+
+
+def _switch(
+    enable: bool, name: str | None, item: int | None, instance: str | None, registry: str | None
+) -> str:
+    verb = "enabled" if enable else "disabled"
+    if item is not None and name is None:
+        raise ConfigError("--item needs the job NAME")
+    if item is not None and instance is not None:
+        raise ConfigError("give --item or --instance, not both")
+    if name is None and instance is None:
+        raise ConfigError("give a job NAME, or --instance ID (for every job it runs)")
+    with connect(registry) as ops:
+        if item is not None:
+            assert name is not None  # checked above: --item needs a job
+            (ops.enable_item if enable else ops.disable_item)(name, item)
+            return f"{verb} item {item} of {name}"
+        if instance is not None:
+            fn = ops.enable_instance if enable else ops.disable_instance
+            jobs = fn(instance, name)
+            where = ", ".join(jobs) if jobs else "no job (nothing to change)"
+            return f"{verb} instance {instance} for {where}"
+        assert name is not None
+        (ops.enable_job if enable else ops.disable_job)(name)
+        return f"{verb} job {name}"
+
+
+ItemOpt = Annotated[int | None, typer.Option("--item", metavar="N", help="One item of the job.")]
+InstanceOpt = Annotated[
+    str | None,
+    typer.Option("--instance", metavar="ID", help="One instance (every job it runs if no NAME)."),
+]
+OptionalJobArg = Annotated[
+    str | None, typer.Argument(metavar="NAME", help="Job name (optional with --instance).")
+]
+
+
+@app.command()
+def disable(
+    name: OptionalJobArg = None,
+    item: ItemOpt = None,
+    instance: InstanceOpt = None,
+    registry: RegistryOpt = None,
+) -> None:
+    """Switch off a job, one of its items (--item) or an instance (--instance)."""
+    out.print(_switch(False, name, item, instance, registry), markup=False)
+
+
+@app.command()
+def enable(
+    name: OptionalJobArg = None,
+    item: ItemOpt = None,
+    instance: InstanceOpt = None,
+    registry: RegistryOpt = None,
+) -> None:
+    """Switch on again what `disable` switched off."""
+    out.print(_switch(True, name, item, instance, registry), markup=False)
+
+
+@app.command()
+def shutdown(
+    instance: Annotated[str, typer.Argument(metavar="INSTANCE", help="Instance id.")],
+    wait: Annotated[
+        float | None,
+        typer.Option("--wait", metavar="SECONDS", min=0, help="Wait until it is gone."),
+    ] = None,
+    registry: RegistryOpt = None,
+) -> None:
+    """Ask an instance to stop gracefully (it finishes its running items first)."""
+    with connect(registry) as ops:
+        gone = ops.shutdown(instance, wait=wait)
+    if wait is None:
+        out.print(f"shutdown requested for {instance}", markup=False)
+    elif gone:
+        out.print(f"{instance} stopped", markup=False)
+    else:
+        raise Failed(f"{instance} is still running after {wait:g} s")
+
+
+@app.command()
+def remove(
+    name: JobArg,
+    force: Annotated[
+        bool, typer.Option("--force", help="Remove even while instances run it.")
+    ] = False,
+    registry: RegistryOpt = None,
+) -> None:
+    """Delete everything stored for a job (refused while instances run it)."""
+    with connect(registry) as ops:
+        members = ops.remove_job(name, force=force)
+    note = f" (still run by {', '.join(members)}: stop them)" if members else ""
+    out.print(f"removed job {name}{note}", markup=False)
+
+
+# -- config ----------------------------------------------------------------------------
+
+
+@config_app.command("get")
+def config_get(name: JobArg, registry: RegistryOpt = None, as_json: JsonOpt = False) -> None:
+    """Show a job's stored configuration (an invalid one: its raw text and why)."""
+    with connect(registry) as ops:
+        stored = ops.stored_config(name)
+    if stored.config is None:
+        # Show what is there, so the operator can repair it; fail all the same.
+        if as_json:
+            emit_json({"name": name, "config_error": stored.error, "raw": stored.text})
+        else:
+            sys.stdout.write(stored.text + "\n")
+        raise Failed(
+            f"{stored.error} (repair it: shardkeeper config set {name} KEY=VALUE..., or "
+            f"shardkeeper config replace {name} --file FILE)"
+        )
+    data = config_to_dict(stored.config)
+    if as_json:
+        emit_json(data)
+        return
+    table = new_table("FIELD", "VALUE")
+    for key, value in data.items():
+        table.add_row(key, json.dumps(value, ensure_ascii=False))
+    out.print(table)
+    if stored.by:
+        edits = f"; operator edits: {', '.join(stored.edits)}" if stored.edits else ""
+        out.print(
+            f"written by {stored.writer} {stored.by} at {fmt_time(stored.at)} "
+            f"(revision {stored.revision}){edits}",
+            markup=False,
+        )
+
+
+def _print_changes(
+    name: str, before: dict[str, Any] | None, after: dict[str, Any], as_json: bool
+) -> None:
+    if as_json:
+        emit_json(after)
+        return
+    if before is None:
+        out.print(f"{name}: the invalid stored config was replaced", markup=False)
+        return
+    changed = [k for k in after if before.get(k) != after[k]]
+    if not changed:
+        out.print(f"{name}: nothing changed", markup=False)
+    for key in changed:
+        old, new = json.dumps(before.get(key)), json.dumps(after[key])
+        out.print(f"{name}: {key} {old} -> {new}", markup=False)
+    if before["sharding_total_count"] != after["sharding_total_count"]:
+        out.print(f"{name}: items are resharded at the next trigger", markup=False)
+
+
+@config_app.command("set")
+def config_set(
+    name: JobArg,
+    assignments: Annotated[
+        list[str], typer.Argument(metavar="KEY=VALUE...", help="Fields to change.")
+    ],
+    registry: RegistryOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Change fields of a job's stored configuration (validated; instances reload it).
+    Also repairs an invalid stored config: its readable fields are kept."""
+    changes = parse_assignments(assignments)
+    with connect(registry) as ops:
+        stored = ops.stored_config(name)
+        before = config_to_dict(stored.config) if stored.config is not None else None
+        after = config_to_dict(ops.update_config(name, **changes))
+    _print_changes(name, before, after, as_json)
+
+
+@config_app.command("replace")
+def config_replace(
+    name: JobArg,
+    file: Annotated[
+        Path,
+        typer.Option("--file", "-f", help="YAML/TOML job file holding a job of this NAME."),
+    ],
+    registry: RegistryOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Replace a job's whole stored configuration with the job NAME of a job file
+    (also an invalid stored config)."""
+    configs = [c for c in load_job_configs(file) if c.name == name]
+    if not configs:
+        raise ConfigError(f"{file} has no job named {name!r}")
+    with connect(registry) as ops:
+        new, old = ops.replace_config(name, configs[0])
+    _print_changes(name, config_to_dict(old) if old else None, config_to_dict(new), as_json)
