@@ -202,7 +202,7 @@ def test_ensure_all_up_repairs_paused_and_killed_members(zk_ensemble: ZooKeeperC
 def _cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     return subprocess.run(
-        [sys.executable, "-m", "shardkeeper.testing", *args],
+        [sys.executable, "-m", "shardkeeper.cli", "registry", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -234,7 +234,7 @@ def test_cli_up_status_down_round_trip(tmp_path: Path, backend: str) -> None:
         down = _cli("down", "--dir", str(data))
     assert down.returncode == 0, down.stderr
     _assert_gone(pids, [])
-    assert _cli("status", "--dir", str(data)).returncode == 3
+    assert _cli("status", "--dir", str(data)).returncode == 1  # nothing runs
 
 
 # ---- fault helpers -----------------------------------------------------------------

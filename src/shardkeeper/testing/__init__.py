@@ -15,7 +15,7 @@
 * :mod:`shardkeeper.testing.postgres`: a throwaway PostgreSQL server
   (:class:`~shardkeeper.testing.postgres.PostgresServer`) for the history tests.
 * :mod:`shardkeeper.testing.local`: detached local registries (``up``/``down``/
-  ``status``), also as ``python -m shardkeeper.testing``.
+  ``status``), behind ``shardkeeper registry up|down|status``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """A local registry for development: start detached servers, find them again, stop them.
 
-These functions back ``python -m shardkeeper.testing up|down|status`` and the
-``registry/up``, ``registry/down``, ``registry/status`` scripts (and later
-``shardkeeper registry ...``). The servers outlive the command that started them; a
-state file (``<dir>/state.json``) records their pids, ports and registry URL so that
-``down`` and ``status`` find them again. Data and logs live under ``<dir>/<backend>/``.
+These functions back ``shardkeeper registry up|down|status`` and the
+``registry/up``, ``registry/down``, ``registry/status`` scripts that wrap it. The
+servers outlive the command that started them; a state file (``<dir>/state.json``)
+records their pids, ports and registry URL so that ``down`` and ``status`` find them
+again. Data and logs live under ``<dir>/<backend>/``.
 """
 
 from __future__ import annotations
