@@ -16,7 +16,18 @@ The public API::
 
 Embedded in a service instead of ``run_forever()``: ``with runtime:`` starts it on
 entering the block and stops it (gracefully) on leaving it; add the jobs first.
-(tests/test_package_docstring.py runs this example against real stores.)
+(tests/test_package_docstring.py runs this example against real stores,
+tests/unit/test_public_api.py against an in-process ``memory://`` store.)
+
+Errors: everything shardkeeper raises is a :class:`ShardkeeperError`; the ones callers
+handle are exported here too: bad input (:class:`ConfigError` and its
+:class:`JobConfigError`, :class:`JobConflictError`, :class:`InvalidRegistryURLError`),
+the store (:class:`StoreUnavailableError`, :class:`StoreAuthError`,
+:class:`SessionLostError`, :class:`OperationTimeoutError` — the outcome is unknown —,
+:class:`NoNodeError`, :class:`NodeExistsError`, :class:`StoreLimitError`, all
+:class:`StoreError`), and operator requests (:class:`JobLookupError`,
+:class:`InstanceLookupError`, :class:`OperationRefusedError`). The tree is drawn in
+:mod:`shardkeeper.errors`.
 """
 
 from __future__ import annotations
@@ -25,10 +36,20 @@ from shardkeeper._version import __version__
 from shardkeeper.config import JobConfig, load_job_configs
 from shardkeeper.errors import (
     ConfigError,
+    InstanceLookupError,
+    InvalidRegistryURLError,
     JobConfigError,
     JobConflictError,
+    JobLookupError,
+    NodeExistsError,
+    NoNodeError,
+    OperationRefusedError,
+    OperationTimeoutError,
+    SessionLostError,
     ShardkeeperError,
+    StoreAuthError,
     StoreError,
+    StoreLimitError,
     StoreUnavailableError,
 )
 from shardkeeper.job import (
@@ -47,18 +68,28 @@ __all__ = [
     "ClusterOnceListener",
     "ConfigError",
     "DataflowJob",
+    "InstanceLookupError",
+    "InvalidRegistryURLError",
     "JobConfig",
     "JobConfigError",
     "JobConflictError",
     "JobListener",
+    "JobLookupError",
+    "NoNodeError",
+    "NodeExistsError",
+    "OperationRefusedError",
+    "OperationTimeoutError",
     "RegistrySettings",
     "Runtime",
     "ScriptFailedError",
     "ScriptJob",
+    "SessionLostError",
     "ShardedJob",
     "ShardingContext",
     "ShardkeeperError",
+    "StoreAuthError",
     "StoreError",
+    "StoreLimitError",
     "StoreUnavailableError",
     "__version__",
     "load_job_configs",
