@@ -176,6 +176,22 @@ class JobConfig(BaseModel):
     max_threads: int = Field(
         default=0, ge=0, description="Items of this job at once per instance; 0 = no limit."
     )
+    retries: int = Field(
+        default=0, ge=0, le=100, description="Times a failed item is run again (same instance)."
+    )
+    retry_backoff: float = Field(
+        default=1.0,
+        ge=0,
+        le=3600,
+        allow_inf_nan=False,
+        description="Seconds before the first retry; doubles each time (at most 5 min).",
+    )
+    execution_timeout: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds an item may run before it is reported timed out; None = no limit.",
+    )
     description: str = Field(default="", description="Free text for operators.")
     props: dict[str, str] = Field(default_factory=dict, description="Free key/value settings.")
     disabled: bool = Field(default=False, description="Registered but not run.")
@@ -195,7 +211,9 @@ class JobConfig(BaseModel):
 
     # -- field validators -------------------------------------------------------------
 
-    @field_validator("sharding_total_count", "max_time_diff_seconds", "max_threads", mode="before")
+    @field_validator(
+        "sharding_total_count", "max_time_diff_seconds", "max_threads", "retries", mode="before"
+    )
     @classmethod
     def _no_bool_for_int(cls, value: Any) -> Any:
         # pydantic would read True as 1: almost certainly a mistake in a file.
@@ -208,6 +226,8 @@ class JobConfig(BaseModel):
         "reconcile_interval",
         "sharding_wait_timeout",
         "execution_wait_timeout",
+        "retry_backoff",
+        "execution_timeout",
         mode="before",
     )
     @classmethod

@@ -69,6 +69,8 @@ class ExecutionRecord:
     error_type: str = ""
     error_message: str = ""
     traceback: str = ""
+    #: which run of the item for this fire (1, or more with ``retries``)
+    attempt: int = 1
 
     @property
     def duration(self) -> float:

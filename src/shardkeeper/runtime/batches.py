@@ -29,6 +29,7 @@ from shardkeeper.coordination.results import ItemResult
 from shardkeeper.errors import StoreError
 from shardkeeper.job import ClusterOnceListener, JobListener, ShardedJob, ShardingContext
 from shardkeeper.observe import ExecutionRecord, Observers, Outcome, format_traceback
+from shardkeeper.runtime.attempts import run_once
 from shardkeeper.runtime.jobstate import JobState
 from shardkeeper.runtime.pool import WorkerPool
 from shardkeeper.runtime.services import JobServices
@@ -37,7 +38,9 @@ __all__ = ["Batch", "Batches", "execution_id"]
 
 log = logging.getLogger(__name__)
 
-OK, FAILED, FENCED, ZOMBIE = "ok", "failed", "fenced", "zombie"
+OK, FAILED, FENCED, ZOMBIE, TIMED_OUT = "ok", "failed", "fenced", "zombie", "timed_out"
+#: longest wait between two attempts of a failed item, seconds
+MAX_BACKOFF = 300.0
 
 
 def execution_id(job: str, fire_time: float, item: int) -> str:
@@ -65,6 +68,10 @@ class Batch:
     pending: deque[int] = field(default_factory=deque)
     running: int = 0
     outcomes: dict[int, str] = field(default_factory=dict)
+    #: items that ran past the execution timeout (told to stop, no longer valid)
+    timed_out: set[int] = field(default_factory=set)
+    #: attempts each item took (retries)
+    attempts: dict[int, int] = field(default_factory=dict)
     #: encoded last result of each item that ran to an end (written at completion)
     results: dict[int, bytes] = field(default_factory=dict)
 
@@ -177,19 +184,19 @@ class Batches:
             self._item_done(batch, item, FENCED)
 
     def _run_item(self, batch: Batch, item: int) -> None:
-        ctx = batch.contexts[item]
         outcome = OK
         started = time.time()
         error: BaseException | None = None
         if batch.fenced or self._state.hard_stop or not self._valid(batch):
             outcome = FENCED
         else:
-            try:
-                self._job.run_item(ctx)
-            except BaseException as exc:  # user code: never let it kill the instance
-                outcome = FAILED
+            outcome, started, error = self._attempts(batch, item)
+            if outcome in (FAILED, TIMED_OUT):
+                self._state.count("timed_out" if outcome == TIMED_OUT else "failed")
+                exc = error or TimeoutError(
+                    f"item {item} ran longer than {self._state.config.execution_timeout}s"
+                )
                 error = exc
-                self._state.count("failed")
                 try:
                     self._state.on_error(self._state.config.name, item, exc)
                 except BaseException as handler_exc:
@@ -205,11 +212,54 @@ class Batches:
                 # it ran (maybe only partly: it was told it is invalid) while fenced:
                 # not "done" for the cluster, so it is handed to failover below
                 outcome = ZOMBIE
-        if outcome in (OK, FAILED):
+        if outcome in (OK, FAILED, TIMED_OUT):
             self._record_result(batch, item, outcome, started, error)
         if self._observers:
             self._observe(batch, item, outcome, started, error)
         self._item_done(batch, item, outcome)
+
+    def _attempts(self, batch: Batch, item: int) -> tuple[str, float, BaseException | None]:
+        """Run the item, and again after a failure while ``retries`` allow (waiting
+        ``retry_backoff``, doubled each time, in its worker slot). A timed-out item is
+        not retried (its thread may still run). Returns the last attempt's outcome,
+        start and error; the failed attempts before it are observed (history)."""
+        cfg = self._state.config
+        ctx = batch.contexts[item]
+        attempt = 0
+        while True:
+            attempt += 1
+            batch.attempts[item] = attempt
+            run = run_once(
+                self._job, ctx, cfg.execution_timeout, lambda: self._timed_out(batch, item)
+            )
+            if run.outcome != FAILED or attempt > cfg.retries or not self._may_retry(batch):
+                return run.outcome, run.started, run.error
+            if self._observers:
+                self._observe(batch, item, FAILED, run.started, run.error, attempt=attempt)
+            self._state.count("retries")
+            delay = min(cfg.retry_backoff * 2 ** (attempt - 1), MAX_BACKOFF)
+            log.info(
+                "%s: item %d failed (%r); attempt %d of %d in %.1fs",
+                cfg.name,
+                item,
+                run.error,
+                attempt + 1,
+                cfg.retries + 1,
+                delay,
+            )
+            deadline = time.monotonic() + delay
+            while time.monotonic() < deadline:
+                if not self._may_retry(batch):
+                    return run.outcome, run.started, run.error
+                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    def _may_retry(self, batch: Batch) -> bool:
+        st = self._state
+        return not (batch.fenced or st.stopping or st.hard_stop) and self._valid(batch)
+
+    def _timed_out(self, batch: Batch, item: int) -> None:
+        with self._lock:
+            batch.timed_out.add(item)
 
     def _record_result(
         self, batch: Batch, item: int, outcome: str, started: float, error: BaseException | None
@@ -255,9 +305,18 @@ class Batches:
         return stored.last_ok, stored.failures
 
     def _observe(
-        self, batch: Batch, item: int, outcome: str, started: float, error: BaseException | None
+        self,
+        batch: Batch,
+        item: int,
+        outcome: str,
+        started: float,
+        error: BaseException | None,
+        *,
+        attempt: int = 0,
     ) -> None:
-        kind = {OK: Outcome.OK, FAILED: Outcome.FAILED}.get(outcome, Outcome.FENCED)
+        kind = {OK: Outcome.OK, FAILED: Outcome.FAILED, TIMED_OUT: Outcome.TIMED_OUT}.get(
+            outcome, Outcome.FENCED
+        )
         if outcome == FENCED:
             started = time.time()  # it never started: zero duration
         err_type, message, trace = format_traceback(error) if error is not None else ("", "", "")
@@ -278,6 +337,7 @@ class Batches:
                 error_type=err_type,
                 error_message=message,
                 traceback=trace,
+                attempt=attempt or batch.attempts.get(item, 1),
             )
         )
 

@@ -24,6 +24,8 @@ STAT_KEYS = (
     "fenced",
     "reshards",
     "repairs",
+    "retries",
+    "timed_out",
 )
 
 

@@ -679,8 +679,8 @@ class JobRunner:
             is_failover=batch.failover,
             is_misfire=batch.misfire,
             props=dict(cfg.props),
-            _valid=lambda: self._valid(batch),
-            _stop=lambda: self.state.stopping or self._reshard_hint(),
+            _valid=lambda: item not in batch.timed_out and self._valid(batch),
+            _stop=lambda: item in batch.timed_out or self.state.stopping or self._reshard_hint(),
         )
 
     def _valid(self, batch: Batch) -> bool:
