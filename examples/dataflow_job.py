@@ -6,7 +6,7 @@ and ``process_data`` handles it; because ``streaming = True`` the runtime keeps
 fetching until a fetch returns nothing, or until it asks the job to stop
 (shutdown, a reshard pending, the execution fenced off)::
 
-    export SHARDKEEPER_REGISTRY=zk://127.0.0.1:2181/examples
+    export SHARDKEEPER_REGISTRY=$(shardkeeper registry up --namespace examples)
     python examples/dataflow_job.py
     # or: shardkeeper run examples.dataflow_job:OrderStream
 
@@ -100,7 +100,10 @@ def main() -> None:
     )
     url = os.environ.get("SHARDKEEPER_REGISTRY", "").strip()
     if not url:
-        sys.exit("set SHARDKEEPER_REGISTRY, e.g. zk://127.0.0.1:2181/examples")
+        sys.exit(
+            "set SHARDKEEPER_REGISTRY to a registry URL, e.g. the one "
+            "`shardkeeper registry up --namespace examples` prints"
+        )
     runtime = Runtime(url, shutdown_grace=10.0)
     runtime.add_job(OrderStream)
     runtime.run_forever()

@@ -11,7 +11,7 @@ the grace period, then the instance leaves the job and the others take its items
 at their next trigger. This is what the Docker image runs (see docker-compose.yml:
 ``docker-compose up --scale worker=5``)::
 
-    export SHARDKEEPER_REGISTRY=zk://127.0.0.1:2181/examples
+    export SHARDKEEPER_REGISTRY=$(shardkeeper registry up --namespace examples)
     PORT=8080 python examples/embedded_service.py
     curl -s localhost:8080/
 """
@@ -148,7 +148,10 @@ def main() -> None:
     )
     url = os.environ.get("SHARDKEEPER_REGISTRY", "").strip()
     if not url:
-        sys.exit("set SHARDKEEPER_REGISTRY, e.g. zk://127.0.0.1:2181/examples")
+        sys.exit(
+            "set SHARDKEEPER_REGISTRY to a registry URL, e.g. the one "
+            "`shardkeeper registry up --namespace examples` prints"
+        )
     host = os.environ.get("HOST", "0.0.0.0")
     port = int(os.environ.get("PORT", "8080"))
 

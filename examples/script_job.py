@@ -5,7 +5,7 @@ shell script, a binary). The context arrives as the last argument and in the
 environment variable ``SHARDKEEPER_CONTEXT``; a non-zero exit marks the item
 failed, and the output is logged::
 
-    export SHARDKEEPER_REGISTRY=zk://127.0.0.1:2181/examples
+    export SHARDKEEPER_REGISTRY=$(shardkeeper registry up --namespace examples)
     python examples/script_job.py
     # or: shardkeeper run examples.script_job:Thumbnailer
 """
@@ -53,7 +53,10 @@ def main() -> None:
     )
     url = os.environ.get("SHARDKEEPER_REGISTRY", "").strip()
     if not url:
-        sys.exit("set SHARDKEEPER_REGISTRY, e.g. zk://127.0.0.1:2181/examples")
+        sys.exit(
+            "set SHARDKEEPER_REGISTRY to a registry URL, e.g. the one "
+            "`shardkeeper registry up --namespace examples` prints"
+        )
     runtime = Runtime(url, shutdown_grace=35.0)
     runtime.add_job(Thumbnailer)
     runtime.run_forever()

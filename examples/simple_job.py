@@ -1,9 +1,10 @@
 """The smallest sharded job: 4 items (one per city), every 5 seconds.
 
 Run it with the Runtime API (start it in two or three terminals and watch the
-cities move between the instances)::
+cities move between the instances). In each terminal, from the repository root (a
+second ``registry up`` prints the URL of the registry already running there)::
 
-    export SHARDKEEPER_REGISTRY=zk://127.0.0.1:2181/examples
+    export SHARDKEEPER_REGISTRY=$(shardkeeper registry up --namespace examples)
     python examples/simple_job.py
 
 or with the command line, from the repository root::
@@ -61,8 +62,9 @@ def registry_url() -> str:
     url = os.environ.get("SHARDKEEPER_REGISTRY", "").strip()
     if not url:
         sys.exit(
-            "set SHARDKEEPER_REGISTRY, e.g. zk://127.0.0.1:2181/examples "
-            "(`shardkeeper registry up` starts a local registry and prints a URL)"
+            "set SHARDKEEPER_REGISTRY to a registry URL, e.g. the one "
+            "`shardkeeper registry up --namespace examples` prints (it starts a local "
+            "registry on a free port)"
         )
     return url
 

@@ -262,7 +262,9 @@ class ClusterOnceListener(JobListener):
     """
 
     def before_all(self, fire_time: datetime) -> None:
-        """Called once per trigger, before the first item runs anywhere."""
+        """Called once per trigger in the cluster, on the first instance to start its
+        items, before that instance's own items. NOT a barrier: other instances do not
+        wait for it, and their items may run meanwhile (see docs/concepts.md)."""
 
     def after_all(self, fire_time: datetime) -> None:
         """Called once per trigger, after the last item completes everywhere."""

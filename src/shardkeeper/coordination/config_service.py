@@ -242,6 +242,7 @@ class ConfigService:
                 "remove the job first)"
             )
         if not config.overwrite:
+            self._warn_ignored(config, current)
             return current, False
         merged, edits = self._merge(config, stored)
         writer = OPERATOR if edits else INSTANCE
@@ -255,6 +256,24 @@ class ConfigService:
         if merged != current:
             log.info("%s: stored config overwritten (overwrite=True)", config.name)
         return merged, current.sharding_total_count != merged.sharding_total_count
+
+    def _warn_ignored(self, config: JobConfig, current: JobConfig) -> None:
+        """Say so when this instance's config (its code or job file) differs from the
+        stored one, which wins without ``overwrite``: a silently ignored edit of a job
+        file looks like a bug."""
+        mine, stored = _fields(config), _fields(current)
+        # job_class is checked above; overwrite is this instance's own switch
+        differ = sorted(
+            k for k in mine if k not in ("job_class", "overwrite") and mine[k] != stored.get(k)
+        )
+        if differ:
+            log.warning(
+                "%s: the stored config is used; this instance's differs in %s and is "
+                "ignored (the registry's copy wins once a job is stored: set overwrite=True "
+                "to replace it at start, or change it with `shardkeeper config set|replace`)",
+                config.name,
+                ", ".join(differ),
+            )
 
     def _merge(
         self, config: JobConfig, stored: StoredConfig
