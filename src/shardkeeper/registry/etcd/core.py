@@ -1,0 +1,173 @@
+"""The state every part of :class:`~shardkeeper.registry.etcd.EtcdStore` shares: its
+settings, client, lease, connection state, threads and watch bookkeeping, the key
+mapping of its namespace, and the constants of the backend.
+
+The store is assembled from one class per role, each in its own module, all built on
+:class:`EtcdCore`: ``members`` (requests, member selection and failover), ``watch``,
+``session``, ``planner`` (commits), and ``store`` (the public methods).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import queue
+import threading
+from typing import TYPE_CHECKING, Any
+
+from shardkeeper.errors import ConfigError, StoreError
+from shardkeeper.registry.base import (
+    ConnectionState,
+    CoordinationStore,
+    Node,
+    StateListener,
+    check_path,
+)
+from shardkeeper.registry.etcd.errors import translated
+from shardkeeper.registry.url import RegistrySettings
+
+if TYPE_CHECKING:
+    from shardkeeper.registry.etcd.client_private import WatchStub
+    from shardkeeper.registry.etcd.watch import Watch
+
+__all__ = ["CHANNEL_OPTIONS", "RETRY_DELAY", "EtcdCore"]
+
+# gRPC's default reconnect backoff grows to two minutes: after a long outage the
+# channel would sit idle long after the server is back. Cap it at one second.
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+#: pause between attempts while the server is unreachable (session thread, start)
+RETRY_DELAY = 0.2
+
+
+class EtcdCore(CoordinationStore):
+    """What the role classes of :class:`~shardkeeper.registry.etcd.EtcdStore` share
+    (see the package docstring for the mapping).
+
+    Construct with :class:`RegistrySettings` (no I/O).
+    """
+
+    def __init__(self, settings: RegistrySettings) -> None:
+        if settings.backend != "etcd":
+            raise ConfigError(
+                f"EtcdStore needs an etcd:// registry, got backend {settings.backend!r}"
+            )
+        #: the settings this store was built from (also used by test fault helpers)
+        self.settings = settings
+        self.namespace = settings.namespace
+        # '/' inside a namespace is escaped so that namespace X never sees X/sub
+        self._root = "/" + settings.namespace.strip("/").replace("/", "%2F")
+        self._ttl_wanted = max(1, math.ceil(settings.session_timeout))
+        self._ttl = self._ttl_wanted
+        self._client: Any = None
+        self._lease = 0
+        #: monotonic time the lease runs out unless refreshed (as last known)
+        self._lease_until = 0.0
+        #: recent keep-alive answer time (moving average, seconds)
+        self._keep_alive_latency = 0.0
+        self._state = ConnectionState.SUSPENDED
+        self._started = False
+        self._closed = False
+        self._lifecycle_lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        self._round_trips = 0
+        self._auth_lock = threading.Lock()
+        self._stubs: dict[str, tuple[Any, Any]] = {}
+        # guards the choice of the endpoint in use (see _move_on)
+        self._endpoint_lock = threading.Lock()
+        #: how often the store left a member that could not serve (see _move_on)
+        self.member_moves = 0
+
+        self._events: queue.Queue[tuple[str, Any, Any] | None] = queue.Queue()
+        self._event_thread: threading.Thread | None = None
+        self._session_thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._check_session_now = False
+
+        self._state_listeners: dict[int, StateListener] = {}
+        self._next_listener_id = 0
+        # guards watch bookkeeping; never held while waiting on the server
+        self._wlock = threading.Lock()
+        self._watches: set[Watch] = set()
+        self._pending: set[Watch] = set()
+        self._watcher: Any = None
+        self._watcher_broken = False
+        # the endpoint and stub of the current watcher's stream
+        self._watcher_endpoint: Any = None
+        self._watcher_stub: WatchStub | None = None
+
+    # -- properties -------------------------------------------------------------------
+
+    @property
+    def lease_id(self) -> int:
+        """The id of the current (or last) session lease; 0 before :meth:`start`."""
+        return self._lease
+
+    @property
+    def session_id(self) -> str:
+        """The current lease id in hex (kept until a new lease replaces it after LOST)."""
+        if not self._lease:
+            raise StoreError("the etcd store has no session: call start() first")
+        return f"{self._lease:x}"
+
+    @property
+    def state(self) -> ConnectionState:
+        """The latest connection state."""
+        return self._state
+
+    @property
+    def session_timeout(self) -> float:
+        """The lease TTL granted by the server, in seconds."""
+        return float(self._ttl)
+
+    @property
+    def round_trips(self) -> int:
+        """Requests sent by the public methods (see ``store.py``: Costs)."""
+        return self._round_trips
+
+    # -- internals: keys and nodes ----------------------------------------------------
+
+    def _key(self, path: str) -> bytes:
+        check_path(path)
+        # the root's key ends with '/' so that it too lies inside the namespace prefix
+        return (self._root + path).encode()
+
+    def _path(self, key: bytes) -> str:
+        return key.decode()[len(self._root) :] or "/"
+
+    def _node(self, kv: Any) -> Node:
+        return Node(
+            path=self._path(kv.key),
+            value=bytes(kv.value),
+            version=int(kv.mod_revision),
+            revision=int(kv.mod_revision),
+            created_revision=int(kv.create_revision),
+            ephemeral=kv.lease != 0,
+        )
+
+    def _lease_for(self, ephemeral: bool) -> int:
+        if not ephemeral:
+            return 0
+        self._require_started()
+        return self._lease
+
+    def _require_started(self) -> None:
+        if not self._started or self._closed:
+            raise StoreError(
+                "the etcd store is not started" if not self._closed else "the etcd store is closed"
+            )
+
+    def _translated(self, what: str) -> contextlib.AbstractContextManager[None]:
+        """THE boundary: turn grpc/etcd3 exceptions into shardkeeper errors (see
+        :func:`~shardkeeper.registry.etcd.errors.translated`)."""
+        return translated(what, self.settings, lambda: self._lease)
+
+    # -- provided by the watch role ----------------------------------------------------
+
+    def _restart_watch_stream(self) -> None:
+        """Re-create every watch on a new stream from its last revision."""
+        raise NotImplementedError

@@ -1,0 +1,311 @@
+"""Watches: every watch of a store on ONE shared etcd watch stream, resumed from its
+last revision after the stream breaks, with RESYNC when that revision is compacted.
+
+Threads
+-------
+Fixed per store, whatever the number of watches: the event thread (delivers watch
+and state events in order), the session thread (keep-alive, watch recovery) and,
+while any watch exists, the ``etcd3`` watch-stream thread, whose callbacks only
+enqueue. Each watch remembers the last revision it received; after the stream
+breaks (or after a reconnect) it is re-created from ``last revision + 1``. If that
+revision was compacted, the listener gets RESYNC and CREATED for the current state.
+A watch's ``exclude`` filter is applied on the event thread to every event, the
+RESYNC replay included: the server still streams the excluded changes on the same
+stream (no request is added, and the watch's resume revision keeps moving with them).
+
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import etcd3.etcdrpc as rpc
+import etcd3.events
+import etcd3.exceptions
+import etcd3.watch
+import grpc
+
+from shardkeeper.errors import OperationTimeoutError, StoreError, StoreUnavailableError
+from shardkeeper.registry.base import (
+    EventKind,
+    PathFilter,
+    StateListener,
+    Subscription,
+    WatchEvent,
+    WatchListener,
+    is_excluded,
+)
+from shardkeeper.registry.etcd.client_private import WatchStub, open_watcher
+from shardkeeper.registry.etcd.keys import below_op, in_subtree, range_op, subtree
+from shardkeeper.registry.etcd.members import MembersMixin
+
+__all__ = ["Watch", "WatchMixin", "end_watcher"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Watch:
+    """One subscription: an etcd watch on ``[key, end)``, filtered to the subtree."""
+
+    prefix: str
+    key: bytes
+    end: bytes
+    listener: WatchListener
+    #: highest revision received (events up to it are enqueued); resume from +1
+    last_rev: int = 0
+    #: bumped on every (re)creation: responses of an older generation are ignored
+    gen: int = 0
+    watch_id: int | None = None
+    watcher: Any = None
+    cancelled: bool = False
+    #: the server reported our start revision compacted: resume needs a RESYNC
+    compacted: bool = False
+    subscription: Subscription | None = field(default=None, repr=False)
+    #: subtrees whose events are dropped before delivery (the watch's ``exclude``)
+    exclude: PathFilter | None = None
+
+    def covers(self, key: bytes) -> bool:
+        # the etcd range [K, K0) also holds siblings such as K-x and K.x
+        return in_subtree(self.key, key, own=True)
+
+    def leaves_out(self, event: WatchEvent) -> bool:
+        """Whether ``event`` falls in an excluded subtree (a filter that raises
+        excludes nothing: it must not take the event thread down)."""
+        if self.exclude is None:
+            return False
+        try:
+            return is_excluded(event.path, self.exclude)
+        except Exception:
+            _log.exception("watch %s: exclude filter failed on %s", self.prefix, event.path)
+            return False
+
+
+def end_watcher(watcher: Any, stub: WatchStub | None) -> None:
+    """Stop a watcher: no more requests, and its stream cancelled (its thread ends)."""
+    if watcher is not None:
+        with contextlib.suppress(Exception):
+            watcher.close()
+    if stub is not None:
+        stub.cancel()
+
+
+class WatchMixin(MembersMixin):
+    """Watches and state listeners of :class:`EtcdStore` (see the module docstring)."""
+
+    def watch(
+        self, prefix: str, listener: WatchListener, *, exclude: PathFilter | None = None
+    ) -> Subscription:
+        """Watch the key of ``prefix`` and its subtree on the store's shared stream.
+
+        Events are read from the revision current when this is called, so every later
+        change is delivered, except those ``exclude`` rejects (dropped on the event
+        thread). Raises StoreUnavailableError if the stream cannot be set up now.
+        """
+        key = self._key(prefix)
+        self._require_started()
+        req = rpc.RangeRequest(key=key, keys_only=True, limit=1)
+        rev = int(self._read(f"watch {prefix}", "Range", req).header.revision)
+        w = Watch(
+            prefix=prefix,
+            key=key,
+            end=subtree(key)[1],  # [K, K0): the node and its subtree (and siblings)
+            listener=listener,
+            last_rev=rev,
+            exclude=exclude,
+        )
+        with self._wlock:
+            self._watches.add(w)
+        try:
+            if not self._establish(w, counted=True):
+                # compacted between our read and the watch: start from the current state
+                self._resync(w)
+        except BaseException:
+            with self._wlock:
+                self._watches.discard(w)
+            raise
+        w.subscription = Subscription(functools.partial(self._cancel_watch, w))
+        return w.subscription
+
+    def add_state_listener(self, listener: StateListener) -> Subscription:
+        """Deliver connection-state changes to ``listener`` on the event thread."""
+        with self._wlock:
+            lid = self._next_listener_id
+            self._next_listener_id += 1
+            self._state_listeners[lid] = listener
+        return Subscription(functools.partial(self._remove_state_listener, lid))
+
+    def _remove_state_listener(self, lid: int) -> None:
+        with self._wlock:
+            self._state_listeners.pop(lid, None)
+
+    # -- internals: watches -----------------------------------------------------------
+
+    def _current_watcher(self) -> Any:
+        with self._wlock:
+            if self._watcher is not None and not self._watcher_broken:
+                return self._watcher
+            old, self._watcher = self._watcher, None
+            old_stub, self._watcher_stub = self._watcher_stub, None
+        end_watcher(old, old_stub)
+        with self._translated("open the watch stream"):
+            endpoint, channel = self._endpoint()
+        # built here rather than by the client, to send our metadata (require a
+        # leader, the token) and to keep the stream call (see client_private)
+        new, stub = open_watcher(channel, self.settings.operation_timeout, self._metadata())
+        with self._wlock:
+            if self._watcher is None:
+                self._watcher, self._watcher_broken = new, False
+                self._watcher_endpoint, self._watcher_stub = endpoint, stub
+            return self._watcher
+
+    def _establish(self, w: Watch, *, counted: bool = False) -> bool:
+        """(Re)create ``w`` on the shared stream from ``w.last_rev + 1``.
+
+        Returns False (and creates nothing) when that revision is compacted.
+        """
+        watcher = self._current_watcher()
+        with self._wlock:
+            w.gen += 1
+            gen, start = w.gen, w.last_rev + 1
+        callback = functools.partial(self._on_watch_response, w, gen)
+        if counted:
+            self._count()
+        try:
+            with self._translated(f"watch {w.prefix}"):
+                try:
+                    wid = watcher.add_callback(
+                        w.key, callback, range_end=w.end, start_revision=start
+                    )
+                except etcd3.exceptions.RevisionCompactedError:
+                    return False
+        except StoreError as exc:
+            # a stream that failed or hangs is replaced at the next attempt (its other
+            # watches resume from their last revisions), on another member when this
+            # one could not serve it
+            with self._wlock:
+                endpoint = self._watcher_endpoint if self._watcher is watcher else None
+                if endpoint is not None:
+                    self._watcher_broken = True
+            if endpoint is not None and isinstance(
+                exc, (StoreUnavailableError, OperationTimeoutError)
+            ):
+                self._move_on(endpoint, f"watch {w.prefix}: {exc}")
+            raise
+        with self._wlock:
+            current = w.gen == gen and not w.cancelled
+            if current:
+                w.watch_id, w.watcher = wid, watcher
+                self._pending.discard(w)
+        if not current:
+            with contextlib.suppress(Exception):
+                watcher.cancel(wid)
+        return True
+
+    def _on_watch_response(self, w: Watch, gen: int, resp: Any) -> None:
+        # Runs on the etcd3 stream thread: only record and enqueue, never block.
+        if isinstance(resp, etcd3.watch.WatchResponse):
+            with self._wlock:
+                if w.gen != gen or w.cancelled:
+                    return
+                for kv in resp.events:  # etcd3 events read through to the KeyValue
+                    w.last_rev = max(w.last_rev, int(kv.mod_revision))
+                    if not w.covers(kv.key):
+                        continue
+                    path = self._path(kv.key)
+                    if isinstance(kv, etcd3.events.DeleteEvent):
+                        event = WatchEvent(EventKind.DELETED, path, None, int(kv.mod_revision))
+                    else:
+                        kind = (
+                            EventKind.CREATED
+                            if kv.create_revision == kv.mod_revision
+                            else EventKind.CHANGED
+                        )
+                        event = WatchEvent(kind, path, bytes(kv.value), int(kv.mod_revision))
+                    self._events.put(("watch", w, event))
+            return
+        leave = None
+        with self._wlock:
+            if w.gen != gen or w.cancelled:
+                return
+            w.watch_id = None
+            self._pending.add(w)
+            if isinstance(resp, etcd3.exceptions.RevisionCompactedError):
+                # etcd confirms the watch first and reports the compaction after it
+                w.compacted = True
+            else:
+                # the whole stream ended (error, server shutdown, or a member without
+                # a leader cancelling it)
+                if w.watcher is self._watcher:
+                    self._watcher_broken = True
+                    if isinstance(resp, grpc.RpcError) and resp.code() in (
+                        grpc.StatusCode.UNAVAILABLE,
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                    ):
+                        leave = self._watcher_endpoint
+                # a broken stream usually means a lost connection: check the session now
+                self._check_session_now = True
+        if leave is not None:
+            self._move_on(leave, f"watch stream ended: {resp}")
+        self._wake.set()
+
+    def _restore_watches(self) -> None:
+        with self._wlock:
+            pending = sorted(self._pending, key=lambda x: x.prefix)
+        for w in pending:
+            if self._stopping.is_set():
+                return
+            try:
+                if w.compacted or not self._establish(w):
+                    self._resync(w)
+            except StoreError as exc:
+                _log.info("etcd watch %s not resumed yet: %s", w.prefix, exc)
+                return
+
+    def _resync(self, w: Watch) -> None:
+        """The history since ``w.last_rev`` is compacted: RESYNC, then the current state."""
+        resp = self._txn(
+            f"resync watch {w.prefix}",
+            success=[range_op(w.key), below_op(w.key)],
+        )
+        rev = int(resp.header.revision)
+        with self._wlock:
+            if w.cancelled:
+                return
+            w.gen += 1  # drop anything still in flight for the old watch
+            w.last_rev = rev
+            w.compacted = False
+            self._events.put(("watch", w, WatchEvent(EventKind.RESYNC, w.prefix, None, rev)))
+            for r in resp.responses:
+                for kv in r.response_range.kvs:
+                    event = WatchEvent(
+                        EventKind.CREATED, self._path(kv.key), bytes(kv.value), int(kv.mod_revision)
+                    )
+                    self._events.put(("watch", w, event))
+        if not self._establish(w):
+            raise StoreError(f"watch {w.prefix}: revision {rev + 1} compacted at once")
+
+    def _restart_watch_stream(self) -> None:
+        with self._wlock:
+            old, self._watcher = self._watcher, None
+            old_stub, self._watcher_stub = self._watcher_stub, None
+            self._watcher_broken = False
+            for w in self._watches:
+                w.gen += 1
+                w.watch_id = None
+                self._pending.add(w)
+        end_watcher(old, old_stub)
+
+    def _cancel_watch(self, w: Watch) -> None:
+        with self._wlock:
+            w.cancelled = True
+            self._watches.discard(w)
+            self._pending.discard(w)
+            watcher, wid = w.watcher, w.watch_id
+        if watcher is not None and wid is not None:
+            with contextlib.suppress(Exception):
+                watcher.cancel(wid)
