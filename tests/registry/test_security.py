@@ -37,8 +37,8 @@ from shardkeeper.registry import (
     open_store,
     parse_registry_url,
 )
-from shardkeeper.registry.zk_security import KAZOO_LOGGERS, CredentialFilter
 from shardkeeper.registry.zookeeper import ZooKeeperStore
+from shardkeeper.registry.zookeeper.security import KAZOO_LOGGERS, CredentialFilter
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.servers import EtcdCluster, ZooKeeperCluster

@@ -15,7 +15,6 @@ Hooks match calls by operation name (``get``, ``exists``, ``children``, ``get_tr
 ``put``, ``create``, ``delete``, ``commit``) and by path *prefix*, segment-wise:
 ``/jobs/a`` matches ``/jobs/a`` and ``/jobs/a/x``, never ``/jobs/ab`` (for a commit,
 any of its operations' paths). Every public call of a store counts as one round trip.
-
 """
 
 from __future__ import annotations

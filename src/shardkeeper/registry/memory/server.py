@@ -10,7 +10,6 @@ like etcd. A watch gets the events produced after :meth:`MemoryStore.watch`
 returned. While a store is suspended its events are held back and delivered after
 its RECONNECTED/CONNECTED (nothing is lost by a suspension; use
 :meth:`MemoryServer.drop_events` for a lost event).
-
 """
 
 from __future__ import annotations
@@ -312,7 +311,7 @@ class MemoryServer:
     # -- transactions (under the lock) -------------------------------------------
 
     def _commit(self, store: MemoryStore, tree: _Tree, ops: Sequence[Op]) -> CommitResult:
-        """Evaluate and apply one commit on ``tree`` (see the module docstring)."""
+        """Evaluate and apply one commit on ``tree`` (the model of ``tree.py``)."""
         failed: str | None = None
         final: dict[str, tuple[bytes, bool] | None] = {}
         fresh: set[str] = set()

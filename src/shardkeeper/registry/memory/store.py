@@ -8,7 +8,6 @@ Sessions
 ``session_timeout`` (a server-side timer, as a real server's): its ephemeral nodes
 are deleted in one transaction (watchers see DELETED events) and the store gets LOST;
 it gets CONNECTED with a new session id as soon as it is connected again.
-
 """
 
 from __future__ import annotations
@@ -256,7 +255,7 @@ class MemoryStore(CoordinationStore):
         self._server._serve(self, "delete", (path,), write)
 
     def commit(self, ops: Sequence[Op]) -> CommitResult:
-        """Apply ``ops`` atomically (module docstring: checks see the state before it)."""
+        """Apply ``ops`` atomically (``tree.py``: checks see the state before it)."""
         ops = list(ops)
         if len(ops) > self.max_ops_per_commit:
             raise StoreLimitError(

@@ -21,7 +21,6 @@ Model (the stricter choice wherever the real backends differ)
   a ``Delete`` inside a commit removes only the node's own record.
 * Values: at most ``max_request_bytes`` (default 1,000,000, ZooKeeper's limit) of
   values per request, else StoreLimitError; at most 128 operations per commit.
-
 """
 
 from __future__ import annotations

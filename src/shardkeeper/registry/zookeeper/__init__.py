@@ -1,0 +1,37 @@
+"""ZooKeeper backend of the :class:`~shardkeeper.registry.base.CoordinationStore` contract.
+
+Built on kazoo 2.11. The contract is documented once, in ``base.py``; this package only
+records how each part maps onto ZooKeeper and the choices that mapping forced, each
+part in the docstring of the module that does it:
+
+* ``store.py``: :class:`ZooKeeperStore`, the public methods (reads, writes);
+* ``planner.py``: commits, one ``multi`` each (the table of how each operation is sent);
+* ``session.py``: connecting, the namespace node, credentials, request plumbing;
+* ``events.py``: the event thread and connection states;
+* ``watch.py``: the tree watch behind :meth:`ZooKeeperStore.watch`;
+* ``errors.py``: the one translation of kazoo's exceptions, and timeouts;
+* ``security.py``: the credential filter on kazoo's logs, ACL checks and repair;
+* ``kazoo_private.py``: every use of kazoo's private API (nothing else touches it);
+* ``nodes.py``: path helpers and the znode -> :class:`~shardkeeper.registry.base.Node` mapping.
+
+Namespace
+    The store confines itself to the znode ``/<namespace>`` with a client-side chroot
+    (as the Java client and kazoo do: ZooKeeper itself has no chroot). A ``/`` inside
+    the namespace is escaped as ``%2F`` (as the etcd backend does), so namespace
+    ``team/app`` is the single znode ``/team%2Fapp`` and never nests inside the tree
+    of namespace ``team``. :meth:`ZooKeeperStore.start` creates the node if it is absent.
+
+Node fields
+    ``version`` = ``stat.version``, ``revision`` = ``stat.mzxid``, ``created_revision`` =
+    ``stat.czxid``, ``ephemeral`` = ``stat.ephemeralOwner != 0``.
+
+Ephemeral nodes
+    Bound to the kazoo session. ``put(ephemeral=True)`` on a node that is persistent
+    or owned by another session replaces it (``delete`` + ``create`` in one multi).
+"""
+
+from __future__ import annotations
+
+from shardkeeper.registry.zookeeper.store import ZooKeeperStore
+
+__all__ = ["ZooKeeperStore"]

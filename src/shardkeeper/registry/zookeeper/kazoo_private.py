@@ -1,0 +1,115 @@
+"""Every use of kazoo's private API by the ZooKeeper backend, in one place.
+
+Checked on kazoo 2.11 (2.11.0): when upgrading kazoo, re-check each item below against
+its source (``kazoo/client.py``, ``kazoo/protocol/connection.py``,
+``kazoo/protocol/serialization.py``). The rest of the package uses only kazoo's public
+client API and the functions of this module.
+
+The multi and its zxid (:func:`submit_multi` and the ``*_op`` builders)
+    A commit's result carries the zxid of its ``multi`` (``CommitResult.revision``),
+    which equals the ``created_revision`` of every node the commit created; watchers
+    rely on that to recognise implicit parents. kazoo's public ``client.transaction()``
+    gives only the per-operation results, so the backend sends its own request through
+    the private ``KazooClient._call(request, async_result)``. The request subclasses
+    kazoo's ``Transaction`` record: kazoo's connection thread stores the reply header's
+    zxid in ``client.last_zxid`` right before it deserializes the body, so reading it
+    in ``deserialize`` is race-free (afterwards it may already belong to a later
+    reply). The operations inside are kazoo's protocol records (``Create``,
+    ``Delete``, ``SetData``, ``CheckVersion`` of ``kazoo.protocol.serialization``),
+    which kazoo exposes only through its own ``TransactionRequest``; multi operations
+    take absolute paths (kazoo's chroot is not applied to them).
+
+The negotiated session timeout (:func:`capture_negotiated_timeout`)
+    kazoo logs the session timeout the server negotiated but does not keep it. Its
+    private ``ConnectionHandler._connect`` (on ``client._connection``) returns
+    ``(read timeout, connect timeout)`` with connect = negotiated / number of hosts
+    (in milliseconds): the backend wraps it to recover the negotiated value. Without
+    the attribute the store falls back to the requested timeout.
+
+The connection's socket (:func:`connection_socket`)
+    The ``drop_connection`` fault hook (tests) shuts down the client's socket,
+    ``client._connection._socket``, so kazoo sees the connection drop and reconnects.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.protocol import serialization as zkproto
+
+__all__ = [
+    "capture_negotiated_timeout",
+    "check_op",
+    "connection_socket",
+    "create_op",
+    "delete_op",
+    "set_data_op",
+    "submit_multi",
+]
+
+
+class _Multi(zkproto.Transaction):  # type: ignore[misc]
+    """A ``multi`` request whose result also carries the reply header's zxid (see the
+    module docstring)."""
+
+    client: KazooClient
+
+    def deserialize(self, data: bytes, offset: int) -> tuple[list[Any], int]:
+        return zkproto.Transaction.deserialize(data, offset), self.client.last_zxid
+
+
+def submit_multi(client: KazooClient, ops: list[Any]) -> Any:
+    """Send ``ops`` (built with the ``*_op`` functions) as one multi; the returned async
+    result gives ``(per-operation results, the multi's zxid)``."""
+    request = _Multi(ops)
+    request.client = client
+    async_result = client.handler.async_result()
+    client._call(request, async_result)
+    return async_result
+
+
+def create_op(path: str, value: bytes, acl: list[Any], ephemeral: bool) -> Any:
+    """A multi operation creating ``path`` (absolute) with ``value`` and ``acl``."""
+    return zkproto.Create(path, value, acl, 1 if ephemeral else 0)
+
+
+def delete_op(path: str, version: int) -> Any:
+    """A multi operation deleting ``path`` (absolute) at data ``version`` (-1: any)."""
+    return zkproto.Delete(path, version)
+
+
+def set_data_op(path: str, value: bytes, version: int) -> Any:
+    """A multi operation setting ``path`` (absolute) to ``value`` at ``version`` (-1: any)."""
+    return zkproto.SetData(path, value, version)
+
+
+def check_op(path: str, version: int) -> Any:
+    """A multi operation checking ``path`` (absolute) is at ``version`` (-1: exists)."""
+    return zkproto.CheckVersion(path, version)
+
+
+def capture_negotiated_timeout(client: KazooClient, record: Callable[[float], None]) -> None:
+    """Call ``record(seconds)`` with the negotiated session timeout at each connect.
+
+    Does nothing when kazoo no longer has the private hook (the caller then keeps the
+    timeout it asked for)."""
+    conn = getattr(client, "_connection", None)
+    original = getattr(conn, "_connect", None)
+    if conn is None or original is None:
+        return
+
+    def _connect(*args: Any) -> Any:
+        read_timeout, connect_timeout = original(*args)
+        record(connect_timeout * len(client.hosts) / 1000.0)
+        return read_timeout, connect_timeout
+
+    conn._connect = _connect
+
+
+def connection_socket(client: KazooClient) -> socket.socket | None:
+    """The socket of the client's current connection, or None when not connected."""
+    sock = getattr(getattr(client, "_connection", None), "_socket", None)
+    return sock if isinstance(sock, socket.socket) else None

@@ -1,0 +1,337 @@
+"""Commits of the ZooKeeper backend: one ``multi`` each, planned from a pre-read.
+
+Commits
+    A commit is one ZooKeeper ``multi``. ZooKeeper can only check a data *version*
+    inside a multi, so the other conditions are derived from a pre-read:
+
+    ============================== ================================================
+    operation                      inside the multi
+    ============================== ================================================
+    ``Check(version=v)``           ``check(path, v)`` (native)
+    ``Check(exists=True)``         ``check(path, -1)`` (native: existence only)
+    ``Check(value/created_        if the pre-read satisfies the condition:
+    revision)``                    ``check(path, pre-read version)``; else the
+                                   commit fails without sending anything
+    ``Check(exists=False)``        *absence guard*, no pre-read: ``create(g)`` +
+                                   ``delete(g)`` where ``g`` is the path (or, when
+                                   its parent is missing, the first missing
+                                   ancestor segment); NodeExists on the path itself
+                                   is the failed condition
+    ``Create``                     ``create`` (NodeExists -> failed commit)
+    ``Put``                        present with the right kind: ``set_data(path,
+                                   pre-read version)``; wrong ephemeral kind:
+                                   ``delete`` + ``create``; absent: ``create``
+    ``Put(existing=True)``         persistent: ``set_data(path, -1)`` with no
+                                   pre-read (a missing node fails the multi, which
+                                   is then planned again with the pre-read)
+    ``Delete``                     present: ``delete``; absent: absence guard;
+                                   no pre-read when an existence check on the path
+                                   or a descendant is in the same commit (then it
+                                   exists whenever the multi applies)
+    ============================== ================================================
+
+    Every check and guard comes first in the multi, so conditions are evaluated against
+    the state *before* the commit (as etcd's ``If``/``Then`` does). When the multi
+    fails on an operation derived from the pre-read, something changed concurrently:
+    the commit re-reads and retries, at most ``_COMMIT_ATTEMPTS`` times; if the store
+    keeps changing it reports a failed commit naming the contended path. Missing parents
+    of ``Create``/``Put`` (found with one batch of exists after the multi failed for
+    them) are created, persistent and empty, inside the retried multi, so a failed
+    commit leaves no parents behind. The result's ``revision`` is the multi's
+    own zxid, read from the reply header (``kazoo_private``), so it equals the
+    ``created_revision`` of every node the commit created.
+
+    Known limit: a version check cannot tell two incarnations of a node apart. If a
+    node is deleted and re-created with the same data version between the pre-read
+    and the multi, a derived ``value``/``created_revision`` check passes against the
+    new incarnation. An ephemeral node of our own session is immune (it can only be
+    deleted explicitly, or by expiry, which also kills the multi).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kazoo import exceptions as kz
+from kazoo.protocol.states import ZnodeStat
+from kazoo.security import OPEN_ACL_UNSAFE
+
+from shardkeeper.errors import (
+    StoreError,
+)
+from shardkeeper.registry.base import (
+    Check,
+    CommitResult,
+    Create,
+    Delete,
+    Node,
+    Op,
+    Put,
+)
+from shardkeeper.registry.zookeeper import kazoo_private
+from shardkeeper.registry.zookeeper.errors import _first_error
+from shardkeeper.registry.zookeeper.nodes import _ancestors, _node, _parent
+from shardkeeper.registry.zookeeper.session import _Session
+
+#: how often a commit re-reads and retries when a pre-read node changed under it
+_COMMIT_ATTEMPTS = 8
+
+
+class _Planner(_Session):
+    """Commit planning: pre-reads, checks and guards, the multi, retries."""
+
+    # -- plumbing: writes --------------------------------------------------------------
+
+    def _missing_ancestors(self, deadline: float, path: str, stop: set[str]) -> list[str]:
+        """Ancestors of ``path`` that do not exist, top-down, up to the first one in
+        ``stop`` (paths the caller creates itself). One pipelined batch of exists."""
+        todo: list[str] = []
+        for a in _ancestors(path):
+            if a in stop:
+                break
+            todo.append(a)
+        sent = [self._send(self._zk.exists_async, a) for a in todo]
+        stats = [self._wait(ar, deadline) for ar in sent]
+        for i, st in enumerate(stats):
+            if st is None:
+                return todo[i:]  # nothing exists below a missing node
+        return []
+
+    def _create_node(
+        self, deadline: float, path: str, value: bytes, ephemeral: bool
+    ) -> Node | None:
+        """Create ``path``, with its missing parents in the same multi; None if it existed.
+
+        Parents are created in the transaction that creates their first child, so they
+        share its czxid: that is how watchers tell implicit parents from nodes written
+        on purpose (see ``_sync_levels``)."""
+        try:
+            _, stat = self._call(
+                deadline, self._zk.create_async, path, value, ephemeral=ephemeral, include_data=True
+            )
+            return _node(path, value, stat)
+        except kz.NodeExistsError:
+            return None
+        except kz.NoNodeError:
+            pass  # parents usually exist, so only pay for them when they are missing
+        for _ in range(_COMMIT_ATTEMPTS):
+            parents = self._missing_ancestors(deadline, path, set())
+            ops = [self._create_op(a, b"", False) for a in parents]
+            ops.append(self._create_op(path, value, ephemeral))
+            results, zxid = self._multi(deadline, ops)
+            failed = _first_error(results)
+            if failed is None:
+                return Node(path, value, 0, zxid, zxid, ephemeral)
+            index, exc = failed
+            if index == len(ops) - 1 and isinstance(exc, kz.NodeExistsError):
+                return None
+            if isinstance(exc, kz.NoChildrenForEphemeralsError):
+                raise exc
+            # a parent appeared or vanished meanwhile: look again
+        raise StoreError(f"create {path}: its parents kept changing concurrently; try again")
+
+    def _commit(self, deadline: float, ops: list[Op]) -> CommitResult:
+        targets = {op.path for op in ops if isinstance(op, Create | Put)}
+        # path -> guard to use instead of create+delete of the path itself:
+        # ("pair", first missing ancestor) or ("exists", ephemeral ancestor)
+        guards: dict[str, tuple[str, str]] = {}
+        parents: set[str] = set()  # missing parents of created nodes, made in the multi
+        # Put(existing=True) paths found missing: pre-read like any Put from now on
+        reread: set[str] = set()
+        last_contended = ops[0].path if ops else None
+        for _ in range(_COMMIT_ATTEMPTS):
+            plan = self._plan(deadline, ops, guards, parents, reread)
+            if isinstance(plan, CommitResult):
+                return plan
+            zk_ops, origins = plan
+            results, zxid = self._multi(deadline, zk_ops)
+            failed = _first_error(results)
+            if failed is None:
+                return CommitResult(True, revision=zxid)
+            index, exc = failed
+            kind, op, zk_path = origins[index]
+            if kind == "guard" and isinstance(exc, kz.NoChildrenForEphemeralsError):
+                # nothing can live below an ephemeral node: its existence is the guard
+                _mode, g = guards.get(op.path, ("pair", op.path))
+                guards[op.path] = ("exists", _parent(g))
+                continue
+            if isinstance(exc, kz.NoChildrenForEphemeralsError):
+                raise exc
+            if isinstance(exc, kz.NotEmptyError):
+                raise StoreError(f"commit cannot delete {op.path}: it has children (delete leaves)")
+            if (
+                isinstance(exc, kz.NoNodeError)
+                and kind in ("user", "create", "parent")
+                and (isinstance(op, Create | Put))
+            ):
+                parents.update(self._missing_ancestors(deadline, zk_path, targets))
+                continue
+            if kind == "existing" and isinstance(exc, kz.NoNodeError):
+                reread.add(op.path)  # the hint was wrong: the node is gone
+                continue
+            if kind == "parent" and isinstance(exc, kz.NodeExistsError):
+                parents.discard(zk_path)  # someone else made it meanwhile
+                continue
+            if kind == "user":
+                return CommitResult(False, failed_path=op.path)
+            if kind == "guard" and isinstance(exc, kz.NoNodeError):
+                guards[op.path] = ("pair", self._absent_guard(deadline, op.path))
+                continue
+            if kind == "guard" and isinstance(exc, kz.NodeExistsError):
+                if isinstance(op, Check) and zk_path == op.path:
+                    return CommitResult(False, failed_path=op.path)  # it exists
+                guards.pop(op.path, None)  # a missing ancestor appeared: plan again
+                continue
+            # an operation derived from the pre-read failed: the store changed, re-read
+            last_contended = op.path
+        return CommitResult(False, failed_path=last_contended)
+
+    def _absent_guard(self, deadline: float, path: str) -> str:
+        """The path whose create+delete proves ``path`` absent when its parent is missing:
+        the first missing ancestor segment (nothing can be below a missing node)."""
+        missing = self._missing_ancestors(deadline, path, set())
+        return missing[0] if missing else path
+
+    def _plan(
+        self,
+        deadline: float,
+        ops: list[Op],
+        guards: dict[str, tuple[str, str]],
+        parents: set[str],
+        reread: set[str] | None = None,
+    ) -> CommitResult | tuple[list[Any], list[tuple[str, Op, str]]]:
+        """Pre-read what the conditions need and build the multi, checks first; or a
+        failed result when a condition is already false. Origins say, per multi
+        operation, why it is there: (kind, user op, path)."""
+        zk = self._zk
+        reread = reread or set()
+
+        def blind(op: Op) -> bool:
+            # a Put of a node the writer says exists (persistent): set it natively
+            return (
+                isinstance(op, Put) and op.existing and not op.ephemeral and op.path not in reread
+            )
+
+        # Paths that exist if the commit applies at all: a bare existence check on
+        # the path or on one of its descendants (it comes first in the multi and
+        # fails it otherwise). Deleting them needs no pre-read.
+        known = {op.path for op in ops if _bare_exists(op)}
+        present = known | {a for p in known for a in _ancestors(p)}
+
+        def native_delete(op: Op) -> bool:
+            return isinstance(op, Delete) and op.path in present and op.path != "/"
+
+        need = {
+            op.path
+            for op in ops
+            if (isinstance(op, Put) and not blind(op))
+            or (isinstance(op, Delete) and not native_delete(op))
+            or (
+                isinstance(op, Check)
+                and op.version is None
+                and not _bare_exists(op)
+                and op.exists is not False
+            )
+        }
+        sent = {p: self._send(zk.get_async, p) for p in sorted(need)}
+        seen: dict[str, tuple[bytes, ZnodeStat] | None] = {}
+        for p, ar in sent.items():
+            try:
+                seen[p] = self._wait(ar, deadline)
+            except kz.NoNodeError:
+                seen[p] = None
+        checks: list[tuple[Any, tuple[str, Op, str]]] = []
+        writes: list[tuple[Any, tuple[str, Op, str]]] = []
+        made: set[str] = set()
+
+        def guard(op: Op) -> None:
+            mode, g = guards.get(op.path, ("pair", op.path))
+            if mode == "exists":
+                checks.append((kazoo_private.check_op(self._full(g), -1), ("guard", op, g)))
+                return
+            acl = self._acl or OPEN_ACL_UNSAFE
+            checks.append(
+                (kazoo_private.create_op(self._full(g), b"", acl, False), ("guard", op, g))
+            )
+            checks.append((kazoo_private.delete_op(self._full(g), -1), ("guard", op, g)))
+
+        def create(op: Create | Put, kind: str) -> None:
+            for a in _ancestors(op.path):
+                if a in parents and a not in made:
+                    made.add(a)
+                    writes.append((self._create_op(a, b"", False), ("parent", op, a)))
+            writes.append((self._create_op(op.path, op.value, op.ephemeral), (kind, op, op.path)))
+
+        for op in ops:
+            full = self._full(op.path)
+            if isinstance(op, Check):
+                if op.version is not None:
+                    checks.append((kazoo_private.check_op(full, op.version), ("user", op, op.path)))
+                    continue
+                if _bare_exists(op):
+                    # version -1 checks existence only: native, no pre-read
+                    checks.append((kazoo_private.check_op(full, -1), ("user", op, op.path)))
+                    continue
+                if op.exists is False:
+                    # the guard itself fails when the node exists: no pre-read
+                    guard(op)
+                    continue
+                got = seen[op.path]
+                if got is None:
+                    return CommitResult(False, failed_path=op.path)
+                value, stat = got
+                if (op.value is not None and value != op.value) or (
+                    op.created_revision is not None and stat.czxid != op.created_revision
+                ):
+                    return CommitResult(False, failed_path=op.path)
+                checks.append(
+                    (kazoo_private.check_op(full, stat.version), ("derived", op, op.path))
+                )
+            elif isinstance(op, Create):
+                create(op, "user")
+            elif isinstance(op, Put) and blind(op) and op.path not in seen:
+                writes.append(
+                    (kazoo_private.set_data_op(full, op.value, -1), ("existing", op, op.path))
+                )
+            elif isinstance(op, Put):
+                got = seen[op.path]
+                if got is None:
+                    create(op, "create")
+                    continue
+                stat = got[1]
+                if stat.ephemeralOwner == self._wanted_owner(op.ephemeral):
+                    writes.append(
+                        (
+                            kazoo_private.set_data_op(full, op.value, stat.version),
+                            ("derived", op, op.path),
+                        )
+                    )
+                else:
+                    writes.append(
+                        (kazoo_private.delete_op(full, stat.version), ("derived", op, op.path))
+                    )
+                    writes.append(
+                        (
+                            self._create_op(op.path, op.value, op.ephemeral),
+                            ("derived", op, op.path),
+                        )
+                    )
+            elif native_delete(op):
+                writes.append((kazoo_private.delete_op(full, -1), ("user", op, op.path)))
+            elif seen[op.path] is None:
+                guard(op)
+            else:
+                writes.append((kazoo_private.delete_op(full, -1), ("derived", op, op.path)))
+        both = checks + writes
+        return [z for z, _ in both], [o for _, o in both]
+
+
+def _bare_exists(op: Op) -> bool:
+    """A check of existence alone (no version, value or created revision)."""
+    return (
+        isinstance(op, Check)
+        and op.exists is True
+        and op.version is None
+        and op.value is None
+        and op.created_revision is None
+    )

@@ -1,0 +1,231 @@
+"""The public methods of :class:`ZooKeeperStore`: reads and writes.
+
+Each part of the mapping onto ZooKeeper is described in the module that does it (see
+the package docstring).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from contextlib import suppress
+from typing import TypeVar
+
+from kazoo import exceptions as kz
+from kazoo.protocol.states import ZnodeStat
+
+from shardkeeper.errors import (
+    ConfigError,
+    StoreError,
+    StoreLimitError,
+)
+from shardkeeper.registry.base import (
+    CommitResult,
+    Create,
+    Node,
+    Op,
+    Put,
+    check_path,
+)
+from shardkeeper.registry.zookeeper import kazoo_private
+from shardkeeper.registry.zookeeper.errors import _first_error
+from shardkeeper.registry.zookeeper.nodes import _child, _node
+from shardkeeper.registry.zookeeper.planner import _COMMIT_ATTEMPTS, _Planner
+from shardkeeper.registry.zookeeper.watch import _TreeWatcher
+
+__all__ = ["ZooKeeperStore"]
+
+#: the package's logger (one name for all its modules, as before the split)
+_log = logging.getLogger("shardkeeper.registry.zookeeper")
+
+_T = TypeVar("_T")
+
+
+class ZooKeeperStore(_Planner, _TreeWatcher):
+    """The :class:`CoordinationStore` on a ZooKeeper ensemble (see the package docstring)."""
+
+    # -- reads -----------------------------------------------------------------
+
+    def get(self, path: str) -> Node | None:
+        """The node at ``path``, or None."""
+        check_path(path)
+
+        def read(dl: float) -> Node | None:
+            try:
+                data, stat = self._call(dl, self._zk.get_async, path)
+            except kz.NoNodeError:
+                return None
+            return _node(path, data, stat)
+
+        return self._read(path, read)
+
+    def exists(self, path: str) -> bool:
+        """Whether a node exists at ``path`` (ZooKeeper keeps parents as real nodes)."""
+        check_path(path)
+        return self._read(path, lambda dl: self._call(dl, self._zk.exists_async, path) is not None)
+
+    def children(self, path: str) -> list[str]:
+        """Sorted names of the children of ``path``; empty if it does not exist."""
+        check_path(path)
+
+        def read(dl: float) -> list[str]:
+            try:
+                return sorted(self._call(dl, self._zk.get_children_async, path))
+            except kz.NoNodeError:
+                return []
+
+        return self._read(path, read)
+
+    def get_tree(self, path: str) -> dict[str, Node]:
+        """Every node at or below ``path``, read level by level with pipelined requests."""
+        check_path(path)
+
+        def read(dl: float) -> dict[str, Node]:
+            tree = self._walk(dl, path, with_data=True)
+            return {p: _node(p, *ds) for p, ds in tree.items() if ds is not None}
+
+        return self._read(path, read)
+
+    def _read(self, what: str, read: Callable[[float], _T]) -> _T:
+        """Run ``read`` (given the deadline); once more if the connection was lost.
+
+        A request in flight when the connection drops fails with ConnectionLoss; kazoo
+        then reconnects (to another member if this one is gone) and queues new requests
+        until it has. A read changes nothing, so sending it again is safe; both
+        attempts share one operation timeout. Writes are not re-sent: a lost
+        connection leaves their outcome unknown.
+        """
+        with self._errors(what):
+            deadline = self._deadline()
+            try:
+                return read(deadline)
+            except kz.ConnectionLoss:
+                if time.monotonic() >= deadline:
+                    raise
+                _log.info("ZooKeeper read of %s lost its connection; reading again", what)
+            return read(deadline)
+
+    # -- writes ----------------------------------------------------------------
+
+    def put(self, path: str, value: bytes, *, ephemeral: bool = False) -> Node:
+        """Create or overwrite ``path``; afterwards it is ephemeral (ours) iff asked."""
+        check_path(path)
+        self._check_payload(path, len(value))
+        if ephemeral and path == "/":
+            raise ConfigError("the namespace root '/' cannot be ephemeral")
+        with self._errors(path):
+            dl = self._deadline()
+            zk = self._zk
+            for _ in range(_COMMIT_ATTEMPTS):
+                try:
+                    stat = self._call(dl, zk.set_async, path, value)
+                except kz.NoNodeError:
+                    created = self._create_node(dl, path, value, ephemeral)
+                    if created is not None:
+                        return created
+                    continue  # created by someone else meanwhile: overwrite it
+                if stat.ephemeralOwner == self._wanted_owner(ephemeral):
+                    return _node(path, value, stat)
+                # wrong kind: replace it in one multi, guarded by the version just written
+                results, zxid = self._multi(
+                    dl,
+                    [
+                        kazoo_private.delete_op(self._full(path), stat.version),
+                        self._create_op(path, value, ephemeral),
+                    ],
+                )
+                if _first_error(results) is None:
+                    return Node(path, value, 0, zxid, zxid, ephemeral)
+            raise StoreError(f"put {path}: the node kept changing concurrently; try again")
+
+    def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False) -> Node | None:
+        """Create ``path`` if absent (parents made persistent); None if it existed."""
+        check_path(path)
+        self._check_payload(path, len(value))
+        if path == "/":
+            return None
+        with self._errors(path):
+            return self._create_node(self._deadline(), path, value, ephemeral)
+
+    def delete(self, path: str, *, recursive: bool = True) -> None:
+        """Delete ``path`` (and its subtree if recursive); ``/`` keeps the namespace node."""
+        check_path(path)
+        with self._errors(path):
+            dl = self._deadline()
+            zk = self._zk
+            if not recursive:
+                if path == "/":
+                    if self._call(dl, zk.get_children_async, path):
+                        raise StoreError("cannot delete '/': it has children (use recursive)")
+                    return
+                try:
+                    self._call(dl, zk.delete_async, path)
+                except kz.NoNodeError:
+                    pass
+                except kz.NotEmptyError:
+                    raise StoreError(
+                        f"cannot delete {path}: it has children (use recursive=True)"
+                    ) from None
+                return
+            for _ in range(_COMMIT_ATTEMPTS):
+                tree = self._walk(dl, path, with_data=False)
+                tree.pop("/", None)
+                by_depth: dict[int, list[str]] = {}
+                for p in tree:
+                    by_depth.setdefault(p.count("/"), []).append(p)
+                try:
+                    for depth in sorted(by_depth, reverse=True):
+                        sent = [self._send(zk.delete_async, p) for p in by_depth[depth]]
+                        for ar in sent:
+                            with suppress(kz.NoNodeError):
+                                self._wait(ar, dl)
+                    return
+                except kz.NotEmptyError:
+                    continue  # a child appeared while we walked: walk again
+            raise StoreError(f"delete {path}: children kept appearing concurrently")
+
+    def commit(self, ops: Sequence[Op]) -> CommitResult:
+        """Apply ``ops`` in one ZooKeeper multi (see the table in ``planner.py``)."""
+        ops = list(ops)
+        if len(ops) > self.max_ops_per_commit:
+            raise StoreLimitError(
+                f"a commit carries at most {self.max_ops_per_commit} operations; got {len(ops)}"
+            )
+        size = 0
+        for op in ops:
+            check_path(op.path)
+            if isinstance(op, Create | Put):
+                size += len(op.value)
+                if op.ephemeral and op.path == "/":
+                    raise ConfigError("the namespace root '/' cannot be ephemeral")
+        self._check_payload("commit", size)
+        with self._errors("commit"):
+            return self._commit(self._deadline(), ops)
+
+    def _walk(
+        self, deadline: float, root: str, *, with_data: bool
+    ) -> dict[str, tuple[bytes, ZnodeStat] | None]:
+        """The subtree at ``root`` in breadth-first order, one pipelined batch per level."""
+        zk = self._zk
+        out: dict[str, tuple[bytes, ZnodeStat] | None] = {}
+        level = [root]
+        while level:
+            sent = [
+                (
+                    p,
+                    self._send(zk.get_async, p) if with_data else None,
+                    self._send(zk.get_children_async, p),
+                )
+                for p in level
+            ]
+            level = []
+            for p, data_ar, kids_ar in sent:
+                try:
+                    data = self._wait(data_ar, deadline) if data_ar is not None else None
+                    kids = self._wait(kids_ar, deadline)
+                except kz.NoNodeError:
+                    continue  # deleted while we walked
+                out[p] = data
+                level.extend(_child(p, k) for k in sorted(kids))
+        return out
