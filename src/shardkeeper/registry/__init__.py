@@ -1,7 +1,7 @@
 """The coordination-store layer: one contract (``base``), two backends, URL settings.
 
 ``open_store(url)`` builds the right backend for a registry URL without connecting
-(``memory://name/ns``: the in-process reference store of ``memory.py``);
+(``memory://name/ns``: the in-process reference store of ``memory/``);
 call ``start()`` (or use it as a context manager) to connect.
 """
 

@@ -2,7 +2,7 @@
 
 Everything above the registry layer talks to a :class:`CoordinationStore` and never
 knows whether ZooKeeper or etcd is underneath. This module is the contract; the
-backends (``zookeeper.py``, ``etcd.py``) are kept lean and must pass the same
+backends (``zookeeper/``, ``etcd/``) are kept lean and must pass the same
 behavioural suite (``tests/registry/test_contract.py``).
 
 Model

@@ -6,7 +6,7 @@ Format::
     etcd://host:port[,host:port...]/namespace[?option=value&...]
     memory://name/namespace[?option=value&...]
 
-``memory://name/...`` is the in-process reference store (``registry/memory.py``) on the
+``memory://name/...`` is the in-process reference store (``registry/memory/``) on the
 process-wide server called ``name``: for tests and experiments, never for several
 processes. It takes no credentials; only ``session_timeout`` means anything to it.
 
