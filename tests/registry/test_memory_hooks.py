@@ -1,4 +1,4 @@
-"""The step hooks of the reference in-memory store (registry/memory.py).
+"""The step hooks of the reference in-memory store (registry/memory/).
 
 The contract itself is checked by test_contract.py (``[mem]`` ids); these tests check
 the hooks deterministic tests are built on: pauses before and after a call, injected
