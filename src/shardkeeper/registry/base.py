@@ -129,12 +129,21 @@ __all__ = [
     "Subscription",
     "WatchEvent",
     "WatchListener",
+    "ancestors",
     "check_path",
     "is_excluded",
     "join_path",
 ]
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9._@:=+\-]+$")
+
+
+def ancestors(path: str) -> list[str]:
+    """The strict ancestors of ``path`` below the root, nearest first: ``/a/b/c`` ->
+    ``["/a/b", "/a"]``; ``[]`` for ``/`` and for a child of the root. (The one
+    definition the backends share: reverse it for top-down order.)"""
+    parts = path.strip("/").split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
 
 
 def check_path(path: str) -> str:

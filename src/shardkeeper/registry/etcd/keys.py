@@ -26,7 +26,7 @@ from typing import Any
 
 import etcd3.etcdrpc as rpc
 
-from shardkeeper.registry.base import Node
+from shardkeeper.registry.base import Node, ancestors
 
 __all__ = [
     "below_op",
@@ -57,9 +57,9 @@ def below_op(key: bytes, *, keys_only: bool = False, limit: int = 0) -> Any:
 
 
 def strict_ancestors(path: str) -> list[str]:
-    """Strict ancestors of ``path``, nearest first, without the root."""
-    parts = path.strip("/").split("/")
-    return ["/" + "/".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
+    """Strict ancestors of ``path``, nearest first, without the root
+    (:func:`~shardkeeper.registry.base.ancestors`)."""
+    return ancestors(path)
 
 
 def synthetic_node(path: str) -> Node:

@@ -29,7 +29,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardkeeper.errors import ConfigError, StoreError, StoreLimitError
-from shardkeeper.registry.base import Check, Create, Delete, Node, Op, Put, check_path
+from shardkeeper.registry.base import (
+    Check,
+    Create,
+    Delete,
+    Node,
+    Op,
+    Put,
+    ancestors,
+    check_path,
+)
 
 
 def _under(path: str, prefix: str) -> bool:
@@ -42,12 +51,9 @@ def _parent(path: str) -> str:
 
 
 def _ancestors(path: str) -> list[str]:
-    """Strict ancestors of ``path``, nearest first, ``/`` last (none for ``/``)."""
-    out: list[str] = []
-    while path != "/":
-        path = _parent(path)
-        out.append(path)
-    return out
+    """Strict ancestors of ``path``, nearest first, ``/`` last (none for ``/``):
+    :func:`~shardkeeper.registry.base.ancestors` and the root."""
+    return [] if path == "/" else [*ancestors(path), "/"]
 
 
 # ---- the data ---------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kazoo.protocol.states import ZnodeStat
 
-from shardkeeper.registry.base import Node
+from shardkeeper.registry.base import Node, ancestors
 
 
 def _parent(path: str) -> str:
@@ -16,9 +16,9 @@ def _child(path: str, name: str) -> str:
 
 
 def _ancestors(path: str) -> list[str]:
-    """Proper ancestors of ``path`` below ``/``, top-down (``/a/b/c`` -> ``/a``, ``/a/b``)."""
-    segs = path.strip("/").split("/")[:-1]
-    return ["/" + "/".join(segs[: i + 1]) for i in range(len(segs))]
+    """Proper ancestors of ``path`` below ``/``, top-down (``/a/b/c`` -> ``/a``, ``/a/b``):
+    :func:`~shardkeeper.registry.base.ancestors` reversed (parents are made top-down)."""
+    return ancestors(path)[::-1]
 
 
 def _node(path: str, value: bytes, stat: ZnodeStat) -> Node:
