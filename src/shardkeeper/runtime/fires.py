@@ -1,0 +1,316 @@
+"""The fire queue of one job: fires in order on the job's lane, folded when they
+pile up, misfire re-runs queued behind the fire being decided, and what a decided
+fire leaves behind (a misfire mark, a skip).
+
+A mixin of :class:`~shardkeeper.runtime.runner.JobRunner`, which owns the state it
+uses (declared below); kept apart so the runner stays a readable composition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from datetime import datetime
+
+from shardkeeper.coordination.execution import ExecutionService
+from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.errors import StoreError
+from shardkeeper.observe import Observers, SkipRecord
+from shardkeeper.registry.base import CoordinationStore
+from shardkeeper.runtime.batches import Batches
+from shardkeeper.runtime.jobstate import JobState, SkipReason
+from shardkeeper.runtime.pool import Lanes
+from shardkeeper.runtime.trigger import (
+    Deferred,
+    Fire,
+    Launched,
+    Skipped,
+    TriggerFlow,
+    Wait,
+    fmt_fire,
+)
+
+__all__ = ["MAX_QUEUED_FIRES", "POLL_AFTER_ERROR", "FireQueue", "SkipSink"]
+
+log = logging.getLogger("shardkeeper.runtime.runner")
+
+#: receives every skipped trigger (the runtime aggregates them into few log lines)
+SkipSink = Callable[[str, SkipReason, float, str], None]
+
+#: fires queued behind the one in progress, at most (more are coalesced)
+MAX_QUEUED_FIRES = 2
+#: how soon a fire whose decision met a store error is decided again
+POLL_AFTER_ERROR = 0.1
+
+
+class FireQueue:
+    """Fires of one job, decided one at a time on its lane (module docstring)."""
+
+    # owned and set up by JobRunner.__init__
+    state: JobState
+    trigger: TriggerFlow
+    batches: Batches
+    paths: JobPaths
+    _store: CoordinationStore
+    _me: str
+    _lanes: Lanes
+    _fires: deque[Fire]
+    _fires_lock: threading.Lock
+    _current: Fire | None
+    _last_fire: float
+    _on_skip: SkipSink
+    _observers: Observers
+
+    @property
+    def name(self) -> str:
+        """The job name (its lane)."""
+        return self.paths.job
+
+    @property
+    def execution(self) -> ExecutionService:
+        """The job's execution marks (JobRunner's view)."""
+        raise NotImplementedError
+
+    def submit(self, key: str | None, fn: Callable[[], object]) -> None:
+        """Run ``fn`` on this job's lane (JobRunner)."""
+        raise NotImplementedError
+
+    def request_repair(self) -> None:
+        """Run a housekeeping pass soon (JobRunner)."""
+        raise NotImplementedError
+
+    def try_claim(self) -> None:
+        """Claim orphaned items (JobRunner)."""
+        raise NotImplementedError
+
+    def running_count(self) -> int:
+        """Items executing or starting here (JobRunner)."""
+        raise NotImplementedError
+
+    def stop_pending(self) -> bool:
+        """During a graceful stop: items still run here, or a fire from before the
+        stop is still to be decided (queued, waiting, or owed as a misfire re-run)."""
+        st = self.state
+        settled = not self.batches.unfinished()
+        with st.lock:
+            owed = (
+                settled
+                and st.config.misfire
+                and st.misfire_at is not None
+                and st.skip_reason(st.misfire_at) is None
+            )
+        return owed or self.running_count() > 0 or self.pending_fires() > 0
+
+    def pending_fires(self) -> int:
+        """Fires queued or in progress on the lane."""
+        with self._fires_lock:
+            return len(self._fires)
+
+    # -- triggers -------------------------------------------------------------------
+
+    def _run_now(self) -> None:
+        # Every instance uses the time the operator's request carries: one fire time
+        # cluster-wide, so one assignment serves it (with "now" per instance, a reshard
+        # between two instances' fire times could leave items to nobody).
+        node = self._store.get(self.paths.trigger(self._me))
+        at = time.time()
+        if node is not None:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                at = float(json.loads(node.value)["at"])
+        self._store.delete(self.paths.trigger(self._me), recursive=False)
+        self._enqueue(Fire(at, manual=True))
+
+    def on_trigger(self, fire_time: datetime) -> None:
+        """A trigger fired: queue it on the job's lane (fires of one job run in order;
+        beyond MAX_QUEUED_FIRES waiting behind the current one, the oldest waiting
+        fire is folded into a misfire re-run or counted as skipped)."""
+        self._enqueue(Fire(fire_time.timestamp()))
+
+    def _enqueue(self, fire: Fire) -> None:
+        self.state.count("triggers")
+        dropped: Fire | None = None
+        with self._fires_lock:
+            if len(self._fires) > MAX_QUEUED_FIRES:
+                dropped = self._fires[1]
+                del self._fires[1]
+            self._fires.append(fire)
+        if dropped is not None:
+            self._fold(dropped)
+        self.submit("fires", self._pump)
+
+    def _fold(self, fire: Fire) -> None:
+        # A fire that queued up behind one still waiting (for a reshard, say) is a
+        # misfire: it runs once more after the fire ahead of it, like a fire that
+        # found its items running.
+        st = self.state
+        if st.config.misfire:
+            with st.lock:
+                if st.misfire_at is None or fire.fire_time < st.misfire_at:
+                    st.misfire_at = fire.fire_time
+            st.count("misfires")
+        else:
+            st.count("skipped")
+            self._on_skip(self.name, SkipReason.QUEUED, fire.fire_time, "")
+
+    def _remove(self, fire: Fire) -> None:
+        """Take ``fire`` out of the queue, wherever it is (under ``_fires_lock``)."""
+        for n, queued in enumerate(self._fires):
+            if queued is fire:
+                del self._fires[n]
+                break
+        if self._current is fire:
+            self._current = None
+
+    def _queue_misfire_rerun(self, fire_time: float) -> bool:
+        """Queue the misfire re-run of ``fire_time`` first, but behind a fire being
+        decided; at most one re-run per fire time is queued (under ``_fires_lock``).
+        False when one was queued already."""
+        if any(f.misfire and abs(f.fire_time - fire_time) < 1e-6 for f in self._fires):
+            return False
+        rerun = Fire(fire_time, misfire=True)
+        if self._fires and self._fires[0] is self._current:
+            self._fires.insert(1, rerun)
+        else:
+            self._fires.appendleft(rerun)
+        return True
+
+    def _pump(self) -> None:
+        """Work the queued fires in order (lane task)."""
+        while True:
+            with self._fires_lock:
+                if not self._fires:
+                    return
+                fire = self._current = self._fires[0]
+            with self.state.lock:
+                # a graceful stop still decides the fires from before it began
+                stopping = self.state.skip_reason(fire.fire_time) is SkipReason.STOPPING
+                if not stopping:
+                    self.state.starting += 1
+            if stopping:
+                with self._fires_lock:
+                    self._remove(fire)
+                continue
+            try:
+                if not fire.misfire and not fire.manual and fire.fire_time <= self._last_fire:
+                    # decided already (a second delivery of the same fire): running
+                    # it again would run its items twice for one fire
+                    log.warning(
+                        "%s: fire at %s delivered again; ignored",
+                        self.name,
+                        fmt_fire(fire.fire_time),
+                    )
+                    result: Launched | Skipped | Deferred | Wait = Skipped(SkipReason.DUPLICATE)
+                else:
+                    result = self.trigger.step(fire)
+            except StoreError as exc:
+                # a read or write of the decision failed: the fire is not dropped, it
+                # is decided again shortly, until its deadline
+                if fire.deadline and time.monotonic() < fire.deadline:
+                    log.info(
+                        "%s: fire at %s: %s; trying again", self.name, fmt_fire(fire.fire_time), exc
+                    )
+                    result = Wait(POLL_AFTER_ERROR, "store error")
+                else:
+                    result = Skipped(SkipReason.STORE)
+            except Exception:
+                with self._fires_lock:
+                    self._remove(fire)
+                raise
+            finally:
+                with self.state.lock:
+                    self.state.starting -= 1
+            if isinstance(result, Wait):
+                remaining = max(0.0, fire.deadline - time.monotonic())
+                self._lanes.submit_after(
+                    self.name, "fires", self._pump, min(result.delay, remaining)
+                )
+                return
+            with self._fires_lock:
+                self._remove(fire)
+                last = not self._fires
+                if not fire.misfire and not fire.manual:
+                    self._last_fire = max(self._last_fire, fire.fire_time)
+            self._record(fire, result)
+            if last and not isinstance(result, Launched) and self.batches.idle:
+                self._on_batch_done()  # a folded fire's misfire re-run, if one is owed
+
+    def _record(self, fire: Fire, result: Launched | Skipped | Deferred) -> None:
+        st = self.state
+        if isinstance(result, Launched):
+            return
+        if isinstance(result, Deferred):
+            if st.config.misfire:
+                with st.lock:
+                    if st.misfire_at is None or fire.fire_time < st.misfire_at:
+                        st.misfire_at = fire.fire_time
+                st.count("misfires")
+                try:
+                    # operators' view only: the re-run is recorded locally already
+                    self.execution.mark_misfire(list(result.items), fire.fire_time)
+                except StoreError as exc:
+                    log.info("%s: could not record the misfire: %s", self.name, exc)
+                if self.batches.idle:  # the holder ended meanwhile
+                    self._on_batch_done()
+            else:
+                st.count("skipped")
+            return
+        if result.reason is SkipReason.NO_ITEMS:
+            return
+        st.count("skipped")
+        detail = ""
+        if result.reason is SkipReason.NOT_REGISTERED and st.register_error:
+            detail = f" (last error: {st.register_error})"
+        elif result.items:
+            detail = f" (items {list(result.items)})"
+        if result.reason is SkipReason.MEMBERSHIP:
+            self.request_repair()
+        if result.reason is not SkipReason.STOPPING:
+            self._on_skip(self.name, result.reason, fire.fire_time, detail)
+            if self._observers:
+                self._observers.on_skip(
+                    SkipRecord(
+                        job=self.name,
+                        fire_time=fire.fire_time,
+                        instance=self._me,
+                        reason=result.reason.value,
+                        items=tuple(result.items),
+                    )
+                )
+
+    def _on_batch_done(self) -> None:
+        """A batch ended (worker thread) or marks were settled: a misfire re-run or a
+        failover claim may be due."""
+        st = self.state
+        if st.stopping:
+            # graceful stop: only a misfire re-run of a fire from before the stop
+            with st.lock:
+                due = st.misfire_at
+            if due is None or st.skip_reason(due) is not None or not self.batches.idle:
+                return
+        elif st.skip_reason() is not None:
+            return
+        if not self.batches.idle:
+            if st.config.failover and st.queue_hint:
+                self.submit("claim", self.try_claim)
+            return
+        settled = not self.batches.unfinished()
+        with st.lock:
+            misfire_at, st.misfire_at = st.misfire_at, None
+            rerun = misfire_at is not None and st.config.misfire and settled
+            if rerun:
+                # queued under the state lock: a graceful stop never sees the re-run
+                # neither owed nor queued
+                with self._fires_lock:
+                    self._queue_misfire_rerun(misfire_at or 0.0)
+        if rerun:
+            self.submit("fires", self._pump)
+        elif misfire_at is not None:
+            with st.lock:  # marks still to clear: keep it for later
+                st.misfire_at = misfire_at
+        elif st.config.failover:
+            self.submit("claim", self.try_claim)
