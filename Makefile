@@ -12,13 +12,13 @@ PYTEST_ARGS ?=
 .PHONY: demo test lint typecheck pytest system-deps venv chaos bench clean registry-up registry-down
 
 demo: system-deps venv
-	$(PY) -m shardkeeper.demo --backend $(BACKEND)
+	$(PY) -m demo --backend $(BACKEND)
 
 test: system-deps venv lint typecheck pytest
 
 lint: venv
-	$(VENV)/bin/ruff check src tests examples
-	$(VENV)/bin/ruff format --check src tests examples
+	$(VENV)/bin/ruff check src tests examples demo
+	$(VENV)/bin/ruff format --check src tests examples demo
 
 typecheck: venv
 	$(VENV)/bin/mypy

@@ -1,1 +1,1 @@
-"""Tests of the demo (python -m shardkeeper.demo)."""
+"""Tests of the demo (python -m demo)."""

@@ -1,4 +1,4 @@
-"""``python -m shardkeeper.demo`` (what ``make demo`` runs) tells its whole story.
+"""``python -m demo`` (what ``make demo`` runs) tells its whole story.
 
 The demo runs as a subprocess, as a user would start it, and must end by itself
 with exit code 0 well within the timeout; its own checks (every item covered at
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -22,13 +23,14 @@ DEMO_TIMEOUT = 110.0
 def test_demo_tells_the_whole_story() -> None:
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "shardkeeper.demo", "--backend", "zookeeper"],
+            [sys.executable, "-m", "demo", "--backend", "zookeeper"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             timeout=DEMO_TIMEOUT,
             # a plain, wide console: no colour codes, no wrapped story lines
             env={**os.environ, "NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "160"},
+            cwd=Path(__file__).resolve().parents[2],  # the demo is run from the repo
             check=False,
         )
     except subprocess.TimeoutExpired as exc:

@@ -1,10 +1,10 @@
 """The demo behind ``make demo``: a local registry, four instances, one kill -9.
 
-``python -m shardkeeper.demo --backend zookeeper|etcd [--fast] [--keep-dir]`` starts
+``python -m demo --backend zookeeper|etcd [--fast] [--keep-dir]`` starts
 a throw-away ZooKeeper (or etcd) server, runs the example job in separate worker
-processes (:mod:`shardkeeper.demo.worker`), and tells the story of sharding,
+processes (:mod:`demo.worker`), and tells the story of sharding,
 resharding and failover from what the workers record and what the registry holds
-(:mod:`shardkeeper.demo.story`). It ends by itself, leaves no process behind and
+(:mod:`demo.story`). It ends by itself, leaves no process behind and
 exits non-zero when any step of the story did not happen.
 """
 

@@ -2,7 +2,7 @@
 
 The story starts several of these as separate OS processes::
 
-    python -m shardkeeper.demo.worker --registry URL --name w1 --journal w1.jsonl
+    python -m demo.worker --registry URL --name w1 --journal w1.jsonl
 
 Each execution prints one line (instance, item, parameter) and appends ``start`` and
 ``end`` events to the journal; the process also records ``ready`` once its runtime
@@ -22,9 +22,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from demo import ITEM_PARAMETERS, JOB_NAME
+from demo.journal import JournalWriter
 from shardkeeper.config import JobConfig
-from shardkeeper.demo import ITEM_PARAMETERS, JOB_NAME
-from shardkeeper.demo.journal import JournalWriter
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.runtime.runtime import Runtime
 
@@ -91,7 +91,7 @@ def _watch_parent(parent_pid: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one demo instance until SIGTERM/SIGINT; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m shardkeeper.demo.worker")
+    parser = argparse.ArgumentParser(prog="python -m demo.worker")
     parser.add_argument("--registry", required=True, help="registry URL")
     parser.add_argument("--name", required=True, help="short name shown by the demo (w1...)")
     parser.add_argument("--journal", required=True, type=Path, help="JSON-lines event file")

@@ -1,4 +1,4 @@
-"""``python -m shardkeeper.demo --backend zookeeper|etcd [--fast] [--keep-dir]``.
+"""``python -m demo --backend zookeeper|etcd [--fast] [--keep-dir]``.
 
 Exit codes: 0 the whole story happened; 1 a step did not happen (the message says
 which); 2 bad arguments; 130 interrupted (Ctrl-C or SIGTERM). Nothing is left
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from shardkeeper.demo.output import Output
-from shardkeeper.demo.story import FAST, NORMAL, DemoFailure, Story
+from demo.output import Output
+from demo.story import FAST, NORMAL, DemoFailure, Story
 from shardkeeper.testing.servers import ClusterError
 
 __all__ = ["main"]
@@ -31,7 +31,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the demo; returns the process exit code (see module docstring)."""
     parser = argparse.ArgumentParser(
-        prog="python -m shardkeeper.demo",
+        prog="python -m demo",
         description="Sharding, resharding and failover of a job on a local registry.",
     )
     parser.add_argument("--backend", choices=["zookeeper", "etcd"], default="zookeeper")

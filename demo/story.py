@@ -30,12 +30,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
+from demo import ITEM_PARAMETERS, JOB_NAME
+from demo.journal import Event, JournalReader
+from demo.output import Output, escape
+from demo.worker import demo_config
 from shardkeeper.coordination.model import Assignment, DocumentError
 from shardkeeper.coordination.paths import INSTANCES, job_paths
-from shardkeeper.demo import ITEM_PARAMETERS, JOB_NAME
-from shardkeeper.demo.journal import Event, JournalReader
-from shardkeeper.demo.output import Output, escape
-from shardkeeper.demo.worker import demo_config
 from shardkeeper.errors import StoreError
 from shardkeeper.registry import CoordinationStore, open_store
 from shardkeeper.testing.servers import EtcdCluster, ServerCluster, ZooKeeperCluster
@@ -411,7 +411,7 @@ class Story:
         cmd = [
             sys.executable,
             "-m",
-            "shardkeeper.demo.worker",
+            "demo.worker",
             "--registry",
             self.url,
             "--name",
@@ -427,7 +427,10 @@ class Story:
             "--parent-pid",
             str(os.getpid()),
         ]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # the demo lives next to the package, not in it: workers find it from the repo
+        repo = str(Path(__file__).resolve().parents[1])
+        path = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH", "")) if p)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
         with log_path.open("ab") as log:
             popen = subprocess.Popen(
                 cmd,
@@ -441,7 +444,7 @@ class Story:
             )
         worker = Worker(name=name, popen=popen, journal=JournalReader(journal), log_path=log_path)
         self.workers.append(worker)
-        self.out.say(f"started {name} (pid {popen.pid}): python -m shardkeeper.demo.worker")
+        self.out.say(f"started {name} (pid {popen.pid}): python -m demo.worker")
         return worker
 
     def _wait_ready(self, workers: list[Worker]) -> None:
