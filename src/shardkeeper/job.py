@@ -85,6 +85,9 @@ class ShardingContext:
     is_failover: bool = False
     is_misfire: bool = False
     props: dict[str, str] = field(default_factory=dict)
+    #: one-off parameters of an operator's run-now request (``shardkeeper trigger
+    #: JOB --param k=v``); empty for scheduled fires and their re-runs
+    params: dict[str, str] = field(default_factory=dict)
     _valid: Callable[[], bool] = field(default=_always_true, repr=False, compare=False)
     _stop: Callable[[], bool] = field(default=_never, repr=False, compare=False)
 
@@ -112,6 +115,7 @@ class ShardingContext:
             "is_failover": self.is_failover,
             "is_misfire": self.is_misfire,
             "props": dict(self.props),
+            "params": dict(self.params),
         }
 
 

@@ -141,6 +141,8 @@ _STAT_HELP = {
     "fenced": "Executions fenced off here (session lost, or the mark was taken over).",
     "reshards": "Reshards this instance performed as the job's leader.",
     "repairs": "Repairs of the registry state made by the self-repair pass.",
+    "retries": "Failed item executions run again here (the job's retries setting).",
+    "timed_out": "Item executions here that ran past the job's execution_timeout.",
 }
 
 
@@ -159,7 +161,8 @@ class _RuntimeCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         runners = self._rt.runners
         for key in STAT_KEYS:
-            fam = CounterMetricFamily(f"shardkeeper_job_{key}", _STAT_HELP[key], labels=["job"])
+            help_text = _STAT_HELP.get(key, f"The runner's {key!r} counter.")
+            fam = CounterMetricFamily(f"shardkeeper_job_{key}", help_text, labels=["job"])
             for name, runner in sorted(runners.items()):
                 fam.add_metric([name], float(runner.stats.get(key, 0)))
             yield fam

@@ -684,3 +684,15 @@ def test_version_prints_the_package_version_without_a_registry() -> None:
 
     out = ok(cli("--version"))
     assert out.strip() == f"shardkeeper {__version__}"
+
+
+def test_trigger_with_parameters(registry_url: str, start: Start, ops: Operations) -> None:
+    rt, job = start()
+    wait_until(lambda: ops.job(JOB).leader, message="no leader")
+    out = ok(cli("trigger", JOB, "--param", "region=eu", "--param", "n=2", registry=registry_url))
+    assert out.strip() == f"triggered {JOB} on {rt.instance_id} with region=eu, n=2"
+    wait_until(lambda: job.count() == 4, message="the triggered items did not run")
+    line = one_error_line(cli("trigger", JOB, "--param", "novalue", registry=registry_url), 2)
+    assert "'novalue' is not KEY=VALUE" in line
+    line = one_error_line(cli("trigger", JOB, "--param", "bad key=1", registry=registry_url), 2)
+    assert "'bad key'" in line

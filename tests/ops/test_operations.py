@@ -435,3 +435,36 @@ def test_connect_context_manager(registry_url: str) -> None:
         assert ops.instances() == []
         with pytest.raises(JobLookupError):
             ops.get_config(JOB)
+
+
+class ParamsJob(ShardedJob):
+    """Records ctx.params of each execution."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: list[dict[str, str]] = []
+
+    def execute(self, ctx: ShardingContext) -> None:
+        with self.lock:
+            self.seen.append(dict(ctx.params))
+
+
+def test_trigger_with_one_off_parameters(ops: Operations, registry_url: str) -> None:
+    job = ParamsJob()
+    rt = Runtime(registry_url, shutdown_grace=2.0)
+    rt.add_job(job, tiny_config(sharding_total_count=2))
+    rt.start()
+    try:
+        wait_leader(ops)
+        ops.trigger(JOB, params={"region": "eu-west", "dry_run": "1"})
+        wait_until(lambda: len(job.seen) >= 2, message="the triggered items did not run")
+        assert job.seen[:2] == [{"region": "eu-west", "dry_run": "1"}] * 2
+        ops.trigger(JOB)  # without parameters: none
+        wait_until(lambda: len(job.seen) >= 4, message="the second trigger did not run")
+        assert job.seen[2:4] == [{}, {}]
+    finally:
+        rt.stop_now()
+    with pytest.raises(ConfigError, match="'bad name'"):
+        ops.trigger(JOB, params={"bad name": "x"})
+    with pytest.raises(ConfigError, match="bytes"):
+        ops.trigger(JOB, params={"big": "x" * 9000})

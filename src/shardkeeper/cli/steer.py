@@ -33,12 +33,26 @@ def trigger(
     instance: Annotated[
         str | None, typer.Option("--instance", help="Only this instance (default: all).")
     ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param",
+            help="A one-off parameter KEY=VALUE for this run (ctx.params); repeatable.",
+        ),
+    ] = None,
     registry: RegistryOpt = None,
 ) -> None:
     """Run a job's items now on its live instances (or on one)."""
+    params: dict[str, str] = {}
+    for pair in param or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--param {pair!r} is not KEY=VALUE")
+        params[key] = value
     with connect(registry) as ops:
-        asked = ops.trigger(name, instance)
-    out.print(f"triggered {name} on {', '.join(asked)}", markup=False)
+        asked = ops.trigger(name, instance, params=params)
+    with_params = f" with {', '.join(f'{k}={v}' for k, v in params.items())}" if params else ""
+    out.print(f"triggered {name} on {', '.join(asked)}{with_params}", markup=False)
 
 
 def _switch(

@@ -24,6 +24,7 @@ import json
 import re
 import socket
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from shardkeeper.config import JobConfig
@@ -77,10 +78,36 @@ def _operator() -> str:
     return f"shardkeeper-ops@{socket.gethostname().split('.')[0] or 'host'}"
 
 
-def _stamp(action: str) -> bytes:
-    # Who and when, for a person reading the node with zkCli/etcdctl; the runtime
-    # only looks at whether the node exists.
-    return encode({"by": _operator(), "at": time.time(), "action": action})
+def _stamp(action: str, **extra: Any) -> bytes:
+    # Who and when, for a person reading the node with zkCli/etcdctl (a trigger
+    # request's "at" and "params" are also read by the instances).
+    return encode({"by": _operator(), "at": time.time(), "action": action, **extra})
+
+
+#: a one-off trigger parameter's name
+_PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+#: the most bytes a trigger request's parameters may take
+MAX_TRIGGER_PARAMS_BYTES = 8192
+
+
+def check_trigger_params(params: Mapping[str, str]) -> dict[str, str]:
+    """``params`` as a plain dict, or ConfigError naming the bad name or size."""
+    out: dict[str, str] = {}
+    for name, value in params.items():
+        if not isinstance(name, str) or not _PARAM_NAME.match(name):
+            raise ConfigError(
+                f"trigger parameter name {name!r} is not valid: use letters, digits, "
+                "'_', '.' or '-' (starting with a letter or '_', at most 64)"
+            )
+        if not isinstance(value, str):
+            raise ConfigError(f"trigger parameter {name!r}: value {value!r} is not a string")
+        out[name] = value
+    size = len(json.dumps(out).encode())
+    if size > MAX_TRIGGER_PARAMS_BYTES:
+        raise ConfigError(
+            f"trigger parameters take {size} bytes; at most {MAX_TRIGGER_PARAMS_BYTES} are allowed"
+        )
+    return out
 
 
 class Operations:
@@ -370,10 +397,18 @@ class Operations:
 
     # -- requests to running instances ----------------------------------------------
 
-    def trigger(self, job: str, instance: str | None = None) -> list[str]:
-        """Ask one live instance of ``job`` (or every one) to run its items now.
-        Returns the instances asked. Refused when the job is disabled or has no live
-        instance; InstanceLookupError when ``instance`` is not live."""
+    def trigger(
+        self,
+        job: str,
+        instance: str | None = None,
+        params: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """Ask one live instance of ``job`` (or every one) to run its items now, with
+        one-off ``params`` (``ctx.params`` of those executions). Returns the instances
+        asked. Refused when the job is disabled or has no live instance;
+        InstanceLookupError when ``instance`` is not live; ConfigError naming a bad
+        parameter."""
+        checked = check_trigger_params(params or {})
         state = self._job_state(job)
         if not state.enabled:
             raise OperationRefusedError(
@@ -392,7 +427,7 @@ class Operations:
         if not targets:
             raise OperationRefusedError(f"job {job!r} has no live instance to trigger")
         paths = JobPaths(job)
-        value = _stamp("trigger")
+        value = _stamp("trigger", params=checked) if checked else _stamp("trigger")
         # One commit: either every instance is asked or none (chunked only past the
         # store's per-commit limit, which a realistic cluster never reaches).
         ops: list[Op] = [Put(paths.trigger(t), value) for t in targets]

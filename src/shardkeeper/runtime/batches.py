@@ -60,6 +60,8 @@ class Batch:
     #: fence child of each persistent mark (ExecutionService.finish)
     fences: dict[int, str] = field(default_factory=dict)
     contexts: dict[int, ShardingContext] = field(default_factory=dict)
+    #: one-off parameters of the run-now request this batch serves
+    params: dict[str, str] = field(default_factory=dict)
     failover: bool = False
     misfire: bool = False
     fenced: bool = False

@@ -119,11 +119,15 @@ class FireQueue:
         # between two instances' fire times could leave items to nobody).
         node = self._store.get(self.paths.trigger(self._me))
         at = time.time()
+        params: dict[str, str] = {}
         if node is not None:
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                at = float(json.loads(node.value)["at"])
+                request = json.loads(node.value)
+                at = float(request["at"])
+                given = request.get("params") or {}
+                params = {str(k): str(v) for k, v in dict(given).items()}
         self._store.delete(self.paths.trigger(self._me), recursive=False)
-        self._enqueue(Fire(at, manual=True))
+        self._enqueue(Fire(at, manual=True, params=params))
 
     def on_trigger(self, fire_time: datetime) -> None:
         """A trigger fired: queue it on the job's lane (fires of one job run in order;

@@ -443,6 +443,7 @@ class JobRunner(FireQueue):
             is_failover=batch.failover,
             is_misfire=batch.misfire,
             props=dict(cfg.props),
+            params=dict(batch.params),
             _valid=lambda: item not in batch.timed_out and self._valid(batch),
             _stop=lambda: item in batch.timed_out or self.state.stopping or self._reshard_hint(),
         )

@@ -57,6 +57,8 @@ class Fire:
     only: frozenset[int] | None = None
     #: an operator's run-now request (not in the schedule's order of fires)
     manual: bool = False
+    #: one-off parameters of an operator's run-now request (ctx.params)
+    params: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,7 @@ class TriggerFlow:
                 execution_ids={i: ids[i] for i in result.marked},
                 misfire=fire.misfire,
                 session=session,
+                params=dict(fire.params),
             )
             self._launch(batch)
             return Launched(tuple(result.marked))
@@ -265,6 +268,7 @@ class TriggerFlow:
                 execution_ids={i: ids[i] for i in adopted},
                 misfire=fire.misfire,
                 session=session,
+                params=dict(fire.params),
             )
             self._launch(batch)
             rest = [i for i in items if i not in adopted]
