@@ -18,7 +18,7 @@ import pytest
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.config_service import ConfigService
 from shardkeeper.coordination.paths import JobPaths
-from shardkeeper.errors import JobConfigError
+from shardkeeper.errors import JobConfigError, JobConflictError
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.ops import Operations
 from shardkeeper.registry import CoordinationStore
@@ -200,3 +200,20 @@ def test_stored_document_says_who_wrote_it(store: CoordinationStore) -> None:
     assert doc["_meta"]["writer"] == "operator" and doc["_meta"]["revision"] == 2
     assert doc["_meta"]["by"].startswith("shardkeeper-ops@")
     assert JobConfig.from_json(node.value).description == "edited"
+
+
+def test_a_job_class_that_moved_module_is_accepted_another_class_is_not(
+    store: CoordinationStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rolling deploy that moves the job class to another module (same class name)
+    runs old and new instances side by side; a different class under the same job
+    name is still refused."""
+    configs = ConfigService(store, P)
+    configs.sync(code_config(job_class="old.place:Reports"))
+    with caplog.at_level(logging.INFO, logger="shardkeeper.coordination.config_service"):
+        effective, _ = configs.sync(code_config(job_class="new.home.reports:Reports"))
+    assert effective.sharding_total_count == 4
+    assert "now at new.home.reports:Reports" in caplog.text
+    configs.sync(code_config(job_class="old.place.Reports"))  # dotted form, same class
+    with pytest.raises(JobConflictError, match=r"already registered by 'old\.place:Reports'"):
+        configs.sync(code_config(job_class="old.place:Invoices"))

@@ -65,6 +65,11 @@ def _json_value(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str, sort_keys=True))
 
 
+def _class_name(import_path: str) -> str:
+    """The class name of ``package.module:Class`` or ``package.module.Class``."""
+    return import_path.replace(":", ".").rsplit(".", 1)[-1]
+
+
 def _fields(config: JobConfig) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(config.to_json())
     return data
@@ -236,11 +241,21 @@ class ConfigService:
                 return None
             return config, True
         if current.job_class and config.job_class and current.job_class != config.job_class:
-            raise JobConflictError(
-                f"job {config.name!r} is already registered by {current.job_class!r}; "
-                f"refusing to run it as {config.job_class!r} (choose another job name, or "
-                "remove the job first)"
-            )
+            if _class_name(current.job_class) == _class_name(config.job_class):
+                # The same class moved to another module: during a rolling deploy old
+                # and new instances run side by side, so this must not block either.
+                log.info(
+                    "%s: job class %s is now at %s (same class name: accepted)",
+                    config.name,
+                    current.job_class,
+                    config.job_class,
+                )
+            else:
+                raise JobConflictError(
+                    f"job {config.name!r} is already registered by {current.job_class!r}; "
+                    f"refusing to run it as {config.job_class!r} (choose another job name, "
+                    "or remove the job first; a class that only moved module keeps its name)"
+                )
         if not config.overwrite:
             self._warn_ignored(config, current)
             return current, False
