@@ -696,3 +696,43 @@ def test_trigger_with_parameters(registry_url: str, start: Start, ops: Operation
     assert "'novalue' is not KEY=VALUE" in line
     line = one_error_line(cli("trigger", JOB, "--param", "bad key=1", registry=registry_url), 2)
     assert "'bad key'" in line
+
+
+DIFF_MODULE = f'''
+from shardkeeper import JobConfig, ShardedJob
+
+class Same(ShardedJob):
+    config = JobConfig.parse(name="{JOB}", cron="{NEVER}", sharding_total_count=4,
+                             sharding_item_parameters="0=a")
+    def execute(self, ctx):
+        pass
+
+class Changed(ShardedJob):
+    config = JobConfig.parse(name="{JOB}", cron="{NEVER}", sharding_total_count=8,
+                             description="new")
+    def execute(self, ctx):
+        pass
+'''
+
+
+def test_config_diff_against_a_job_class(
+    registry_url: str, start: Start, ops: Operations, tmp_path: Path
+) -> None:
+    start()
+    wait_until(lambda: ops.job(JOB).leader, message="no leader")
+    (tmp_path / "diff_jobs.py").write_text(DIFF_MODULE)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    same = cli("config", "diff", JOB, "diff_jobs:Same", registry=registry_url, env=env)
+    assert "the stored config matches diff_jobs:Same" in ok(same)
+    changed = cli(
+        "config", "diff", JOB, "diff_jobs:Changed", "--json", registry=registry_url, env=env
+    )
+    assert changed.returncode == 1, changed.stderr
+    differences = json.loads(changed.stdout)["differences"]
+    assert differences["sharding_total_count"] == {"stored": 4, "code": 8}
+    assert differences["description"] == {"stored": "", "code": "new"}
+    assert "sharding_item_parameters" in differences
+    line = one_error_line(
+        cli("config", "diff", "other", "diff_jobs:Same", registry=registry_url, env=env), 2
+    )
+    assert "configures job 'tiny', not 'other'" in line

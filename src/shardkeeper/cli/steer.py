@@ -16,6 +16,7 @@ from shardkeeper.errors import ConfigError
 from shardkeeper.ops import config_to_dict, parse_assignments
 
 __all__ = [
+    "config_diff",
     "config_get",
     "config_replace",
     "config_set",
@@ -238,3 +239,64 @@ def config_replace(
     with connect(registry) as ops:
         new, old = ops.replace_config(name, configs[0])
     _print_changes(name, config_to_dict(old) if old else None, config_to_dict(new), as_json)
+
+
+@config_app.command("diff")
+def config_diff(
+    name: JobArg,
+    job_class: Annotated[
+        str,
+        typer.Argument(
+            metavar="MODULE:CLASS", help="The job class whose config (class attribute) to compare."
+        ),
+    ],
+    registry: RegistryOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compare a job's stored configuration with the one a job class carries (what a
+    start of that class would find ignored without overwrite). Exit 1 when they differ."""
+    code = _class_config(name, job_class)
+    with connect(registry) as ops:
+        stored = ops.stored_config(name)
+    if stored.config is None:
+        raise Failed(f"{stored.error} (nothing to compare: repair it with shardkeeper config set)")
+    mine, theirs = config_to_dict(code), config_to_dict(stored.config)
+    # fields the runtime fills in or that only steer a start are not configuration
+    skip = {"job_class", "overwrite"}
+    differ = {
+        key: {"stored": theirs.get(key), "code": mine.get(key)}
+        for key in sorted(set(mine) | set(theirs))
+        if key not in skip and mine.get(key) != theirs.get(key)
+    }
+    if as_json:
+        emit_json({"name": name, "job_class": job_class, "differences": differ})
+    elif differ:
+        table = new_table("FIELD", "STORED", "CODE")
+        for key, pair in differ.items():
+            table.add_row(
+                key,
+                json.dumps(pair["stored"], ensure_ascii=False),
+                json.dumps(pair["code"], ensure_ascii=False),
+            )
+        out.print(table)
+    else:
+        out.print(f"{name}: the stored config matches {job_class}", markup=False)
+    if differ:
+        raise typer.Exit(1)
+
+
+def _class_config(name: str, job_class: str) -> Any:
+    from shardkeeper._imports import import_object
+    from shardkeeper.config import JobConfig
+
+    obj = import_object(job_class, "job class")
+    config = getattr(obj, "config", None)
+    if isinstance(config, dict):
+        config = JobConfig.parse(**config)
+    if not isinstance(config, JobConfig):
+        raise ConfigError(
+            f"{job_class!r} has no config class attribute (a JobConfig): nothing to compare"
+        )
+    if config.name != name:
+        raise ConfigError(f"{job_class!r} configures job {config.name!r}, not {name!r}")
+    return config
