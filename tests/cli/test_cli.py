@@ -736,3 +736,62 @@ def test_config_diff_against_a_job_class(
         cli("config", "diff", "other", "diff_jobs:Same", registry=registry_url, env=env), 2
     )
     assert "configures job 'tiny', not 'other'" in line
+
+
+def test_run_takes_its_options_from_a_runtime_config_and_the_environment(
+    registry_url: str, ops: Operations, tmp_path: Path
+) -> None:
+    """Registry, jobs, job file and labels from the runtime config; a label from the
+    environment on top; the command line is not needed at all."""
+    (tmp_path / "sample_jobs.py").write_text(JOBS_MODULE)
+    (tmp_path / "jobs.yaml").write_text(JOBS_FILE)
+    (tmp_path / "runtime.yaml").write_text(
+        textwrap.dedent(
+            f"""
+            registry: "{registry_url}"
+            jobs: [sample_jobs:WithConfig, sample_jobs:FromFile]
+            job_file: jobs.yaml
+            grace: 1
+            labels: {{zone: eu-1, role: batch}}
+            """
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k != "SHARDKEEPER_REGISTRY"}
+    env |= {"SHARDKEEPER_RUNTIME_CONFIG": "runtime.yaml", "SHARDKEEPER_LABELS": "role=web"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardkeeper.cli", "run"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        [view] = wait_until(
+            lambda: [v for v in ops.instances() if len(v.jobs) == 2],
+            timeout=30,
+            message="the instance did not register both jobs",
+        )
+        assert view.labels == {"zone": "eu-1", "role": "web"}  # the environment wins
+        ok(cli("shutdown", view.instance_id, "--wait", "20", registry=registry_url))
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("workers: 3\n", "unknown setting 'workers'"),
+        ("worker_threads: many\n", "worker_threads='many' is not an integer"),
+        ("jobs: []\n", "no job to run"),
+    ],
+)
+def test_run_refuses_a_bad_runtime_config(tmp_path: Path, content: str, fragment: str) -> None:
+    (tmp_path / "runtime.yaml").write_text(content)
+    result = cli("run", "--runtime-config", str(tmp_path / "runtime.yaml"), cwd=tmp_path)
+    assert fragment in one_error_line(result, 2)
