@@ -1,0 +1,1 @@
+"""Recipes: shardkeeper inside FastAPI, gunicorn and Django (see docs/deployment.md)."""

@@ -1,0 +1,1 @@
+"""Recipe: a minimal Django project whose ``run_jobs`` command runs sharded jobs."""

@@ -1,0 +1,1 @@
+"""The Django app of the recipe: it only ships the ``run_jobs`` management command."""
