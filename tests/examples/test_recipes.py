@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate as kv
 import pytest
 import yaml
 
@@ -122,8 +123,6 @@ def answers(url: str) -> bool:
 
 
 def test_fastapi_lifespan(registry_url: str, store: CoordinationStore, tmp_path: Path) -> None:
-    pytest.importorskip("fastapi")
-    pytest.importorskip("uvicorn")
     port = free_ports(1)[0]
     output = tmp_path / "uvicorn.txt"
     cmd = [sys.executable, "-m", "uvicorn", "examples.recipes.fastapi_app:app"]
@@ -161,7 +160,6 @@ def test_fastapi_lifespan(registry_url: str, store: CoordinationStore, tmp_path:
 def test_gunicorn_one_instance_per_worker(
     registry_url: str, store: CoordinationStore, tmp_path: Path
 ) -> None:
-    pytest.importorskip("gunicorn")
     port = free_ports(1)[0]
     output = tmp_path / "gunicorn.txt"
     # --preload: the app is imported in the master before the fork; the runtimes
@@ -216,7 +214,6 @@ def test_gunicorn_one_instance_per_worker(
 def test_django_run_jobs_command(
     registry_url: str, store: CoordinationStore, tmp_path: Path
 ) -> None:
-    pytest.importorskip("django")
     output = tmp_path / "django.txt"
     cmd = [sys.executable, "-m", "examples.recipes.django_site.manage", "run_jobs", "--grace", "3"]
     with process(cmd, output, SHARDKEEPER_REGISTRY=registry_url) as proc:
@@ -242,7 +239,6 @@ def test_django_run_jobs_command(
 
 
 def test_django_run_jobs_rejects_a_bad_job(tmp_path: Path) -> None:
-    pytest.importorskip("django")
     settings = tmp_path / "bad_settings.py"
     settings.write_text(
         "from examples.recipes.django_site.settings import *  # noqa: F403\n"
@@ -282,7 +278,6 @@ def manifests() -> dict[str, dict[str, Any]]:
 
 
 def test_kubernetes_manifests_match_the_schemas() -> None:
-    kv = pytest.importorskip("kubernetes_validate")
     docs = manifests()
     assert set(docs) == {"Deployment", "Secret"}
     for doc in docs.values():
