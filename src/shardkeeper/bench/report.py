@@ -57,11 +57,16 @@ def tables(doc: Results) -> str:
     """The generated markdown (every benchmark that has results)."""
     out: list[str] = []
     env = next(iter(doc.values()), {}).get("environment", {})
-    quick = any(d.get("quick") for d in doc.values())
+    quick = sorted(name for name, d in doc.items() if d.get("quick"))
+    if quick and len(quick) == len(doc):
+        mode = " (QUICK mode: small cases only)"
+    elif quick:
+        mode = f" (QUICK mode, small cases only, for: {', '.join(quick)})"
+    else:
+        mode = ""
     out.append(
         f"Measured {env.get('at', '?')} on {env.get('cpus', '?')} CPUs, Python "
-        f"{env.get('python', '?')}, single-member servers on loopback"
-        f"{' (QUICK mode: small cases only)' if quick else ''}."
+        f"{env.get('python', '?')}, single-member servers on loopback{mode}."
     )
 
     if "failover" in doc:
