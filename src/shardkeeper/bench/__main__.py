@@ -111,7 +111,7 @@ def run_all(
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     p = argparse.ArgumentParser(prog="python -m shardkeeper.bench", description=__doc__)
-    p.add_argument("--quick", action="store_true", help="small cases only (< 3 minutes)")
+    p.add_argument("--quick", action="store_true", help="small cases only (about 6 minutes)")
     p.add_argument("--only", action="append", choices=list(BENCHMARKS), help="repeatable")
     p.add_argument("--backend", action="append", choices=list(BACKENDS), help="repeatable")
     p.add_argument("--out", default=".bench", help="directory of the JSON results")
