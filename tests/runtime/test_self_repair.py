@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -410,3 +411,37 @@ def test_an_exception_that_is_not_a_store_error_in_completion_loses_nothing(
     assert any("task failed" in r.getMessage() for r in caplog.records)
     workers = [t for t in threading.enumerate() if t.name.startswith("sk-worker")]
     assert len(workers) == 2
+
+
+def test_marks_of_an_execution_that_already_ran_here_are_cleared_not_failed_over(
+    server: MemoryServer, runtimes: list[Runtime]
+) -> None:
+    """A start commit that timed out can be applied by the store after the retried
+    one ran and cleared its items (etcd applies a proposal that was in flight when
+    its leader was lost, once a new leader is elected): marks naming this instance
+    reappear for an execution that already ran here. The repair pass used to hand
+    them to failover, which ran that fire a second time (chaos checker, etcd seed
+    3003). They are cleared; marks of an execution that did not run here still go to
+    failover."""
+    store = server.store()
+    job = Recording()
+    rt = start(runtimes, store, job, cfg(cron="0 0 1 1 *", interval=None))  # fires when told
+    runner = rt.runners[JOB]
+    wait_until(lambda: runner.state.registered, 10)
+    runner.on_trigger(datetime.now(UTC))
+    wait_until(lambda: len(job.runs) >= 2 and runner.idle, 10)
+    fire_time, item = job.runs[0][0], job.runs[0][1]
+    ran = f"{JOB}@{round(fire_time * 1000)}#{item}"
+    assert runner.batches.ran_here(ran)
+    late = RunningMark(rt.instance_id, fire_time, ran)
+    store.put(P.running(item), late.to_bytes())
+    store.put(f"{P.running(item)}/fence-late", b"")
+    other = 1 - item
+    stray = RunningMark(rt.instance_id, fire_time - 30, f"{JOB}@1#{other}")
+    store.put(P.running(other), stray.to_bytes())
+    store.put(f"{P.running(other)}/fence-stray", b"")
+    runner.state.marks_suspect = True
+    runner.request_repair()
+    wait_until(lambda: not store.exists(P.running(item)), 10, message="late mark kept")
+    wait_until(lambda: store.children(P.failover_queue) == [str(other)] or job.count(other) > 1, 10)
+    assert job.count(item) == 1, "the execution that ran here ran again"

@@ -70,12 +70,23 @@ class FailoverService:
         return queued
 
     def requeue_own(
-        self, known: Callable[[int, RunningMark], bool] | Collection[int], *, keep: bool
+        self,
+        known: Callable[[int, RunningMark], bool] | Collection[int],
+        *,
+        keep: bool,
+        done: Callable[[RunningMark], bool] | None = None,
     ) -> list[int]:
         """Marks naming this instance that no local execution owns (``known(item,
         mark)`` False, or the item not in ``known`` when a collection is given): queue
         them for failover when ``keep``, else delete them. Such a mark was left by a
-        commit whose reply was lost, or by an earlier session."""
+        commit whose reply was lost, or by an earlier session.
+
+        A mark whose execution already ran here (``done(mark)``) is deleted, never
+        queued: a start commit that timed out can still be applied by the store after
+        the retried one ran and cleared its items (etcd applies a proposal that was
+        in flight when its leader was lost once a new one is elected), and running
+        that fire again elsewhere would run it twice."""
+        finished = done or (lambda _mark: False)
         is_known: Callable[[int, RunningMark], bool]
         if callable(known):
             is_known = known
@@ -85,6 +96,20 @@ class FailoverService:
             def is_known(item: int, mark: RunningMark) -> bool:
                 return item in active
 
+        cleared = self._move_marks(
+            lambda mark, item: (
+                mark.instance_id == self._me and not is_known(item, mark) and finished(mark)
+            ),
+            keep=False,
+            owner_absent=False,
+        )
+        if cleared:
+            log.warning(
+                "%s: running marks of items %s named executions that already ran here "
+                "(a start commit applied late); cleared",
+                self._paths.job,
+                cleared,
+            )
         moved = self._move_marks(
             lambda mark, item: mark.instance_id == self._me and not is_known(item, mark),
             keep=keep,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 OK, FAILED, FENCED, ZOMBIE, TIMED_OUT = "ok", "failed", "fenced", "zombie", "timed_out"
 #: longest wait between two attempts of a failed item, seconds
 MAX_BACKOFF = 300.0
+#: how many recent execution ids an instance remembers as run here
+RAN_MEMORY = 4096
 
 
 def execution_id(job: str, fire_time: float, item: int) -> str:
@@ -117,6 +119,9 @@ class Batches:
         self._on_idle = on_idle
         self._lock = threading.RLock()
         self._batches: list[Batch] = []
+        #: execution ids that ran here lately (a late-applied start commit may mark
+        #: their items again: those marks are cleared, not failed over)
+        self._ran: OrderedDict[str, None] = OrderedDict()
         self._unfinished: list[_Unfinished] = []
         #: item -> (end of its last success, failures in a row since), as known here:
         #: carried into the next result document without reading the store
@@ -157,6 +162,19 @@ class Batches:
                 for u in self._unfinished
                 if item in u.ran or item in u.handoff
             )
+
+    def ran_here(self, execution: str) -> bool:
+        """Whether ``execution`` ran here lately (see ``FailoverService.requeue_own``)."""
+        with self._lock:
+            return execution in self._ran
+
+    def _remember_ran(self, executions: list[str]) -> None:
+        with self._lock:
+            for execution in executions:
+                self._ran[execution] = None
+                self._ran.move_to_end(execution)
+            while len(self._ran) > RAN_MEMORY:
+                self._ran.popitem(last=False)
 
     def unfinished(self) -> bool:
         """Whether marks of finished batches still wait to be cleared or handed off."""
@@ -388,6 +406,7 @@ class Batches:
             monitor = False
         again = (FENCED, ZOMBIE)
         ran = {i: batch.tokens.get(i, 0) for i in batch.items if batch.outcomes.get(i) not in again}
+        self._remember_ran([batch.execution_ids[i] for i in ran if i in batch.execution_ids])
         never = {i: batch.tokens.get(i, 0) for i in batch.items if batch.outcomes.get(i) in again}
         entry = _Unfinished(
             batch.fire_time,

@@ -106,7 +106,11 @@ class RepairPass:
             self._leader.reconcile()
         if marks_due and st.config.monitor_execution:
             st.marks_suspect = False
-            moved = self._s.failover.requeue_own(self._known, keep=st.config.failover)
+            moved = self._s.failover.requeue_own(
+                self._known,
+                keep=st.config.failover,
+                done=lambda mark: self._batches.ran_here(mark.execution_id),
+            )
             if moved:
                 done.append(f"handed off own stray marks {moved}")
         if self._batches.unfinished():

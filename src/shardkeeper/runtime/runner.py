@@ -124,6 +124,7 @@ class JobRunner(FireQueue):
             launch=self._launch,
             session=self._session,
             owns=self.batches.owns,
+            ran=self.batches.ran_here,
         )
         self.repairs = RepairPass(
             services,
@@ -247,6 +248,7 @@ class JobRunner(FireQueue):
             self.failover.requeue_own(
                 lambda item, mark: self.batches.owns(item, mark.execution_id),
                 keep=st.config.failover,
+                done=lambda mark: self.batches.ran_here(mark.execution_id),
             )
         self.leader.elect()
         if st.config.failover:

@@ -107,6 +107,7 @@ class TriggerFlow:
         launch: Callable[[Batch], None],
         session: Callable[[], str],
         owns: Callable[[int, str], bool] = lambda _item, _execution: False,
+        ran: Callable[[str], bool] = lambda _execution: False,
     ) -> None:
         self._s = services
         self._state = state
@@ -115,6 +116,7 @@ class TriggerFlow:
         self._launch = launch
         self._session = session
         self._owns = owns
+        self._ran = ran
         #: the assignment as last read, with its version: a fire that finds items of
         #: its own in it commits against that version (a stale copy fails the commit
         #: and the fire reads again); a fire that finds none reads it fresh
@@ -287,7 +289,9 @@ class TriggerFlow:
             # Our own marks without an execution here (an earlier start commit whose
             # reply was lost): hand them to failover now (a valid run of their fire
             # follows elsewhere), then decide this fire again.
-            self._s.failover.requeue_own(self._owns_mark, keep=cfg.failover)
+            self._s.failover.requeue_own(
+                self._owns_mark, keep=cfg.failover, done=lambda mark: self._ran(mark.execution_id)
+            )
             return self._retry(fire, f"own stray marks of items {stray} handed over")
         elsewhere = set(marks)
         left = [i for i in items if i not in elsewhere]
