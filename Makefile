@@ -17,8 +17,8 @@ demo: system-deps venv
 test: system-deps venv lint typecheck pytest
 
 lint: venv
-	$(VENV)/bin/ruff check src tests examples demo
-	$(VENV)/bin/ruff format --check src tests examples demo
+	$(VENV)/bin/ruff check src tests examples demo bench
+	$(VENV)/bin/ruff format --check src tests examples demo bench
 
 typecheck: venv
 	$(VENV)/bin/mypy
@@ -31,7 +31,7 @@ chaos: system-deps venv
 
 bench: system-deps venv
 	$(VENV)/bin/pip install -q -e '.[bench]'
-	$(PY) -m shardkeeper.bench $(if $(QUICK),--quick,)
+	$(PY) -m bench $(if $(QUICK),--quick,)
 
 # ZooKeeper, etcd, a JRE and PostgreSQL 15 (the history tests start a throwaway server
 # with its initdb/pg_ctl) come from Debian packages; install only what is missing.

@@ -13,9 +13,9 @@ import math
 from pathlib import Path
 
 import pytest
+from bench.common import BenchContext, Servers
 
-from shardkeeper.bench import busy_failover, coordination_cost, overload, report, resharding
-from shardkeeper.bench.common import BenchContext, Servers
+from bench import busy_failover, coordination_cost, overload, report, resharding
 from shardkeeper.testing.servers import EtcdCluster, ZooKeeperCluster
 
 

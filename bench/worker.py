@@ -140,7 +140,7 @@ def _drive(rt: Runtime, job: str, every: float, stop: threading.Event) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one bench instance until SIGTERM."""
-    p = argparse.ArgumentParser(prog="python -m shardkeeper.bench.worker")
+    p = argparse.ArgumentParser(prog="python -m bench.worker")
     p.add_argument("--url", required=True)
     p.add_argument("--job", default="bench")
     p.add_argument("--count", type=int, default=3)

@@ -1,4 +1,4 @@
-"""``python -m shardkeeper.bench [--quick]``: run the benchmarks, write JSON, docs and plots.
+"""``python -m bench [--quick]``: run the benchmarks, write JSON, docs and plots.
 
 Results go to ``.bench/<benchmark>.json`` (one file per benchmark, both backends);
 the markdown table is written into docs/benchmarks.md between the markers and the
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shardkeeper.bench import (
+from bench import (
     busy_failover,
     coordination_cost,
     failover,
@@ -32,7 +32,7 @@ from shardkeeper.bench import (
     scale,
     throughput,
 )
-from shardkeeper.bench.common import BACKENDS, BenchContext, Servers
+from bench.common import BACKENDS, BenchContext, Servers
 
 BenchFn = Callable[[BenchContext, str], dict[str, Any]]
 
@@ -110,7 +110,7 @@ def run_all(
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
-    p = argparse.ArgumentParser(prog="python -m shardkeeper.bench", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="small cases only (about 6 minutes)")
     p.add_argument("--only", action="append", choices=list(BENCHMARKS), help="repeatable")
     p.add_argument("--backend", action="append", choices=list(BACKENDS), help="repeatable")

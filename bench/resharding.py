@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from shardkeeper.bench.common import (
+from bench.common import (
     BenchContext,
     Worker,
     read_records,
@@ -31,7 +31,7 @@ from shardkeeper.bench.common import (
     wait_until,
     workers_cleanup,
 )
-from shardkeeper.bench.counting import CountingStore
+from bench.counting import CountingStore
 from shardkeeper.coordination.election import LeaderElection
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.sharding import ShardingService

@@ -1,6 +1,6 @@
 """Scale: 100, 1,000, 5,000 jobs registered by one instance and by three.
 
-Each instance is a child process (``python -m shardkeeper.bench.scale --child``) so
+Each instance is a child process (``python -m bench.scale --child``) so
 its threads and memory are its own. It adds N jobs: N-1 idle ones (a once-a-year
 cron: registered, watched, never fired during the run) and one probe job firing
 every 0.5 s, whose lateness (start minus scheduled fire) is the trigger jitter
@@ -27,14 +27,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from shardkeeper.bench.common import (
+from bench.common import (
     BenchContext,
     BenchTimeoutError,
     proc_rss_mb,
     proc_threads,
+    repo_pythonpath,
     summary,
 )
-from shardkeeper.bench.jitter import LatenessJob
+from bench.jitter import LatenessJob
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.paths import JOBS
 from shardkeeper.job import ShardedJob, ShardingContext
@@ -158,12 +159,13 @@ def case(ctx: BenchContext, backend: str, jobs: int, instances: int) -> dict[str
                 procs.append(
                     subprocess.Popen(
                         [
-                            *(sys.executable, "-m", "shardkeeper.bench.scale", "--child", url),
+                            *(sys.executable, "-m", "bench.scale", "--child", url),
                             *("--jobs", str(jobs), "--duration", str(duration)),
                         ],
                         stdout=subprocess.PIPE,
                         stderr=err,
                         start_new_session=True,
+                        env={**os.environ, "PYTHONPATH": repo_pythonpath()},
                     )
                 )
             bufs.append([])
@@ -243,7 +245,7 @@ def run(ctx: BenchContext, backend: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the child processes."""
-    p = argparse.ArgumentParser(prog="python -m shardkeeper.bench.scale")
+    p = argparse.ArgumentParser(prog="python -m bench.scale")
     p.add_argument("--child", required=True, metavar="URL")
     p.add_argument("--jobs", type=int, required=True)
     p.add_argument("--duration", type=float, default=10.0)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from shardkeeper.bench.common import (
+from bench.common import (
     BenchContext,
     Worker,
     read_records,

@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from shardkeeper.bench.common import BenchContext, summary, wait_until
-from shardkeeper.bench.counting import CountingStore
+from bench.common import BenchContext, summary, wait_until
+from bench.counting import CountingStore
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.paths import is_high_churn
 from shardkeeper.job import ShardedJob, ShardingContext

@@ -34,6 +34,7 @@ __all__ = [
     "Worker",
     "proc_rss_mb",
     "proc_threads",
+    "repo_pythonpath",
     "summary",
     "wait_until",
 ]
@@ -165,9 +166,16 @@ class BenchContext:
         return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.workdir))
 
 
+def repo_pythonpath() -> str:
+    """PYTHONPATH for child processes: the harness lives next to the package, not in
+    it, so they find it from the repository root."""
+    root = str(Path(__file__).resolve().parents[1])
+    return os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+
+
 @dataclass
 class Worker:
-    """One bench worker process (``python -m shardkeeper.bench.worker``)."""
+    """One bench worker process (``python -m bench.worker``)."""
 
     proc: subprocess.Popen[bytes]
     records: Path
@@ -191,7 +199,7 @@ class Worker:
         ``records`` names the execution record file (written only when ``record``);
         the worker's stderr goes next to it (``.log``).
         """
-        args = [sys.executable, "-m", "shardkeeper.bench.worker", "--url", url]
+        args = [sys.executable, "-m", "bench.worker", "--url", url]
         if record:
             args += ["--records", str(records)]
         for key, value in options.items():
@@ -207,7 +215,7 @@ class Worker:
                 stdout=subprocess.PIPE,
                 stderr=err,
                 start_new_session=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": repo_pythonpath()},
             )
         worker = cls(proc, records, errlog)
         try:

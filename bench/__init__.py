@@ -1,4 +1,4 @@
-"""The benchmark harness behind ``make bench`` (``python -m shardkeeper.bench``).
+"""The benchmark harness behind ``make bench`` (``python -m bench``).
 
 One module per benchmark (failover, resharding, coordination_cost, throughput,
 jitter, scale), each with ``run(ctx, backend) -> dict``; ``report`` renders the

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shardkeeper.bench.common import BenchContext, Worker, wait_until, workers_cleanup
+from bench.common import BenchContext, Worker, wait_until, workers_cleanup
 from shardkeeper.registry import CoordinationStore, open_store
 from shardkeeper.registry.base import Put
 

@@ -25,7 +25,7 @@ import functools
 import time
 from typing import Any
 
-from shardkeeper.bench.common import (
+from bench.common import (
     BenchContext,
     BenchTimeoutError,
     Worker,

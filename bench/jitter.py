@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from shardkeeper.bench.common import BenchContext, summary
+from bench.common import BenchContext, summary
 from shardkeeper.config import JobConfig
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.runtime import Runtime

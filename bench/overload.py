@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shardkeeper.bench.common import BenchContext, Worker, summary, wait_until, workers_cleanup
-from shardkeeper.bench.throughput import commit_rate
+from bench.common import BenchContext, Worker, summary, wait_until, workers_cleanup
+from bench.throughput import commit_rate
 
 ITEMS = 12
 INSTANCES = 3
