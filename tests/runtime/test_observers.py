@@ -97,3 +97,26 @@ def test_a_broken_observer_does_not_stop_executions_or_other_observers(
     finally:
         rt.stop()
     assert rt.runners["obs2"].stats["executed"] >= 3
+
+
+def test_store_errors_are_counted_and_the_fire_still_runs(server: MemoryServer) -> None:
+    """A registry failure while deciding a fire is counted (the store_errors metric)
+    and the fire is decided again until it runs."""
+    from datetime import UTC, datetime
+
+    from shardkeeper.coordination.paths import JobPaths
+
+    store = server.store()
+    seen = Collect()
+    rt = Runtime(store, shutdown_grace=1, observers=[seen])
+    rt.add_job(FailsOnOne(), JobConfig(name="errs", cron="0 0 1 1 *", sharding_total_count=1))
+    rt.start()
+    try:
+        runner = rt.runners["errs"]
+        wait_until(lambda: runner.state.registered, 10)
+        store.fail_next("get", path=JobPaths("errs").sharding, count=2)
+        runner.on_trigger(datetime.now(UTC))
+        wait_until(lambda: (0, Outcome.OK) in seen.outcomes(), 10, message="the fire never ran")
+        assert runner.stats["store_errors"] >= 1
+    finally:
+        rt.stop()

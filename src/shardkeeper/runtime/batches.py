@@ -419,6 +419,7 @@ class Batches:
         try:
             self._settle(entry)
         except Exception as exc:  # StoreError, or a bug: the retry must not be lost
+            self._state.count("store_errors")
             log.warning(
                 "%s: could not clear the marks of items %s (retried by housekeeping): %s",
                 self._state.config.name,

@@ -212,6 +212,7 @@ class FireQueue:
                 else:
                     result = self.trigger.step(fire)
             except StoreError as exc:
+                self.state.count("store_errors")
                 # a read or write of the decision failed: the fire is not dropped, it
                 # is decided again shortly, until its deadline
                 if fire.deadline and time.monotonic() < fire.deadline:

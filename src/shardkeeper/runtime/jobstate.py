@@ -26,6 +26,7 @@ STAT_KEYS = (
     "repairs",
     "retries",
     "timed_out",
+    "store_errors",
 )
 
 

@@ -33,14 +33,17 @@ log = logging.getLogger(__name__)
 Task = Callable[[], None]
 
 
-def guarded(fn: Task, what: str) -> None:
+def guarded(fn: Task, what: str, on_store_error: Callable[[str], None] | None = None) -> None:
     """Run ``fn``; a store failure or a bug in it is logged, never raised: coordination
     work must not kill a thread of the fixed budget. Level-triggered repair makes a
-    failed task harmless: the next housekeeping pass finds what is still wrong."""
+    failed task harmless: the next housekeeping pass finds what is still wrong.
+    ``on_store_error(what)`` counts a store failure (metrics)."""
     try:
         fn()
     except StoreError as exc:
         log.warning("%s: registry operation failed (repaired by the next pass): %s", what, exc)
+        if on_store_error is not None:
+            on_store_error(what)
     except Exception:
         log.exception("%s: coordination task failed", what)
 
@@ -127,8 +130,12 @@ class _Lane:
 class Lanes:
     """Per-job serial execution on a shared :class:`WorkerPool` (module docstring)."""
 
-    def __init__(self, pool: WorkerPool) -> None:
+    def __init__(
+        self, pool: WorkerPool, on_store_error: Callable[[str], None] | None = None
+    ) -> None:
         self._pool = pool
+        #: told the lane of a task that failed on a store error (counted per job)
+        self._on_store_error = on_store_error
         self._lock = threading.Lock()
         self._lanes: dict[str, _Lane] = {}
         self._seq = 0
@@ -205,7 +212,7 @@ class Lanes:
                 return
             _key, fn = state.tasks.popitem(last=False)
         try:
-            guarded(fn, lane)
+            guarded(fn, lane, self._on_store_error)
         finally:
             with self._lock:
                 more = bool(state.tasks)

@@ -196,7 +196,7 @@ class Runtime:
             raise ConfigError("no job to run: add at least one job before start()")
         self._workers = WorkerPool(self._worker_threads, "sk-worker")
         self._coordinator = WorkerPool(self._coordinator_threads, "sk-coord")
-        self._lanes = Lanes(self._coordinator)
+        self._lanes = Lanes(self._coordinator, on_store_error=self._lane_store_error)
         self._scheduler = TriggerScheduler(self._on_fire, on_missed=self._on_missed)
         try:
             if self.metrics_server is not None:
@@ -329,6 +329,11 @@ class Runtime:
     def stop_now(self) -> None:
         """Stop at once: running items are abandoned and failover covers them."""
         self.stop(grace=0)
+
+    def _lane_store_error(self, lane: str) -> None:
+        runner = self._runners.get(lane)
+        if runner is not None:
+            runner.state.count("store_errors")
 
     def _teardown(self) -> None:
         for sub in self._subs:
