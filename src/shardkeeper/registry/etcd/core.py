@@ -64,10 +64,6 @@ class EtcdCore(CoordinationStore):
         self._ttl = self._ttl_wanted
         self._client: Any = None
         self._lease = 0
-        #: monotonic time the lease runs out unless refreshed (as last known)
-        self._lease_until = 0.0
-        #: recent keep-alive answer time (moving average, seconds)
-        self._keep_alive_latency = 0.0
         self._state = ConnectionState.SUSPENDED
         self._started = False
         self._closed = False

@@ -78,7 +78,6 @@ class SessionMixin(WatchMixin):
                 return RETRY_DELAY
             self._lease = int(grant.ID)
             self._ttl = int(grant.TTL) or self._ttl_wanted
-            self._lease_until = time.monotonic() + self._ttl
             self._set_state(ConnectionState.CONNECTED)
             return self._ttl / 3
         try:
@@ -103,39 +102,24 @@ class SessionMixin(WatchMixin):
         """Refresh the lease once; return the TTL left (<= 0: the lease is gone).
 
         Each attempt has a deadline of a quarter of the TTL (a reply slower than that
-        already eats into the lease), or twice the recent answer time when that is
-        longer (within half of what is left of the lease): on a slow link of this
-        client every member answers slowly, and a deadline below that would fail them
-        all and let the lease run out on a link that works. A member that cannot serve
-        it (no answer in time, unreachable, no leader) is left at once for the next
-        one, and the keep-alive is sent again there, each member at most once per
-        refresh: with refreshes every TTL/3, a client on a member cut off from its
-        peers reaches another member within about TTL/3 + TTL/4, before the lease runs
-        out. Only when every member failed is the error raised (the session goes
-        SUSPENDED).
+        already eats into the lease). A member that cannot serve it (no answer in
+        time, unreachable, no leader) is left at once for the next one, and the
+        keep-alive is sent again there, each member at most once per refresh: with
+        refreshes every TTL/3, a client on a member cut off from its peers reaches
+        another member within about TTL/3 + TTL/4, before the lease runs out. Only when
+        every member failed is the error raised (the session goes SUSPENDED). (A
+        deadline that followed slow answers kept clients on an isolated member too
+        long: a 600 s chaos run lost a session that way.)
         """
-        quarter = max(self._ttl / 4, 0.25)
+        timeout = min(self.settings.operation_timeout, max(self._ttl / 4, 0.25))
         members = len(self._client.endpoints)
         for left in range(members - 1, -1, -1):
-            slow = min(2 * self._keep_alive_latency, (self._lease_until - time.monotonic()) / 2)
-            timeout = min(self.settings.operation_timeout, max(quarter, slow))
-            sent = time.monotonic()
             try:
-                ttl = self._keep_alive_once(timeout)
+                return self._keep_alive_once(timeout)
             except (StoreUnavailableError, OperationTimeoutError) as exc:
-                if isinstance(exc, OperationTimeoutError):
-                    # no answer within the deadline: it takes at least that long now
-                    self._keep_alive_latency = max(self._keep_alive_latency, timeout)
                 if left == 0:
                     raise
                 _log.info("etcd: lease keep-alive failed (%s); sending it to another member", exc)
-                continue
-            took = time.monotonic() - sent
-            self._keep_alive_latency = 0.7 * self._keep_alive_latency + 0.3 * took
-            if ttl > 0:
-                # the server restarted the TTL between our send and its answer
-                self._lease_until = sent + ttl
-            return ttl
         raise AssertionError("unreachable")
 
     def _keep_alive_once(self, timeout: float) -> int:

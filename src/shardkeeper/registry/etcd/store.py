@@ -122,7 +122,6 @@ class EtcdStore(SessionMixin, PlannerMixin):
                     raise
             self._lease = int(grant.ID)
             self._ttl = int(grant.TTL) or self._ttl_wanted
-            self._lease_until = time.monotonic() + self._ttl
             self._state = ConnectionState.CONNECTED
             self._started = True
             tag = self.namespace.replace("/", ".")
