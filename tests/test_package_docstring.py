@@ -60,10 +60,14 @@ def test_package_docstring_example_runs(registry_url: str, tmp_path: Path) -> No
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
+        # every item of one fire: the one instance runs all four
         wait_until(
-            lambda: any(re.match(r"item [0-3] of fire \d\d:\d\d:\d\d$", ln) for ln in lines),
+            lambda: (
+                {m.group(1) for ln in lines if (m := re.match(r"item (\d) of fire ", ln))}
+                == {"0", "1", "2", "3"}
+            ),
             30,
-            message=lambda: f"the example ran no item; stdout: {lines}",
+            message=lambda: f"the example did not run items 0-3; stdout: {lines}",
         )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0

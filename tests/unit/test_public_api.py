@@ -1,27 +1,16 @@
 """The public API is what ``shardkeeper.__all__`` says: no more, no less.
 
-Every name in it resolves and is documented, every error users handle is exported,
-and the package docstring's example runs (here against an in-process ``memory://``
-store; tests/test_package_docstring.py runs it against ZooKeeper and etcd).
+Every name in it resolves and is documented, and every error users handle is
+exported. The package docstring's example is run by tests/test_package_docstring.py,
+against ZooKeeper and etcd.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import signal
-import subprocess
-import sys
-import textwrap
-import threading
-from pathlib import Path
 from types import ModuleType
 
 import shardkeeper
 import shardkeeper.errors
-from shardkeeper.testing.faults import wait_until
-
-DOC_URL = "zk://127.0.0.1:2181/my-app"
 
 
 def _public_names() -> set[str]:
@@ -89,55 +78,3 @@ def test_job_api_as_users_write_it() -> None:
     Job().run_item(ctx)
     assert seen == [1]
     assert ctx.is_valid() and not ctx.should_stop()
-
-
-def _docstring_example() -> str:
-    doc = shardkeeper.__doc__ or ""
-    match = re.search(r"The public API::\n\n((?:    .*\n|\n)+)", doc)
-    assert match, "no code block after 'The public API::' in the package docstring"
-    return textwrap.dedent(match.group(1))
-
-
-def test_package_docstring_example_runs_on_a_memory_store(tmp_path: Path) -> None:
-    """The example, with only its URL and interval changed, runs items and stops
-    cleanly on SIGTERM (``memory://`` is in-process: the program is its own store)."""
-    code = _docstring_example()
-    assert DOC_URL in code and "interval=10" in code
-    code = code.replace(DOC_URL, "memory://docs/my-app").replace("interval=10", "interval=1")
-    (tmp_path / "example.py").write_text(code)
-    proc = subprocess.Popen(
-        [sys.executable, "example.py"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: list[str] = []
-    assert proc.stdout is not None
-    stdout = proc.stdout
-    reader = threading.Thread(target=lambda: lines.extend(stdout), daemon=True)
-    reader.start()
-    try:
-        # four items of one fire: every item of the job ran on this one instance
-        wait_until(
-            lambda: (
-                {m.group(1) for ln in lines if (m := re.match(r"item (\d) of fire ", ln))}
-                == {"0", "1", "2", "3"}
-            ),
-            30,
-            message=lambda: f"the example did not run items 0-3; stdout: {lines}",
-        )
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        reader.join(10)
-        assert proc.stderr is not None
-        stderr = proc.stderr.read()
-        proc.stderr.close()
-        stdout.close()
-    assert "Traceback" not in stderr, stderr
