@@ -96,13 +96,15 @@ class FailoverService:
             def is_known(item: int, mark: RunningMark) -> bool:
                 return item in active
 
-        cleared = self._move_marks(
-            lambda mark, item: (
-                mark.instance_id == self._me and not is_known(item, mark) and finished(mark)
-            ),
-            keep=False,
+        # one read of the marks: a mark of an execution that ran here is cleared, any
+        # other stray mark of ours is queued for failover (``keep``) or cleared
+        outcome = self._move_marks_detail(
+            lambda mark, item: mark.instance_id == self._me and not is_known(item, mark),
+            keep=lambda mark: keep and not finished(mark),
             owner_absent=False,
         )
+        cleared = [item for item, mark in outcome if finished(mark)]
+        moved = [item for item, mark in outcome if not finished(mark)]
         if cleared:
             log.warning(
                 "%s: running marks of items %s named executions that already ran here "
@@ -110,11 +112,6 @@ class FailoverService:
                 self._paths.job,
                 cleared,
             )
-        moved = self._move_marks(
-            lambda mark, item: mark.instance_id == self._me and not is_known(item, mark),
-            keep=keep,
-            owner_absent=False,
-        )
         if moved:
             log.warning(
                 "%s: running marks of items %s named this instance without an execution here; %s",
@@ -150,10 +147,24 @@ class FailoverService:
     def _move_marks(
         self, select: Callable[[RunningMark, int], bool], *, keep: bool, owner_absent: bool
     ) -> list[int]:
+        outcome = self._move_marks_detail(
+            select, keep=lambda _mark: keep, owner_absent=owner_absent
+        )
+        return [item for item, _mark in outcome]
+
+    def _move_marks_detail(
+        self,
+        select: Callable[[RunningMark, int], bool],
+        *,
+        keep: Callable[[RunningMark], bool],
+        owner_absent: bool,
+    ) -> list[tuple[int, RunningMark]]:
+        """(item, mark) of each mark moved: queued for failover when ``keep(mark)``,
+        else deleted (see _move_marks)."""
         # One conditional commit per mark: it moves only the mark we read (same
         # created_revision), so racing leaders and the mark's owner never clash; and
         # (owner_absent) only while the owner's membership node is absent.
-        moved: list[int] = []
+        moved: list[tuple[int, RunningMark]] = []
         if not self._store.children(self._paths.running_root):
             return moved  # the common case: nothing runs, one cheap read
         # One read of the subtree (marks and their fence children): etcd answers it
@@ -188,11 +199,11 @@ class FailoverService:
                 ops.insert(0, Check(node.path, created_revision=node.created_revision))
             if owner_absent and readable and _valid_segment(mark.instance_id):
                 ops.append(Check(self._paths.instance(mark.instance_id), exists=False))
-            if keep:
+            if keep(mark):
                 entry = FailoverEntry(mark.fire_time, mark.execution_id, mark.instance_id)
                 ops.append(Put(self._paths.failover_item(item), entry.to_bytes()))
             if self._store.commit(ops):
-                moved.append(item)
+                moved.append((item, mark))
         return moved
 
     def _clear_ops(self, item: int, token: int, fence: str) -> list[Op]:
