@@ -42,8 +42,6 @@ class LeaderDuties:
         self._owed: tuple[float, str] | None = None
         #: the fire during which the owed flag was set (its reshard applies after it)
         self._owed_flag_fire: float | None = None
-        #: reshards committed by this instance (a changed count: the assignment changed)
-        self.reshards = 0
 
     @property
     def is_leader(self) -> bool:
@@ -156,7 +154,6 @@ class LeaderDuties:
                 from_next_fire=from_next_fire or late_flag,
             )
             if done:
-                self.reshards += 1
                 self._owed_flag_fire = None
                 self._state.count("reshards")
                 return ReshardStep.DONE

@@ -128,12 +128,14 @@ class TriggerFlow:
         with self._cache_lock:
             self._cached = None
 
-    def _read_assignment(self, fire: Fire) -> tuple[Assignment | None, int, bool]:
+    def _read_assignment(
+        self, fire: Fire, *, fresh: bool = False
+    ) -> tuple[Assignment | None, int, bool]:
         """(assignment, version, from the cache). The cache serves a fire's first
-        attempt only: every retry reads the store."""
+        attempt only (and not when ``fresh``): every retry reads the store."""
         with self._cache_lock:
             cached = self._cached
-        if cached is not None and fire.retries == 0:
+        if cached is not None and fire.retries == 0 and not fresh:
             return cached[0], cached[1], True
         assignment, version = self._s.sharding.read()
         with self._cache_lock:
@@ -169,9 +171,10 @@ class TriggerFlow:
         if self._leader.is_leader:
             if not fire.reshard_wait_since:
                 fire.reshard_wait_since = time.monotonic()
-            before = self._leader.reshards
+            # a reshard this leader committed changed the assignment (its counter)
+            before = self._state.stats.get("reshards", 0)
             step = self._leader.serve_reshard(ft, fire.reshard_wait_since)
-            if self._leader.reshards != before:
+            if self._state.stats.get("reshards", 0) != before:
                 self.forget_assignment()
             if step is ReshardStep.WAIT:
                 return Wait(POLL * 2, "leader waits for running items before resharding")
@@ -184,7 +187,7 @@ class TriggerFlow:
         items = self._mine(assignment, fire)
         if not items and cached:
             # "nothing for me" is decided without a commit: never from a copy
-            assignment, version, _ = self._read_assignment(Fire(ft, retries=1))
+            assignment, version, _ = self._read_assignment(fire, fresh=True)
             if assignment is None or assignment.total != cfg.sharding_total_count:
                 return self._retry(fire, "assignment changed")
             items = self._mine(assignment, fire)
