@@ -18,7 +18,7 @@ from types import FrameType
 
 from demo.output import Output
 from demo.story import FAST, NORMAL, DemoFailure, Story
-from shardkeeper.testing.servers import ClusterError
+from shardkeeper.localregistry import ClusterError
 
 __all__ = ["main"]
 

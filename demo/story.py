@@ -37,8 +37,8 @@ from demo.worker import demo_config
 from shardkeeper.coordination.model import Assignment, DocumentError
 from shardkeeper.coordination.paths import INSTANCES, job_paths
 from shardkeeper.errors import StoreError
+from shardkeeper.localregistry import ServerCluster, local_cluster
 from shardkeeper.registry import CoordinationStore, open_store
-from shardkeeper.testing.servers import EtcdCluster, ServerCluster, ZooKeeperCluster
 
 __all__ = ["FAST", "NORMAL", "DemoFailure", "Story", "Timing"]
 
@@ -151,8 +151,7 @@ class Story:
 
     def _start_registry(self) -> None:
         self.out.heading(f"1. a local {self.backend} registry")
-        cls: type[ServerCluster] = ZooKeeperCluster if self.backend == "zookeeper" else EtcdCluster
-        self.cluster = cls(size=1, base_dir=self.workdir / self.backend, start_timeout=60.0)
+        self.cluster = local_cluster(self.backend, self.workdir / self.backend, timeout=60.0)
         self.cluster.start()
         self.url = self.cluster.url(
             "demo",

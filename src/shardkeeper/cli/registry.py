@@ -40,7 +40,7 @@ def registry_up(
     ] = False,
 ) -> None:
     """Start a detached local registry and print its URL (only the URL, on stdout)."""
-    from shardkeeper.testing.local import up
+    from shardkeeper.localregistry import up
 
     if nodes not in (1, 3):
         raise ConfigError(f"--nodes {nodes}: give 1 or 3")
@@ -61,7 +61,7 @@ def registry_up(
 @registry_app.command("down")
 def registry_down(directory: DirOpt = _DEFAULT_DIR) -> None:
     """Stop the local registry (every process it started)."""
-    from shardkeeper.testing.local import down
+    from shardkeeper.localregistry import down
 
     pids = _local(lambda: down(directory))
     typer.echo(f"stopped pids {', '.join(map(str, pids))}" if pids else "nothing was running")
@@ -70,7 +70,7 @@ def registry_down(directory: DirOpt = _DEFAULT_DIR) -> None:
 @registry_app.command("status")
 def registry_status(directory: DirOpt = _DEFAULT_DIR, as_json: JsonOpt = False) -> None:
     """Show the local registry and whether every member serves (exit 1 if not)."""
-    from shardkeeper.testing.local import status as local_status
+    from shardkeeper.localregistry import status as local_status
 
     info = _local(lambda: local_status(directory))
     keys = ("backend", "nodes", "url", "hosts", "pids", "logs", "started_at", "healthy")

@@ -14,8 +14,9 @@
   TCP proxy adding delay and stalls, switched on and off while connections run.
 * :mod:`shardkeeper.testing.postgres`: a throwaway PostgreSQL server
   (:class:`~shardkeeper.testing.postgres.PostgresServer`) for the history tests.
-* :mod:`shardkeeper.testing.local`: detached local registries (``up``/``down``/
-  ``status``), behind ``shardkeeper registry up|down|status``.
+
+The detached local registry behind ``shardkeeper registry up|down|status`` is a
+product module, :mod:`shardkeeper.localregistry`.
 """
 
 from __future__ import annotations

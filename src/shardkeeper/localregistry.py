@@ -1,10 +1,17 @@
-"""A local registry for development: start detached servers, find them again, stop them.
+"""A local registry for development: real ZooKeeper or etcd servers on loopback.
 
-These functions back ``shardkeeper registry up|down|status`` and the
-``registry/up``, ``registry/down``, ``registry/status`` scripts that wrap it. The
-servers outlive the command that started them; a state file (``<dir>/state.json``)
-records their pids, ports and registry URL so that ``down`` and ``status`` find them
-again. Data and logs live under ``<dir>/<backend>/``.
+* :func:`up`, :func:`down`, :func:`status`: a *detached* registry that outlives the
+  command that started it, behind ``shardkeeper registry up|down|status`` and the
+  ``registry/up``, ``registry/down``, ``registry/status`` scripts that wrap it. A
+  state file (``<dir>/state.json``) records the servers' pids, ports and registry URL
+  so that ``down`` and ``status`` find them again. Data and logs live under
+  ``<dir>/<backend>/``.
+* :func:`local_cluster`: the same servers bound to this process (stopped with it),
+  for tools such as the demo that start a registry of their own.
+
+The server processes themselves are those of :mod:`shardkeeper.testing.servers`
+(Debian's ZooKeeper jar and etcd binary), so that development and tests run the same
+servers.
 """
 
 from __future__ import annotations
@@ -18,9 +25,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from shardkeeper.testing.servers import ServerCluster, cluster_class
+from shardkeeper.testing.servers import ClusterError, ServerCluster, cluster_class
 
-__all__ = ["DEFAULT_DIR", "STATE_FILE", "down", "load_state", "status", "up"]
+__all__ = [
+    "DEFAULT_DIR",
+    "STATE_FILE",
+    "ClusterError",
+    "ServerCluster",
+    "down",
+    "load_state",
+    "local_cluster",
+    "status",
+    "up",
+]
 
 #: default directory, relative to the current directory (the repository root)
 DEFAULT_DIR = Path("registry/data")
@@ -61,6 +78,33 @@ def _attach(state: dict[str, Any]) -> ServerCluster:
     return ServerCluster.from_state(state["cluster"])
 
 
+def local_cluster(
+    backend: str,
+    directory: str | os.PathLike[str],
+    *,
+    nodes: int = 1,
+    auth: bool = False,
+    detached: bool = False,
+    timeout: float = 60.0,
+) -> ServerCluster:
+    """A not yet started ``backend`` registry of ``nodes`` members with its data and
+    logs in ``directory``; call ``start()`` and ``stop()`` on it (or use it as a
+    context manager). Unless ``detached``, its processes die with this one.
+    ``backend`` is ``zookeeper`` or ``etcd`` (ValueError naming it otherwise);
+    ``auth`` (etcd only) enables authentication with a root user."""
+    cls = cluster_class(backend)
+    if auth and cls.backend != "etcd":
+        raise ValueError(f"auth is only supported for the etcd backend, not {backend!r}")
+    kwargs: dict[str, Any] = {"auth": auth} if cls.backend == "etcd" else {}
+    return cls(
+        size=nodes,
+        base_dir=Path(directory),
+        detached=detached,
+        start_timeout=timeout,
+        **kwargs,
+    )
+
+
 def up(
     backend: str = "zookeeper",
     nodes: int = 1,
@@ -82,7 +126,7 @@ def up(
     directory = Path(directory).resolve()
     cls = cluster_class(backend)
     if auth and cls.backend != "etcd":
-        raise ValueError("auth is only supported for the etcd backend")
+        raise ValueError(f"auth is only supported for the etcd backend, not {backend!r}")
     with _locked(directory):
         old = load_state(directory)
         if old is not None:
@@ -95,13 +139,13 @@ def up(
                     f"{directory} ({old['url']}); stop it first with `down`"
                 )
             (directory / STATE_FILE).unlink(missing_ok=True)
-        kwargs: dict[str, Any] = {"auth": auth} if cls.backend == "etcd" else {}
-        cluster = cls(
-            size=nodes,
-            base_dir=directory / cls.backend,
+        cluster = local_cluster(
+            cls.backend,
+            directory / cls.backend,
+            nodes=nodes,
+            auth=auth,
             detached=True,
-            start_timeout=timeout,
-            **kwargs,
+            timeout=timeout,
         )
         cluster.start()
         state: dict[str, Any] = {
