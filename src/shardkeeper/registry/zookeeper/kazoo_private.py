@@ -19,6 +19,16 @@ The multi and its zxid (:func:`submit_multi` and the ``*_op`` builders)
     which kazoo exposes only through its own ``TransactionRequest``; multi operations
     take absolute paths (kazoo's chroot is not applied to them).
 
+The read-only multi (:func:`submit_multi_read`, :func:`get_data_op`, :func:`get_children_op`)
+    ZooKeeper 3.6+ answers a ``multiRead`` (opcode 22): many ``getData`` and
+    ``getChildren`` in one request, each answered on its own (a missing node is an
+    error result for that operation only, the others are still read). kazoo has no
+    API for it, so the backend builds the request like its ``Transaction`` record
+    (same framing: a ``MultiHeader`` before each operation) with kazoo's ``GetData``
+    and ``GetChildren`` records, and parses the reply itself. Paths are absolute, as
+    in a multi. One request instead of one per node: a subtree of a hundred leaves is
+    read in two requests, a commit's pre-reads in one.
+
 The negotiated session timeout (:func:`capture_negotiated_timeout`)
     kazoo logs the session timeout the server negotiated but does not keep it. Its
     private ``ConnectionHandler._connect`` (on ``client._connection``) returns
@@ -38,7 +48,9 @@ from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import EXCEPTIONS
 from kazoo.protocol import serialization as zkproto
+from kazoo.protocol.states import ZnodeStat
 
 __all__ = [
     "capture_negotiated_timeout",
@@ -46,8 +58,11 @@ __all__ = [
     "connection_socket",
     "create_op",
     "delete_op",
+    "get_children_op",
+    "get_data_op",
     "set_data_op",
     "submit_multi",
+    "submit_multi_read",
 ]
 
 
@@ -69,6 +84,59 @@ def submit_multi(client: KazooClient, ops: list[Any]) -> Any:
     async_result = client.handler.async_result()
     client._call(request, async_result)
     return async_result
+
+
+class _MultiRead(zkproto.Transaction):  # type: ignore[misc]
+    """A ``multiRead`` request (see the module docstring)."""
+
+    type = 22
+
+    @classmethod
+    def deserialize(cls, data: bytes, offset: int) -> list[Any]:
+        results: list[Any] = []
+        header, offset = zkproto.MultiHeader.deserialize(data, offset)
+        while not header.done:
+            if header.type == zkproto.GetData.type:
+                value, offset = zkproto.read_buffer(data, offset)
+                stat = ZnodeStat._make(zkproto.stat_struct.unpack_from(data, offset))
+                offset += zkproto.stat_struct.size
+                results.append((value if value is not None else b"", stat))
+            elif header.type == zkproto.GetChildren.type:
+                count = zkproto.int_struct.unpack_from(data, offset)[0]
+                offset += zkproto.int_struct.size
+                children: list[str] = []
+                for _ in range(max(count, 0)):
+                    child, offset = zkproto.read_string(data, offset)
+                    children.append(child)
+                results.append(children)
+            elif header.type == -1:
+                err = zkproto.int_struct.unpack_from(data, offset)[0]
+                offset += zkproto.int_struct.size
+                results.append(EXCEPTIONS[err]())
+            else:
+                raise ValueError(f"unexpected operation type {header.type} in a multiRead reply")
+            header, offset = zkproto.MultiHeader.deserialize(data, offset)
+        return results
+
+
+def submit_multi_read(client: KazooClient, ops: list[Any]) -> Any:
+    """Send ``ops`` (built with :func:`get_data_op` / :func:`get_children_op`) as one
+    ``multiRead``; the async result gives one entry per operation: ``(data, stat)``,
+    a list of child names, or the kazoo exception of that operation (e.g.
+    ``NoNodeError``) as a value, not raised."""
+    async_result = client.handler.async_result()
+    client._call(_MultiRead(ops), async_result)
+    return async_result
+
+
+def get_data_op(path: str) -> Any:
+    """A multiRead operation reading ``path`` (absolute): ``(data, stat)``."""
+    return zkproto.GetData(path, None)
+
+
+def get_children_op(path: str) -> Any:
+    """A multiRead operation listing the children of ``path`` (absolute)."""
+    return zkproto.GetChildren(path, None)
 
 
 def create_op(path: str, value: bytes, acl: list[Any], ephemeral: bool) -> Any:

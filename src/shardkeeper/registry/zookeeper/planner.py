@@ -53,7 +53,6 @@ from __future__ import annotations
 from typing import Any
 
 from kazoo import exceptions as kz
-from kazoo.protocol.states import ZnodeStat
 from kazoo.security import OPEN_ACL_UNSAFE
 
 from shardkeeper.errors import (
@@ -71,13 +70,13 @@ from shardkeeper.registry.base import (
 from shardkeeper.registry.zookeeper import kazoo_private
 from shardkeeper.registry.zookeeper.errors import _first_error
 from shardkeeper.registry.zookeeper.nodes import _ancestors, _node, _parent
-from shardkeeper.registry.zookeeper.session import _Session
+from shardkeeper.registry.zookeeper.reads import _Reads
 
 #: how often a commit re-reads and retries when a pre-read node changed under it
 _COMMIT_ATTEMPTS = 8
 
 
-class _Planner(_Session):
+class _Planner(_Reads):
     """Commit planning: pre-reads, checks and guards, the multi, retries."""
 
     # -- plumbing: writes --------------------------------------------------------------
@@ -203,7 +202,6 @@ class _Planner(_Session):
         """Pre-read what the conditions need and build the multi, checks first; or a
         failed result when a condition is already false. Origins say, per multi
         operation, why it is there: (kind, user op, path)."""
-        zk = self._zk
         reread = reread or set()
 
         def blind(op: Op) -> bool:
@@ -233,13 +231,8 @@ class _Planner(_Session):
                 and op.exists is not False
             )
         }
-        sent = {p: self._send(zk.get_async, p) for p in sorted(need)}
-        seen: dict[str, tuple[bytes, ZnodeStat] | None] = {}
-        for p, ar in sent.items():
-            try:
-                seen[p] = self._wait(ar, deadline)
-            except kz.NoNodeError:
-                seen[p] = None
+        # one request for all the pre-reads (a multiRead), whatever their number
+        seen = self._read_many(deadline, sorted(need)) if need else {}
         checks: list[tuple[Any, tuple[str, Op, str]]] = []
         writes: list[tuple[Any, tuple[str, Op, str]]] = []
         made: set[str] = set()

@@ -13,7 +13,6 @@ from contextlib import suppress
 from typing import TypeVar
 
 from kazoo import exceptions as kz
-from kazoo.protocol.states import ZnodeStat
 
 from shardkeeper.errors import (
     ConfigError,
@@ -30,7 +29,7 @@ from shardkeeper.registry.base import (
 )
 from shardkeeper.registry.zookeeper import kazoo_private
 from shardkeeper.registry.zookeeper.errors import _first_error
-from shardkeeper.registry.zookeeper.nodes import _child, _node
+from shardkeeper.registry.zookeeper.nodes import _node
 from shardkeeper.registry.zookeeper.planner import _COMMIT_ATTEMPTS, _Planner
 from shardkeeper.registry.zookeeper.watch import _TreeWatcher
 
@@ -202,30 +201,3 @@ class ZooKeeperStore(_Planner, _TreeWatcher):
         self._check_payload("commit", size)
         with self._errors("commit"):
             return self._commit(self._deadline(), ops)
-
-    def _walk(
-        self, deadline: float, root: str, *, with_data: bool
-    ) -> dict[str, tuple[bytes, ZnodeStat] | None]:
-        """The subtree at ``root`` in breadth-first order, one pipelined batch per level."""
-        zk = self._zk
-        out: dict[str, tuple[bytes, ZnodeStat] | None] = {}
-        level = [root]
-        while level:
-            sent = [
-                (
-                    p,
-                    self._send(zk.get_async, p) if with_data else None,
-                    self._send(zk.get_children_async, p),
-                )
-                for p in level
-            ]
-            level = []
-            for p, data_ar, kids_ar in sent:
-                try:
-                    data = self._wait(data_ar, deadline) if data_ar is not None else None
-                    kids = self._wait(kids_ar, deadline)
-                except kz.NoNodeError:
-                    continue  # deleted while we walked
-                out[p] = data
-                level.extend(_child(p, k) for k in sorted(kids))
-        return out
