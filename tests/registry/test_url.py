@@ -213,7 +213,7 @@ def test_open_store_rejects_a_bad_url_without_connecting() -> None:
         ("etcd://h:1/ns?operation_timeout=3601", "at most 3600 seconds"),
         # options
         ("zk://h:1/ns?sesion_timeout=2", "unknown option 'sesion_timeout'"),
-        ("etcd://h:1/ns?tls=1", "unknown option 'tls'"),
+        ("etcd://h:1/ns?tlz=1", "unknown option 'tlz'"),
         ("zk://h:1/ns?password=x", "password was given without a user name"),
         ("zk://h:1/ns?username=", "username is empty"),
         # ports

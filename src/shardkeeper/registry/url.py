@@ -26,6 +26,17 @@ One switch (``true``/``false``), ZooKeeper with credentials only:
   first created without credentials), set the user's digest ACL on the whole
   namespace instead of refusing to start (see ``docs/operations.md``).
 
+TLS (ZooKeeper and etcd; see ``registry/tls.py`` and ``docs/security.md``):
+
+* ``tls`` (``true``/``false``, default false): talk TLS to the store. For ZooKeeper,
+  give the server's ``secureClientPort``; for etcd, the port of its ``https`` client URL.
+* ``ca=PATH``: PEM file of the CA certificate(s) that verify the server (default: the
+  system's CAs). ``cert=PATH`` and ``key=PATH``: the client certificate and its
+  private key (PEM, unencrypted), both or neither, for servers that require one.
+  Paths are absolute. Any of the three implies ``tls=true``.
+* ``verify`` (default true), ZooKeeper only: ``verify=false`` accepts any server
+  certificate and host name (encryption without authentication; for tests only).
+
 The namespace is one or more segments of ``[A-Za-z0-9_.-]`` separated by ``/``.
 The environment variable ``SHARDKEEPER_REGISTRY`` holds a URL for the CLI and the
 runtime when none is given.
@@ -35,12 +46,13 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shardkeeper.errors import InvalidRegistryURLError
+from shardkeeper.registry.tls import URL_OPTION, check_tls_options
 
 __all__ = ["ENV_VAR", "MAX_TIMEOUT_SECONDS", "RegistrySettings", "parse_registry_url", "redact"]
 
@@ -59,16 +71,22 @@ _OPTIONS = {
     "username",
     "password",
     "acl_repair",
+    "tls",
+    "ca",
+    "cert",
+    "key",
+    "verify",
 }
 _BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 _DEFAULT_PORT = {"zookeeper": 2181, "etcd": 2379}
 _PORT = re.compile(r"^[0-9]{1,5}$")
 _SECRET_IN_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://[^:@/]*:)[^@/]*@")
-_SECRET_IN_QUERY = re.compile(r"([?&]password=)[^&#]*")
+_SECRET_IN_QUERY = re.compile(r"([?&](?:password|key)=)[^&#]*")
 
 
 def redact(url: str) -> str:
-    """``url`` with any password (user-info or ``password`` option) replaced by ``***``."""
+    """``url`` with any password (user-info or ``password`` option) and the path of the
+    private key (``key`` option) replaced by ``***``."""
     url = _SECRET_IN_USERINFO.sub(r"\1***@", url)
     return _SECRET_IN_QUERY.sub(r"\1***", url)
 
@@ -80,7 +98,9 @@ def _host_port(host: str, port: int) -> str:
 class RegistrySettings(BaseModel):
     """Where the coordination store is and how to talk to it (parsed from a URL)."""
 
-    model_config = ConfigDict(frozen=True)
+    # hide_input_in_errors: a validation error would otherwise quote the password and
+    # the key's path
+    model_config = ConfigDict(frozen=True, hide_input_in_errors=True)
 
     backend: Literal["zookeeper", "etcd", "memory"]
     hosts: tuple[tuple[str, int], ...]
@@ -89,9 +109,44 @@ class RegistrySettings(BaseModel):
     connection_timeout: float = Field(default=5.0, gt=0)
     operation_timeout: float = Field(default=5.0, gt=0)
     username: str | None = None
-    password: str | None = None
+    # kept out of repr (settings end up in logs and tracebacks)
+    password: str | None = Field(default=None, repr=False)
     #: ZooKeeper: repair a namespace open to any client instead of refusing to start
     acl_repair: bool = False
+    #: talk TLS to the store (URL option ``tls``; implied by ``ca``/``cert``/``key``)
+    tls: bool = False
+    #: PEM file of the CA certificates that verify the server (None: the system's CAs)
+    tls_ca: str | None = None
+    #: PEM file of the client certificate (with ``tls_key``), for servers that require one
+    tls_cert: str | None = None
+    #: PEM file of the client certificate's private key (kept out of repr and url())
+    tls_key: str | None = Field(default=None, repr=False)
+    #: verify the server's certificate and host name (only ZooKeeper may turn it off)
+    tls_verify: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _files_imply_tls(cls, data: Any) -> Any:
+        # as in a URL: giving a CA, certificate or key means TLS unless tls is given
+        files = ("tls_ca", "tls_cert", "tls_key")
+        if isinstance(data, dict) and "tls" not in data and any(data.get(f) for f in files):
+            return {**data, "tls": True}
+        return data
+
+    @model_validator(mode="after")
+    def _tls_usable(self) -> RegistrySettings:
+        problem = check_tls_options(
+            self.backend,
+            tls=self.tls,
+            ca=self.tls_ca,
+            cert=self.tls_cert,
+            key=self.tls_key,
+            verify=self.tls_verify,
+        )
+        if problem is not None:
+            names = ", ".join(f"{k} (URL option {v})" for k, v in URL_OPTION.items())
+            raise ValueError(f"{problem} [settings fields: tls, {names}]")
+        return self
 
     @classmethod
     def from_url(cls, url: str) -> RegistrySettings:
@@ -129,8 +184,22 @@ class RegistrySettings(BaseModel):
         )
         if self.acl_repair and auth:
             q += "&acl_repair=true"  # meaningless (and refused) without credentials
+        q += self._tls_query(with_credentials)
         where = self.hosts[0][0] if self.backend == "memory" else self.hosts_string
         return f"{scheme}://{auth}{where}/{self.namespace}{q}"
+
+    def _tls_query(self, with_credentials: bool) -> str:
+        # the client certificate is the client's identity: a credential like a password
+        if not self.tls:
+            return ""
+        q = "&tls=true"
+        if self.tls_ca is not None:
+            q += "&ca=" + quote(self.tls_ca, safe="/")
+        if with_credentials and self.tls_cert is not None and self.tls_key is not None:
+            q += "&cert=" + quote(self.tls_cert, safe="/") + "&key=" + quote(self.tls_key, safe="/")
+        if not self.tls_verify:
+            q += "&verify=false"
+        return q
 
 
 def _positive(url: str, name: str, raw: str) -> float:
@@ -259,6 +328,9 @@ def _parse(url: str) -> RegistrySettings:
             )
     options: dict[str, float] = {}
     acl_repair = False
+    tls: bool | None = None
+    tls_verify = True
+    files: dict[str, str] = {}
     for name, values in parse_qs(parts.query, keep_blank_values=True).items():
         if name not in _OPTIONS:
             raise InvalidRegistryURLError(
@@ -273,6 +345,12 @@ def _parse(url: str) -> RegistrySettings:
             password = raw
         elif name == "acl_repair":
             acl_repair = _boolean(url, name, raw)
+        elif name == "tls":
+            tls = _boolean(url, name, raw)
+        elif name == "verify":
+            tls_verify = _boolean(url, name, raw)
+        elif name in ("ca", "cert", "key"):
+            files[name] = raw
         else:
             options[name] = _positive(url, name, raw)
     if backend == "memory" and (username is not None or password is not None):
@@ -289,6 +367,18 @@ def _parse(url: str) -> RegistrySettings:
         raise InvalidRegistryURLError(
             url, "option acl_repair needs credentials: give a user name and password"
         )
+    if tls is None:
+        tls = bool(files)  # ca, cert or key imply TLS
+    problem = check_tls_options(
+        backend,
+        tls=tls,
+        ca=files.get("ca"),
+        cert=files.get("cert"),
+        key=files.get("key"),
+        verify=tls_verify,
+    )
+    if problem is not None:
+        raise InvalidRegistryURLError(url, problem)
     return RegistrySettings(
         backend=backend,  # type: ignore[arg-type]
         hosts=tuple(hosts),
@@ -296,5 +386,10 @@ def _parse(url: str) -> RegistrySettings:
         username=username,
         password=password,
         acl_repair=acl_repair,
+        tls=tls,
+        tls_ca=files.get("ca"),
+        tls_cert=files.get("cert"),
+        tls_key=files.get("key"),
+        tls_verify=tls_verify,
         **options,
     )
