@@ -37,6 +37,8 @@ bench: system-deps venv
 # with its initdb/pg_ctl) come from Debian packages; install only what is missing.
 # docker-compose (v1) only validates docker-compose.yml offline (tests/test_compose.py):
 # no Docker engine is needed, so its recommended docker.io is not installed.
+# chromium and chromium-driver run the console's browser tests (tests/console/), headless:
+# their recommended packages are not needed either.
 system-deps:
 	@missing=""; bare=""; \
 	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
@@ -46,6 +48,8 @@ system-deps:
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
 	[ -x /usr/lib/postgresql/15/bin/initdb ] || missing="$$missing postgresql-15"; \
 	command -v docker-compose >/dev/null || bare="$$bare docker-compose"; \
+	command -v chromium >/dev/null || bare="$$bare chromium"; \
+	command -v chromedriver >/dev/null || bare="$$bare chromium-driver"; \
 	if [ -n "$$missing$$bare" ]; then \
 	  echo "installing system packages:$$missing$$bare"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; \
