@@ -155,7 +155,7 @@ def test_invalid_cron(cron: str, fragment: str) -> None:
 def test_exactly_one_of_cron_and_interval(fields: dict[str, Any], word: str) -> None:
     """Neither or both of cron and interval is refused."""
     message = refused(**fields)
-    assert "exactly one of cron and interval" in message
+    assert "exactly one of cron, interval and at" in message
     assert word in message
 
 

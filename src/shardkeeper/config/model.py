@@ -1,136 +1,51 @@
-"""Job configuration: one validated, immutable :class:`JobConfig` per job.
-
-A configuration is checked completely when it is built, so that a typo is reported
-at start-up with the field, the value and what would be valid, not hours later when
-the trigger fires. Names of user code (strategy, error handler, listeners, job class)
-are checked for form only and imported when used, so that tools that merely read a
-configuration need not import the job's code.
-
-The same configuration is stored in the registry (:meth:`JobConfig.to_json`) so that
-every instance of a job, and the operator tools, see one shared definition.
-
-Ways to build one::
-
-    JobConfig.parse(name="order-sync", cron="*/5 * * * *", sharding_total_count=4)
-    load_job_configs("jobs.yaml")       # a YAML or TOML file with several jobs
-    JobConfig.from_json(stored_bytes)   # what to_json() wrote
-
-``JobConfig(...)`` directly raises pydantic's ``ValidationError`` (a ``ValueError``);
-the other three raise :class:`~shardkeeper.errors.JobConfigError` with a readable
-message. Every field is described in ``docs/configuration.md``.
-"""
+"""The :class:`JobConfig` model: every field, its checks, and the JSON form stored
+in the registry (the package docstring, :mod:`shardkeeper.config`, says how to
+build one)."""
 
 from __future__ import annotations
 
 import difflib
 import json
-import os
 import re
-import tomllib
 from collections.abc import Mapping
-from pathlib import Path
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from shardkeeper._imports import is_import_path
 from shardkeeper.coordination.assignment_codec import ASSIGNMENT_MAX_BYTES
 from shardkeeper.errors import JobConfigError
-from shardkeeper.scheduling.triggers import parse_cron, resolve_time_zone
+from shardkeeper.scheduling.triggers import resolve_time_zone
 
-__all__ = [
-    "BUILTIN_ERROR_HANDLER_NAMES",
-    "BUILTIN_STRATEGY_NAMES",
-    "MAX_SHARDING_TOTAL_COUNT",
-    "MIN_INTERVAL_SECONDS",
-    "JobConfig",
-    "load_job_configs",
-    "make_job_config",
-    "parse_item_parameters",
-]
+from .fields import (
+    BUILTIN_ERROR_HANDLER_NAMES,
+    BUILTIN_STRATEGY_NAMES,
+    MAX_SHARDING_TOTAL_COUNT,
+    MIN_INTERVAL_SECONDS,
+    check_at,
+    check_cron,
+    check_interval,
+    check_one_trigger,
+    check_plugin,
+    parse_item_parameters,
+    scalar_to_str,
+)
 
-MAX_SHARDING_TOTAL_COUNT = 100_000
-"""The largest sharding_total_count: each item is a node in the registry, and the
-assignment of every item must fit one store value (see
-:func:`~shardkeeper.coordination.assignment_codec.worst_case_bytes`: at this count,
-over 1,000 instances, it is about 670 kB for every strategy, under the 900 kB limit)."""
-
-MIN_INTERVAL_SECONDS = 0.1
-"""The shortest interval: every fire costs a few store round trips (milliseconds) per
-instance, and the scheduler cannot represent intervals below a microsecond at all."""
-
-BUILTIN_STRATEGY_NAMES = ("average", "odevity", "round_robin")
-"""Sharding strategies selectable by name (see shardkeeper.coordination.strategies)."""
-
-BUILTIN_ERROR_HANDLER_NAMES = ("log", "ignore", "raise", "webhook", "email")
-"""Error handlers selectable by name (see shardkeeper.errorhandlers)."""
+__all__ = ["JobConfig", "build_config", "config_label", "make_job_config"]
 
 # \Z, not $: "$" also matches before a trailing newline, which is no node name.
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}\Z")
-_ITEM_KEY = re.compile(r"^[0-9]+$")
-_PARAMS_EXAMPLE = "'0=Beijing,1=Shanghai'"
 #: what an alert recipient must look like (the SMTP server has the final word)
 _EMAIL = re.compile(r"^[^@\s<>,;]+@[^@\s<>,;]+\.[^@\s<>,;]+\Z")
-
-
-def parse_item_parameters(text: str) -> dict[int, str]:
-    """Parse ElasticJob's ``"0=a,1=b"`` item parameter string into ``{0: "a", 1: "b"}``.
-
-    Whitespace around entries, items and values is ignored, a value may contain ``=``
-    but not ``,`` (use the mapping form for that), and the empty string means no
-    parameters. Raises :class:`~shardkeeper.errors.JobConfigError` naming the bad
-    entry for an entry without ``=``, an item that is not a whole number >= 0, or an
-    item given twice.
-    """
-    result: dict[int, str] = {}
-    if not text.strip():
-        return result
-    for entry in text.split(","):
-        key, eq, value = entry.partition("=")
-        key = key.strip()
-        if not eq:
-            raise JobConfigError(
-                f"sharding_item_parameters {text!r}: entry {entry.strip()!r} is not "
-                f"'item=value'; expected e.g. {_PARAMS_EXAMPLE}"
-            )
-        if not _ITEM_KEY.match(key):
-            raise JobConfigError(
-                f"sharding_item_parameters {text!r}: item {key!r} in entry "
-                f"{entry.strip()!r} is not a whole number >= 0; expected e.g. {_PARAMS_EXAMPLE}"
-            )
-        item = int(key)
-        if item in result:
-            raise JobConfigError(f"sharding_item_parameters {text!r}: item {item} is given twice")
-        result[item] = value.strip()
-    return result
-
-
-def _scalar_to_str(value: Any) -> Any:
-    # YAML and TOML turn `retries: 3` into an int; a parameter is text to the job, so a
-    # number or a boolean is taken as the text the user wrote.
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    return value
-
-
-def _check_plugin(value: str, what: str, builtin: tuple[str, ...]) -> str:
-    if value in builtin or is_import_path(value):
-        return value
-    raise ValueError(
-        f"unknown {what} {value!r}; valid choices are {', '.join(builtin)}, "
-        "or an import path 'package.module:attr'"
-    )
 
 
 class JobConfig(BaseModel):
     """The complete, validated configuration of one sharded job (immutable).
 
-    Exactly one of ``cron`` and ``interval`` is set. Defaults follow ElasticJob where it
-    has the same setting; ``docs/configuration.md`` describes every field.
+    Exactly one of ``cron``, ``interval`` and ``at`` is set. Defaults follow ElasticJob
+    where it has the same setting; ``docs/configuration.md`` describes every field.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=False)
@@ -144,6 +59,10 @@ class JobConfig(BaseModel):
         gt=0,
         allow_inf_nan=False,
         description=f"Seconds between fires, >= {MIN_INTERVAL_SECONDS:g}.",
+    )
+    at: datetime | None = Field(
+        default=None,
+        description="One-off job: the single fire time (ISO 8601 with a zone; kept as UTC).",
     )
     time_zone: str = Field(default="UTC", description="IANA time zone of the cron expression.")
     sharding_total_count: int = Field(gt=0, description="Number of items, 0..count-1.")
@@ -251,12 +170,12 @@ class JobConfig(BaseModel):
     @field_validator("interval")
     @classmethod
     def _check_interval(cls, value: float | None) -> float | None:
-        if value is not None and value < MIN_INTERVAL_SECONDS:
-            raise ValueError(
-                f"interval {value!r} is too short; give at least {MIN_INTERVAL_SECONDS:g} "
-                "seconds (each fire costs store round trips), or a cron expression"
-            )
-        return value
+        return check_interval(value)
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _check_at(cls, value: Any) -> Any:
+        return check_at(value)
 
     @field_validator("name")
     @classmethod
@@ -271,12 +190,7 @@ class JobConfig(BaseModel):
     @field_validator("cron")
     @classmethod
     def _check_cron(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        normalised = " ".join(value.split())
-        # Syntax does not depend on the zone; the zone is checked on its own field.
-        parse_cron(normalised, "UTC")
-        return normalised
+        return check_cron(value)
 
     @field_validator("time_zone")
     @classmethod
@@ -290,7 +204,7 @@ class JobConfig(BaseModel):
         if isinstance(value, str):
             return parse_item_parameters(value)
         if isinstance(value, Mapping):
-            return {k: _scalar_to_str(v) for k, v in value.items()}
+            return {k: scalar_to_str(v) for k, v in value.items()}
         return value
 
     @field_validator("sharding_item_parameters")
@@ -305,7 +219,7 @@ class JobConfig(BaseModel):
     @classmethod
     def _props_scalars(cls, value: Any) -> Any:
         if isinstance(value, Mapping):
-            return {k: _scalar_to_str(v) for k, v in value.items()}
+            return {k: scalar_to_str(v) for k, v in value.items()}
         return value
 
     @field_validator("max_time_diff_seconds")
@@ -321,12 +235,12 @@ class JobConfig(BaseModel):
     @field_validator("sharding_strategy")
     @classmethod
     def _check_strategy(cls, value: str) -> str:
-        return _check_plugin(value, "sharding strategy", BUILTIN_STRATEGY_NAMES)
+        return check_plugin(value, "sharding strategy", BUILTIN_STRATEGY_NAMES)
 
     @field_validator("error_handler")
     @classmethod
     def _check_error_handler(cls, value: str) -> str:
-        return _check_plugin(value, "error handler", BUILTIN_ERROR_HANDLER_NAMES)
+        return check_plugin(value, "error handler", BUILTIN_ERROR_HANDLER_NAMES)
 
     @field_validator("alert_webhook_url")
     @classmethod
@@ -385,12 +299,7 @@ class JobConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_whole(self) -> JobConfig:
-        if (self.cron is None) == (self.interval is None):
-            given = "both" if self.cron is not None else "neither"
-            raise ValueError(
-                f"give exactly one of cron and interval (got {given}): cron for a "
-                "calendar schedule, interval for a fixed number of seconds"
-            )
+        check_one_trigger(self.cron, self.interval, self.at)
         too_big = sorted(k for k in self.sharding_item_parameters if k >= self.sharding_total_count)
         if too_big:
             raise ValueError(
@@ -407,6 +316,11 @@ class JobConfig(BaseModel):
                 "error_handler 'email' needs alert_email_to (who receives the alerts); the "
                 "SMTP server comes from SHARDKEEPER_SMTP_HOST/PORT/FROM"
             )
+        if self.at is not None and not self.monitor_execution:
+            raise ValueError(
+                "at (a one-off job) needs monitor_execution=True: the job is done once "
+                "every item's completion is recorded, which only monitored items are"
+            )
         if self.failover and not self.monitor_execution:
             raise ValueError(
                 "failover=True needs monitor_execution=True: failover finds a dead "
@@ -419,7 +333,7 @@ class JobConfig(BaseModel):
     @classmethod
     def parse(cls, **kwargs: Any) -> JobConfig:
         """Build and validate a config; raises JobConfigError naming every bad field."""
-        return _build(kwargs, _label(kwargs))
+        return build_config(kwargs, config_label(kwargs))
 
     @classmethod
     def from_json(cls, data: bytes | str) -> JobConfig:
@@ -435,7 +349,7 @@ class JobConfig(BaseModel):
             )
         # The registry document also says who wrote it (see coordination.config_service).
         obj.pop("_meta", None)
-        return _build(obj, "stored " + _label(obj))
+        return build_config(obj, "stored " + config_label(obj))
 
     def to_json(self) -> bytes:
         """Canonical UTF-8 JSON: the same config always gives the same bytes."""
@@ -449,6 +363,11 @@ class JobConfig(BaseModel):
 
     # -- reading ----------------------------------------------------------------------
 
+    @property
+    def one_off(self) -> bool:
+        """Whether this is a one-off job (``at`` is set): it fires once, then is done."""
+        return self.at is not None
+
     def item_parameter(self, item: int) -> str:
         """The parameter of ``item`` ("" when it has none); ValueError when out of range."""
         if not 0 <= item < self.sharding_total_count:
@@ -459,9 +378,12 @@ class JobConfig(BaseModel):
         return self.sharding_item_parameters.get(item, "")
 
     def describe_trigger(self) -> str:
-        """A short human description such as ``cron '0 */5 * * * *' (UTC)`` or ``every 30s``."""
+        """A short human description such as ``cron '0 */5 * * * *' (UTC)``, ``every 30s``
+        or ``once at 2026-12-01T12:00:00Z``."""
         if self.cron is not None:
             return f"cron {self.cron!r} ({self.time_zone})"
+        if self.at is not None:
+            return f"once at {self.at.isoformat().replace('+00:00', 'Z')}"
         assert self.interval is not None  # guaranteed by validation
         return f"every {self.interval:g}s"
 
@@ -471,7 +393,8 @@ def make_job_config(**kwargs: Any) -> JobConfig:
     return JobConfig.parse(**kwargs)
 
 
-def _label(data: Mapping[str, Any]) -> str:
+def config_label(data: Mapping[str, Any]) -> str:
+    """How error messages name the job of ``data`` (``job 'name'``, or ``job``)."""
     name = data.get("name")
     return f"job {name!r}" if isinstance(name, str) and name else "job"
 
@@ -497,7 +420,9 @@ def _describe_error(err: Mapping[str, Any]) -> str:
     return f"{loc}={err.get('input')!r}: {msg}"
 
 
-def _build(data: Mapping[str, Any], label: str, prefix: str = "") -> JobConfig:
+def build_config(data: Mapping[str, Any], label: str, prefix: str = "") -> JobConfig:
+    """A JobConfig of ``data``, or JobConfigError ``{prefix}invalid {label}: ...``
+    listing every bad field."""
     bad_keys = [k for k in data if not isinstance(k, str)]
     if bad_keys:
         raise JobConfigError(
@@ -508,74 +433,3 @@ def _build(data: Mapping[str, Any], label: str, prefix: str = "") -> JobConfig:
     except ValidationError as exc:
         details = "; ".join(_describe_error(e) for e in exc.errors())
         raise JobConfigError(f"{prefix}invalid {label}: {details}") from None
-
-
-_YAML_SUFFIXES = (".yaml", ".yml")
-_TOML_SUFFIXES = (".toml",)
-
-
-def _read_document(path: Path) -> Any:
-    suffix = path.suffix.lower()
-    if suffix not in _YAML_SUFFIXES + _TOML_SUFFIXES:
-        raise JobConfigError(
-            f"{path}: unknown file type {suffix or '(none)'!r}; use .yaml, .yml or .toml"
-        )
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise JobConfigError(f"{path}: cannot read the job file: {exc.strerror or exc}") from None
-    if suffix in _TOML_SUFFIXES:
-        try:
-            return tomllib.loads(raw.decode("utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise JobConfigError(f"{path}: invalid TOML: {exc}") from None
-    try:
-        return yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        raise JobConfigError(f"{path}: invalid YAML: {exc}") from None
-
-
-def load_job_configs(path: str | os.PathLike[str]) -> list[JobConfig]:
-    """Every job in a YAML or TOML job file, validated, in file order.
-
-    YAML: a list of jobs, or a mapping with a ``jobs`` list. TOML: ``[[jobs]]``
-    tables. An empty file has no jobs. Raises
-    :class:`~shardkeeper.errors.JobConfigError` naming the file and the job (by name
-    and position) for a syntax error, a wrong layout, an invalid job, or a name used
-    twice.
-    """
-    file = Path(path)
-    document = _read_document(file)
-    if document is None:
-        return []
-    if isinstance(document, dict):
-        extra = sorted(str(k) for k in document if k != "jobs")
-        if extra:
-            raise JobConfigError(
-                f"{file}: unknown top-level key {extra[0]!r}; the file holds a 'jobs' list "
-                "(YAML: jobs: [...] or a bare list; TOML: [[jobs]] tables)"
-            )
-        document = document.get("jobs", [])
-    if not isinstance(document, list):
-        raise JobConfigError(
-            f"{file}: expected a list of jobs, got a {type(document).__name__} "
-            "(YAML: jobs: [...] or a bare list; TOML: [[jobs]] tables)"
-        )
-    configs: list[JobConfig] = []
-    seen: dict[str, int] = {}
-    for position, entry in enumerate(document, start=1):
-        if not isinstance(entry, dict):
-            raise JobConfigError(
-                f"{file}: job #{position} is a {type(entry).__name__}; expected a mapping "
-                "of field names to values"
-            )
-        label = f"{_label(entry)} (#{position})"
-        config = _build(entry, label, prefix=f"{file}: ")
-        if config.name in seen:
-            raise JobConfigError(
-                f"{file}: job name {config.name!r} is used by job #{seen[config.name]} "
-                f"and job #{position}; names must be unique"
-            )
-        seen[config.name] = position
-        configs.append(config)
-    return configs
