@@ -34,6 +34,7 @@ from bench.common import BenchContext, summary, wait_until
 from bench.counting import CountingStore
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.paths import is_high_churn
+from shardkeeper.coordination.snapshot import read_snapshot
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry import open_store
 from shardkeeper.runtime import Runtime
@@ -132,7 +133,8 @@ def measure(
             commits.append(counting.calls.get("commit", 0) - commits0)
             watch.append(observer.round_trips - ob0)
             # read after the counters: this read is the harness's, not the runtime's
-            left_marked.append(len(observer.children(runner.paths.running_root)))
+            snap = read_snapshot(observer, "cost")
+            left_marked.append(len(snap.running) if snap is not None else -1)
         flow = [t - w for t, w in zip(totals, watch, strict=True)]
         return {
             "items": items,

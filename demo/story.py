@@ -34,8 +34,9 @@ from demo import ITEM_PARAMETERS, JOB_NAME
 from demo.journal import Event, JournalReader
 from demo.output import Output, escape
 from demo.worker import demo_config
-from shardkeeper.coordination.model import Assignment, DocumentError
-from shardkeeper.coordination.paths import INSTANCES, job_paths
+from shardkeeper.coordination.model import Assignment
+from shardkeeper.coordination.paths import job_paths
+from shardkeeper.coordination.snapshot import JobSnapshot, read_instances, read_snapshot
 from shardkeeper.errors import StoreError
 from shardkeeper.localregistry import ServerCluster, local_cluster
 from shardkeeper.registry import CoordinationStore, open_store
@@ -555,17 +556,17 @@ class Story:
         alive = ", ".join(f"{w.name}={'up' if w.alive() else 'down'}" for w in self.workers)
         return f"workers: {alive}; last assignment seen: {owners}"
 
-    def _read_assignment(self) -> Assignment | None:
+    def _snapshot(self) -> JobSnapshot | None:
+        """The job's registry subtree as the operations API reads it (None while the
+        job is not registered or the store does not answer)."""
         try:
-            node = self._store().get(self.paths.sharding)
+            return read_snapshot(self._store(), JOB_NAME)
         except StoreError:
             return None
-        if node is None or not node.value:
-            return None
-        try:
-            return Assignment.from_bytes(node.value, node.path)
-        except DocumentError:
-            return None
+
+    def _read_assignment(self) -> Assignment | None:
+        snap = self._snapshot()
+        return snap.assignment if snap is not None else None
 
     def _current(self) -> Assignment:
         if not self.assignments:
@@ -573,8 +574,8 @@ class Story:
         return self.assignments[-1]
 
     def _leader(self) -> str | None:
-        node = self._store().get(self.paths.leader)
-        return node.value.decode() if node is not None else None
+        snap = self._snapshot()
+        return snap.leader if snap is not None else None
 
     def _assignment_over(self, ids: set[str], newer_than: int = -1) -> Assignment | None:
         """The current assignment if it covers every item, its owners are exactly
@@ -636,11 +637,10 @@ class Story:
         return found if set(found) == items else None
 
     def _registry_clean(self, store: CoordinationStore) -> str | None:
-        instances = store.children(INSTANCES)
-        members = store.children(self.paths.instances)
-        running = store.children(self.paths.running_root)
-        queued = store.children(self.paths.failover_queue)
-        if instances or members or running or queued:
+        snap = read_snapshot(store, JOB_NAME)
+        if read_instances(store) or snap is None:
+            return None
+        if snap.instances or snap.running or snap.failover:
             return None
         return "no instance registered, no running mark, empty failover queue"
 

@@ -13,10 +13,10 @@ from shardkeeper.config import JobConfig
 from shardkeeper.coordination.model import Assignment
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.results import ItemResult
+from shardkeeper.coordination.snapshot import JobSnapshot
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.ops import Operations
 from shardkeeper.ops.health import assess
-from shardkeeper.ops.state import JobState
 from shardkeeper.registry import CoordinationStore
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import wait_until
@@ -115,8 +115,8 @@ def test_an_item_that_missed_two_fires_is_stale(
         assert ops.status().jobs[0].health == "ok"
 
 
-def _state(config: JobConfig, results: dict[int, ItemResult], at: float) -> JobState:
-    state = JobState(JOB, config=config, has_config=True, instances=["i"])
+def _state(config: JobConfig, results: dict[int, ItemResult], at: float) -> JobSnapshot:
+    state = JobSnapshot(JOB, config=config, has_config=True, instances=["i"])
     state.assignment = Assignment(
         total=config.sharding_total_count,
         owners=dict.fromkeys(range(config.sharding_total_count), "i"),

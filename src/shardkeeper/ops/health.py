@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from shardkeeper.coordination.snapshot import JobSnapshot
 from shardkeeper.errors import ShardkeeperError
-from shardkeeper.ops.state import JobState
 from shardkeeper.scheduling.scheduler import build_trigger
 
 __all__ = ["FAILING", "OK", "STALE", "JobHealth", "assess"]
@@ -65,7 +65,7 @@ def _fires_after(trigger: Any, since: float, count: int) -> list[float]:
     return out
 
 
-def assess(state: JobState, *, now: float, grace: float) -> JobHealth:
+def assess(state: JobSnapshot, *, now: float, grace: float) -> JobHealth:
     """The health of each item of ``state`` at ``now`` (epoch seconds); ``grace``
     is how late a fire may still start and finish its bookkeeping (the session
     timeout is a good value: a fire may wait that long for a reshard or a store)."""

@@ -1,0 +1,164 @@
+"""Steering instances (:class:`Steering`): run-now requests, remote graceful
+shutdown, and switching an instance off or on for a job. Each is a node the running
+instances watch (see :mod:`shardkeeper.coordination.paths`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping
+
+from shardkeeper.coordination.paths import JobPaths, instance_path, shutdown_path
+from shardkeeper.coordination.sharding import necessary_value
+from shardkeeper.coordination.snapshot import read_snapshots
+from shardkeeper.errors import ConfigError, InstanceLookupError, OperationRefusedError
+from shardkeeper.ops.base import OperationsBase, stamp
+from shardkeeper.registry.base import Check, Delete, Op, Put
+
+__all__ = ["MAX_TRIGGER_PARAMS_BYTES", "Steering", "check_trigger_params"]
+
+#: a one-off trigger parameter's name
+_PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+#: the most bytes a trigger request's parameters may take
+MAX_TRIGGER_PARAMS_BYTES = 8192
+
+
+def check_trigger_params(params: Mapping[str, str]) -> dict[str, str]:
+    """``params`` as a plain dict, or ConfigError naming the bad name or size."""
+    out: dict[str, str] = {}
+    for name, value in params.items():
+        if not isinstance(name, str) or not _PARAM_NAME.match(name):
+            raise ConfigError(
+                f"trigger parameter name {name!r} is not valid: use letters, digits, "
+                "'_', '.' or '-' (starting with a letter or '_', at most 64)"
+            )
+        if not isinstance(value, str):
+            raise ConfigError(f"trigger parameter {name!r}: value {value!r} is not a string")
+        out[name] = value
+    size = len(json.dumps(out).encode())
+    if size > MAX_TRIGGER_PARAMS_BYTES:
+        raise ConfigError(
+            f"trigger parameters take {size} bytes; at most {MAX_TRIGGER_PARAMS_BYTES} are allowed"
+        )
+    return out
+
+
+class Steering(OperationsBase):
+    """Requests to running instances and per-instance switches."""
+
+    def trigger(
+        self,
+        job: str,
+        instance: str | None = None,
+        params: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """Ask one live instance of ``job`` (or every one) to run its items now, with
+        one-off ``params`` (``ctx.params`` of those executions). Returns the instances
+        asked. Refused when the job is disabled or has no live instance;
+        InstanceLookupError when ``instance`` is not live; ConfigError naming a bad
+        parameter."""
+        checked = check_trigger_params(params or {})
+        state = self._job_state(job)
+        if not state.enabled:
+            raise OperationRefusedError(
+                f"job {job!r} is disabled; enable it first (shardkeeper enable {job})"
+            )
+        if instance is not None:
+            self._require_live(instance)
+            if instance not in state.instances:
+                raise OperationRefusedError(
+                    f"instance {instance!r} does not run job {job!r}; its instances are "
+                    f"{', '.join(state.instances) or 'none'}"
+                )
+            targets = [instance]
+        else:
+            targets = list(state.instances)
+        if not targets:
+            raise OperationRefusedError(f"job {job!r} has no live instance to trigger")
+        paths = JobPaths(job)
+        value = stamp("trigger", params=checked) if checked else stamp("trigger")
+        # One commit: either every instance is asked or none (chunked only past the
+        # store's per-commit limit, which a realistic cluster never reaches).
+        ops: list[Op] = [Put(paths.trigger(t), value) for t in targets]
+        size = self.store.max_ops_per_commit
+        for i in range(0, len(ops), size):
+            self.store.commit(ops[i : i + size])
+        return targets
+
+    def shutdown(self, instance: str, *, wait: float | None = None) -> bool:
+        """Ask ``instance`` to stop gracefully (it finishes its running items within its
+        grace period, leaves its jobs and closes its session). With ``wait`` seconds,
+        block until it is gone; returns whether it is gone (False without ``wait``)."""
+        self._require_live(instance)
+        self.store.put(shutdown_path(instance), stamp("shutdown"))
+        if wait is None:
+            return False
+        deadline = time.monotonic() + wait
+        while self.store.exists(instance_path(instance)):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)  # polling an operator's wait, not synchronising code
+        # An instance that stops quickly may exit before it consumed the request:
+        # remove it so that no stale request stays behind (ids are never reused).
+        self.store.delete(shutdown_path(instance), recursive=False)
+        return True
+
+    def _instance_jobs(self, instance: str, job: str | None, *, enabling: bool) -> list[str]:
+        if job is not None:
+            state = self._job_state(job)
+            known = instance in state.instances or (
+                enabling and instance in state.disabled_instances
+            )
+            if not known:
+                if not enabling:
+                    self._require_live(instance)
+                    raise OperationRefusedError(
+                        f"instance {instance!r} does not run job {job!r}; its instances are "
+                        f"{', '.join(state.instances) or 'none'}"
+                    )
+                raise InstanceLookupError(instance)
+            return [job]
+        names = [
+            s.name
+            for s in read_snapshots(self.store).values()
+            if instance in s.instances or (enabling and instance in s.disabled_instances)
+        ]
+        if not names:
+            self._require_live(instance)
+        return names
+
+    def disable_instance(self, instance: str, job: str | None = None) -> list[str]:
+        """Give ``instance`` no items of ``job`` (or of every job it runs). Sets the
+        jobs' reshard flag: the leader moves the items at the next trigger. Returns
+        the jobs switched."""
+        jobs = self._instance_jobs(instance, job, enabling=False)
+        for name in jobs:
+            paths = JobPaths(name)
+            # switch and flag together: a leader must never see one without the other
+            self.store.commit(
+                [
+                    Put(paths.disabled_instance(instance), stamp("disable instance")),
+                    Put(paths.necessary, necessary_value(f"instance disabled: {instance}")),
+                ]
+            )
+        return jobs
+
+    def enable_instance(self, instance: str, job: str | None = None) -> list[str]:
+        """Let ``instance`` take items of ``job`` (or of every job) again; sets the
+        reshard flag where a switch was removed. Also removes the leftover switch
+        of an instance that is gone. Returns the jobs switched."""
+        jobs = self._instance_jobs(instance, job, enabling=True)
+        changed: list[str] = []
+        for name in jobs:
+            paths = JobPaths(name)
+            result = self.store.commit(
+                [
+                    Check(paths.disabled_instance(instance), exists=True),
+                    Delete(paths.disabled_instance(instance)),
+                    Put(paths.necessary, necessary_value(f"instance enabled: {instance}")),
+                ]
+            )
+            if result:
+                changed.append(name)
+        return changed

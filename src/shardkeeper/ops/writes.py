@@ -1,0 +1,104 @@
+"""Changing what is stored for a job (:class:`Writes`): the job and item switches,
+config edits and replacement, and removal of the job."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shardkeeper.config import JobConfig
+from shardkeeper.coordination.config_service import ConfigService
+from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.errors import ConfigError, OperationRefusedError
+from shardkeeper.ops.base import OperationsBase, operator, stamp
+
+__all__ = ["Writes", "config_to_dict"]
+
+
+class Writes(OperationsBase):
+    """Job and item switches, configuration and removal."""
+
+    def disable_job(self, job: str) -> None:
+        """Switch the whole job off: no instance starts its items until enabled
+        (running items finish)."""
+        paths = self._require_job(job)
+        self.store.put(paths.disabled_job, stamp("disable job"))
+
+    def enable_job(self, job: str) -> None:
+        """Switch the job on again: removes the operator switch and, when the stored
+        config says ``disabled``, clears that too (so the job really runs)."""
+        paths = self._require_job(job)
+        self.store.delete(paths.disabled_job, recursive=False)
+        # No parse needed for the switch: a corrupt config does not block it (the
+        # config's own flag can only be read, and cleared, once it is valid).
+        stored = ConfigService(self.store, paths).read()
+        if stored is not None and stored.config is not None and stored.config.disabled:
+            self.update_config(job, disabled=False)
+
+    def disable_item(self, job: str, item: int) -> None:
+        """Switch one item off: its owner skips it from the next trigger on."""
+        state = self._job_state(job)
+        self._check_item(state, item)
+        self.store.put(JobPaths(job).disabled_item(item), stamp("disable item"))
+
+    def enable_item(self, job: str, item: int) -> None:
+        """Switch one item on again. A leftover switch of an item beyond the current
+        count may be removed too."""
+        state = self._job_state(job)
+        if item not in state.disabled_items:
+            self._check_item(state, item)
+        self.store.delete(JobPaths(job).disabled_item(item), recursive=False)
+
+    def update_config(self, job: str, **changes: Any) -> JobConfig:
+        """Change fields of the stored config, validated as a whole by JobConfig
+        (JobConfigError naming the field). The name cannot change. A new
+        ``sharding_total_count`` also sets the reshard flag. Returns the new config.
+        Concurrent edits are detected (version check) and retried. On a corrupt
+        stored config its readable fields are the base, so an edit can repair it.
+        The document records the edit as an operator's (see docs/configuration.md:
+        an instance's ``overwrite`` does not undo it)."""
+        if "name" in changes and changes["name"] != job:
+            raise ConfigError(
+                f"the name of job {job!r} cannot change; register a new job and remove "
+                "this one instead"
+            )
+        if not changes:
+            raise ConfigError("nothing to change")
+        paths = self._require_job(job)
+        new, _ = ConfigService(self.store, paths).update(changes, by=operator())
+        return new
+
+    def replace_config(self, job: str, config: JobConfig) -> tuple[JobConfig, JobConfig | None]:
+        """Replace the whole stored config of ``job`` with ``config`` (its name must be
+        ``job``), also when the stored one is corrupt: the repair for a config no
+        edit can fix. Sets the reshard flag when the count changes (or the old count
+        is unreadable). Returns (new, old config or None when it was corrupt)."""
+        if config.name != job:
+            raise ConfigError(
+                f"the config is for job {config.name!r}, not {job!r}; the name of a job "
+                "cannot change"
+            )
+        paths = self._require_job(job)
+        return ConfigService(self.store, paths).replace(config, by=operator())
+
+    def remove_job(self, job: str, *, force: bool = False) -> list[str]:
+        """Delete everything stored for ``job``. Refused (OperationRefusedError) while
+        live instances run it, unless ``force``; returns the instances that were
+        still members. Forcing it does not stop them: they keep running the job
+        from memory and write some of its nodes again, so stop them first."""
+        self._require_job(job)
+        paths = JobPaths(job)
+        members = self.store.children(paths.instances)
+        if members and not force:
+            raise OperationRefusedError(
+                f"job {job!r} is run by {len(members)} live instance(s) "
+                f"({', '.join(members)}); stop them first or use force"
+            )
+        self.store.delete(paths.root, recursive=True)
+        return members
+
+
+def config_to_dict(config: JobConfig) -> dict[str, Any]:
+    """A config as JSON data, exactly as stored (what ``config get --json`` prints)."""
+    data: dict[str, Any] = json.loads(config.to_json())
+    return data
