@@ -122,11 +122,12 @@ class ServerCluster:
         """``(user, password)`` that clients must use, or None without auth."""
         return None
 
-    def url(self, namespace: str = "default", **options: float | str) -> str:
+    def url(self, namespace: str = "default", **options: float | str | None) -> str:
         """A registry URL on this cluster, e.g. ``url("t1", session_timeout=2)``.
 
-        Options become query parameters (see :mod:`shardkeeper.registry.url`); the
-        credentials are included when the cluster requires them.
+        Options become query parameters (see :mod:`shardkeeper.registry.url`); an
+        option given None is left out. The credentials are included when the cluster
+        requires them.
         """
         if not self.members:
             raise ClusterError(f"{type(self).__name__} is not started: it has no address yet")
@@ -137,6 +138,7 @@ class ServerCluster:
         query = "&".join(
             f"{k}={v:g}" if isinstance(v, float) else f"{k}={quote(str(v), safe='')}"
             for k, v in options.items()
+            if v is not None
         )
         return f"{self.scheme}://{auth}{self.hosts_string}/{namespace.strip('/')}" + (
             f"?{query}" if query else ""

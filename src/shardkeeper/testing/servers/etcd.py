@@ -1,17 +1,26 @@
 """Real etcd servers for tests: :class:`EtcdCluster` (one member or a cluster,
-optionally with authentication), its ``/health`` probe and ``etcdctl`` access.
+optionally with authentication and TLS), its ``/health`` probe and ``etcdctl`` access.
+
+With ``tls=`` (a :class:`~shardkeeper.testing.certs.TLSFiles`) the members serve
+``https`` client URLs (``--cert-file``, ``--key-file``, ``--trusted-ca-file``) and,
+unless ``client_cert_auth=False``, require a client certificate signed by the CA
+(``--client-cert-auth``). Peer traffic stays plaintext on loopback. The probes and
+``etcdctl`` use the client certificate; :meth:`EtcdCluster.url` carries ``ca``,
+``cert`` and ``key``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from shardkeeper.testing.servers.base import ServerCluster
 from shardkeeper.testing.servers.members import Member
@@ -22,16 +31,25 @@ from shardkeeper.testing.servers.processes import (
     _child_env,
 )
 
+if TYPE_CHECKING:
+    from shardkeeper.testing.certs import TLSFiles
+
 __all__ = ["ETCDCTL_BINARY", "ETCD_BINARY", "EtcdCluster", "etcd_health"]
 
 ETCD_BINARY = "/usr/bin/etcd"
 ETCDCTL_BINARY = "/usr/bin/etcdctl"
 
 
-def etcd_health(host: str, port: int, timeout: float = 1.0) -> bool:
-    """Whether ``GET /health`` of an etcd member reports ``"health":"true"``."""
+def etcd_health(
+    host: str, port: int, timeout: float = 1.0, context: ssl.SSLContext | None = None
+) -> bool:
+    """Whether ``GET /health`` of an etcd member reports ``"health":"true"``
+    (over https with ``context``)."""
+    scheme = "https" if context is not None else "http"
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=timeout) as resp:
+        with urllib.request.urlopen(
+            f"{scheme}://{host}:{port}/health", timeout=timeout, context=context
+        ) as resp:
             body = json.loads(resp.read().decode())
     except (OSError, ValueError, urllib.error.URLError):
         return False
@@ -44,7 +62,8 @@ class EtcdCluster(ServerCluster):
     ``heartbeat_ms``/``election_ms`` default to 20/200, which lets 1 s leases work
     (the minimum lease TTL is about 1.5 x the election timeout). With ``auth=True``
     a ``root`` user with :attr:`password` is created and authentication enabled;
-    :attr:`credentials` and :meth:`url` then carry them.
+    :attr:`credentials` and :meth:`url` then carry them. ``tls``: serve https client
+    URLs with these certificates; ``client_cert_auth``: require a client certificate.
     """
 
     backend: ClassVar[Backend] = "etcd"
@@ -64,6 +83,8 @@ class EtcdCluster(ServerCluster):
         election_ms: int = 200,
         host: str | Sequence[str] = LOOPBACK,
         prefixes: Sequence[Sequence[str]] | None = None,
+        tls: TLSFiles | None = None,
+        client_cert_auth: bool = True,
     ) -> None:
         super().__init__(
             size,
@@ -83,6 +104,28 @@ class EtcdCluster(ServerCluster):
         self.election_ms = election_ms
         # a unique token keeps a stray member of another test cluster from joining ours
         self.cluster_token = "shardkeeper-" + uuid.uuid4().hex[:12]
+        #: the certificates of the https client URLs (None: http)
+        self.tls = tls
+        self.client_cert_auth = client_cert_auth
+
+    @property
+    def _scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        """The probes' client context (CA and client certificate) with ``tls``."""
+        if self.tls is None:
+            return None
+        context = ssl.create_default_context(cafile=str(self.tls.ca))
+        context.load_cert_chain(str(self.tls.client_cert), str(self.tls.client_key))
+        return context
+
+    def url(self, namespace: str = "default", **options: float | str | None) -> str:
+        """A registry URL on this cluster; with ``tls`` it carries ``ca``, ``cert`` and
+        ``key`` (the client certificate), each replaceable or, given None, left out."""
+        if self.tls is not None:
+            options = {**self.tls.url_options(), **options}
+        return super().url(namespace, **options)
 
     @property
     def credentials(self) -> tuple[str, str] | None:
@@ -91,8 +134,8 @@ class EtcdCluster(ServerCluster):
 
     @property
     def endpoints(self) -> list[str]:
-        """Client URLs (``http://127.0.0.1:PORT``) of every member."""
-        return [f"http://{m.host}:{m.client_port}" for m in self.members]
+        """Client URLs (``http://127.0.0.1:PORT``, https with TLS) of every member."""
+        return [f"{self._scheme}://{m.host}:{m.client_port}" for m in self.members]
 
     def leader(self) -> int:
         """Index of the current raft leader."""
@@ -106,6 +149,12 @@ class EtcdCluster(ServerCluster):
         cmd = [ETCDCTL_BINARY, f"--endpoints={','.join(self.endpoints)}", "--dial-timeout=3s"]
         if self.auth and self._auth_enabled:
             cmd.append(f"--user={self.username}:{self.password}")
+        if self.tls is not None:
+            cmd += [
+                f"--cacert={self.tls.ca}",
+                f"--cert={self.tls.client_cert}",
+                f"--key={self.tls.client_key}",
+            ]
         env = _child_env()
         env["ETCDCTL_API"] = "3"
         proc = subprocess.run(
@@ -133,6 +182,8 @@ class EtcdCluster(ServerCluster):
             "cluster_token": self.cluster_token,
             "heartbeat_ms": self.heartbeat_ms,
             "election_ms": self.election_ms,
+            "tls_dir": str(self.tls.ca.parent) if self.tls is not None else None,
+            "client_cert_auth": self.client_cert_auth,
         }
 
     def _load_extra_state(self, extra: Mapping[str, Any]) -> None:
@@ -143,10 +194,15 @@ class EtcdCluster(ServerCluster):
         self.cluster_token = str(extra.get("cluster_token") or self.cluster_token)
         self.heartbeat_ms = int(extra.get("heartbeat_ms") or self.heartbeat_ms)
         self.election_ms = int(extra.get("election_ms") or self.election_ms)
+        if extra.get("tls_dir"):
+            from shardkeeper.testing.certs import load_certificates
+
+            self.tls = load_certificates(Path(str(extra["tls_dir"])))
+            self.client_cert_auth = bool(extra.get("client_cert_auth", True))
 
     def _command(self, m: Member) -> list[str]:
         name = f"member-{m.index}"
-        client = f"http://{m.host}:{m.client_port}"
+        client = f"{self._scheme}://{m.host}:{m.client_port}"
         peer = f"http://{m.host}:{m.peer_port}"
         initial = ",".join(f"member-{o.index}=http://{o.host}:{o.peer_port}" for o in self.members)
         return [
@@ -167,10 +223,21 @@ class EtcdCluster(ServerCluster):
             # small WAL/snapshot footprint for short-lived test servers
             "--snapshot-count=10000",
             "--quota-backend-bytes=268435456",
+            *self._tls_flags(),
         ]
 
+    def _tls_flags(self) -> list[str]:
+        if self.tls is None:
+            return []
+        flags = [
+            f"--cert-file={self.tls.server_cert}",
+            f"--key-file={self.tls.server_key}",
+            f"--trusted-ca-file={self.tls.ca}",
+        ]
+        return [*flags, "--client-cert-auth"] if self.client_cert_auth else flags
+
     def _probe(self, m: Member) -> str:
-        if not etcd_health(m.host, m.client_port, timeout=0.5):
+        if not etcd_health(m.host, m.client_port, timeout=0.5, context=self._ssl_context()):
             return ""
         return self._role(m) or "member"
 
@@ -179,11 +246,11 @@ class EtcdCluster(ServerCluster):
         # and it works without credentials even when auth is enabled
         try:
             req = urllib.request.Request(
-                f"http://{m.host}:{m.client_port}/v3/maintenance/status",
+                f"{self._scheme}://{m.host}:{m.client_port}/v3/maintenance/status",
                 data=b"{}",
                 method="POST",
             )
-            with urllib.request.urlopen(req, timeout=0.5) as resp:
+            with urllib.request.urlopen(req, timeout=0.5, context=self._ssl_context()) as resp:
                 body = json.loads(resp.read().decode())
         except (OSError, ValueError, urllib.error.URLError):
             return ""

@@ -1,5 +1,12 @@
 """Real ZooKeeper servers for tests: :class:`ZooKeeperCluster` (standalone or
 ensemble) and the four-letter-word probes that tell whether a member serves.
+
+With ``tls=`` (a :class:`~shardkeeper.testing.certs.TLSFiles`) each member also serves
+a ``secureClientPort`` through Netty, with PEM key and trust stores (ZooKeeper 3.8
+reads PEM with ``ssl.keyStore.type=PEM``), requiring a client certificate unless
+``client_auth="none"``. Clients (:attr:`ZooKeeperCluster.hosts`, :meth:`url`) then
+dial the secure port; the plaintext ``clientPort`` stays open on loopback for the
+four-letter-word readiness probes only.
 """
 
 from __future__ import annotations
@@ -7,12 +14,16 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-from collections.abc import Sequence
-from typing import ClassVar
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from shardkeeper.testing.servers.base import ServerCluster
 from shardkeeper.testing.servers.members import Member
-from shardkeeper.testing.servers.processes import LOOPBACK, Backend, ClusterError
+from shardkeeper.testing.servers.processes import LOOPBACK, Backend, ClusterError, free_ports
+
+if TYPE_CHECKING:
+    from shardkeeper.testing.certs import TLSFiles
 
 __all__ = ["ZOOKEEPER_CLASSPATH", "ZooKeeperCluster", "four_letter_word", "zookeeper_mode"]
 
@@ -21,6 +32,8 @@ __all__ = ["ZOOKEEPER_CLASSPATH", "ZooKeeperCluster", "four_letter_word", "zooke
 ZOOKEEPER_CLASSPATH = (
     "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar"
 )
+#: what the Netty connection factory (needed for TLS) loads beyond the jar's manifest
+NETTY_CLASSPATH = "/usr/share/java/netty-codec.jar:/usr/share/java/netty-resolver.jar"
 
 
 def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
@@ -59,7 +72,9 @@ class ZooKeeperCluster(ServerCluster):
     """A real ZooKeeper 3.8 standalone server (``size=1``) or ensemble (``size=3``).
 
     Runs ``java -Xmx96m ... QuorumPeerMain zoo.cfg`` per member with tickTime=200 and
-    sessions allowed from 0.4 s to 60 s. ``heap_mb`` caps each JVM's heap.
+    sessions allowed from 0.4 s to 60 s. ``heap_mb`` caps each JVM's heap. ``tls``:
+    serve clients over TLS with these certificates (see the module docstring);
+    ``client_auth``: ``"need"`` (default) a client certificate, or ``"none"``.
     """
 
     backend: ClassVar[Backend] = "zookeeper"
@@ -77,6 +92,8 @@ class ZooKeeperCluster(ServerCluster):
         tick_ms: int = 200,
         host: str | Sequence[str] = LOOPBACK,
         prefixes: Sequence[Sequence[str]] | None = None,
+        tls: TLSFiles | None = None,
+        client_auth: Literal["need", "none"] = "need",
     ) -> None:
         super().__init__(
             size,
@@ -89,6 +106,27 @@ class ZooKeeperCluster(ServerCluster):
         )
         self.heap_mb = heap_mb
         self.tick_ms = tick_ms
+        if client_auth not in ("need", "none"):
+            raise ValueError(f"client_auth must be 'need' or 'none', not {client_auth!r}")
+        #: the certificates of the TLS port (None: plaintext only)
+        self.tls = tls
+        self.client_auth = client_auth
+        #: the secure client port of each member (with ``tls``)
+        self.secure_ports: list[int] = []
+
+    @property
+    def hosts(self) -> list[tuple[str, int]]:
+        """``(host, port)`` clients dial: the secure client ports with ``tls``."""
+        if self.tls is None:
+            return super().hosts
+        return [(m.host, p) for m, p in zip(self.members, self.secure_ports, strict=True)]
+
+    def url(self, namespace: str = "default", **options: float | str | None) -> str:
+        """A registry URL on this cluster; with ``tls`` it carries ``ca``, ``cert`` and
+        ``key`` (the client certificate), each replaceable or, given None, left out."""
+        if self.tls is not None:
+            options = {**self.tls.url_options(), **options}
+        return super().url(namespace, **options)
 
     def leader(self) -> int:
         """Index of the member whose Mode is leader (or the standalone one)."""
@@ -125,6 +163,20 @@ class ZooKeeperCluster(ServerCluster):
             "autopurge.snapRetainCount=3",
             "autopurge.purgeInterval=1",
         ]
+        if self.tls is not None and self.secure_ports:
+            tls = self.tls
+            lines += [
+                f"secureClientPort={self.secure_ports[m.index]}",
+                f"secureClientPortAddress={m.host}",
+                # the NIO factory has no TLS; Netty's also serves the plaintext port
+                "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+                # ZooKeeper 3.8 reads PEM directly: the key followed by its certificate
+                f"ssl.keyStore.location={tls.server_bundle}",
+                "ssl.keyStore.type=PEM",
+                f"ssl.trustStore.location={tls.ca}",
+                "ssl.trustStore.type=PEM",
+                f"ssl.clientAuth={self.client_auth}",
+            ]
         if self.size > 1:
             for other in self.members:
                 lines.append(
@@ -152,10 +204,38 @@ class ZooKeeperCluster(ServerCluster):
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-cp",
-            ZOOKEEPER_CLASSPATH,
+            ZOOKEEPER_CLASSPATH + (":" + NETTY_CLASSPATH if self.tls is not None else ""),
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",
             str(m.base_dir / "zoo.cfg"),
         ]
+
+    def _prepare_members(self) -> None:
+        self.secure_ports = []  # chosen once the other ports are (below)
+        super()._prepare_members()
+        if self.tls is None:
+            return
+        taken = {p for m in self.members for p in (m.client_port, m.peer_port, m.election_port)}
+        spare = [p for p in free_ports(4 * self.size) if p not in taken]
+        self.secure_ports = spare[: self.size]
+        for m in self.members:  # the config written by super() lacked the secure port
+            self._write_config(m)
+
+    def _extra_state(self) -> dict[str, Any]:
+        if self.tls is None:
+            return {}
+        return {
+            "tls_dir": str(self.tls.ca.parent),
+            "client_auth": self.client_auth,
+            "secure_ports": self.secure_ports,
+        }
+
+    def _load_extra_state(self, extra: Mapping[str, Any]) -> None:
+        if extra.get("tls_dir"):
+            from shardkeeper.testing.certs import load_certificates
+
+            self.tls = load_certificates(Path(str(extra["tls_dir"])))
+            self.client_auth = "none" if extra.get("client_auth") == "none" else "need"
+            self.secure_ports = [int(p) for p in extra.get("secure_ports") or []]
 
     def _probe(self, m: Member) -> str:
         return zookeeper_mode(m.host, m.client_port, timeout=0.5)
