@@ -307,3 +307,42 @@ def test_an_absence_check_is_a_guard_without_a_pre_read(store: CoordinationStore
     assert store.round_trips - before == 1
     assert not store.exists("/jobs/j/y")
     assert store.commit([Check("/jobs/nothing/here", exists=False), Create("/jobs/j/z")])
+
+
+def test_a_subtree_is_read_one_level_per_request(store: CoordinationStore) -> None:
+    """``get_tree`` reads each level of a subtree with one read-only multi: a parent
+    with 150 children (one of them with a child) costs 3 requests, not one or two per
+    node, and returns every node with its value; past the per-request chunk (512
+    operations) a level still comes back whole."""
+    for i in range(150):
+        store.put(f"/jobs/j/members/m{i:03d}", f"v{i}".encode())
+    store.put("/jobs/j/members/m007/sub", b"deep")
+    before = store.round_trips
+    tree = store.get_tree("/jobs/j/members")
+    assert store.round_trips - before == 3
+    assert len(tree) == 152
+    assert tree["/jobs/j/members/m042"].value == b"v42"
+    assert tree["/jobs/j/members/m007/sub"].value == b"deep"
+    for i in range(150, 400):
+        store.put(f"/jobs/j/members/m{i:03d}", f"v{i}".encode())
+    tree = store.get_tree("/jobs/j/members")
+    assert len(tree) == 402  # 800 operations at the leaf level: two chunks
+    assert tree["/jobs/j/members/m399"].value == b"v399"
+
+
+def test_a_commits_pre_reads_are_one_request(store: CoordinationStore) -> None:
+    """The pre-reads of a commit (value and creation-revision checks, puts of nodes
+    whose kind is unknown) go in one read-only multi whatever their number; a missing
+    node among them is read as absent and fails its check, naming it."""
+    tokens = {}
+    for i in range(20):
+        tokens[i] = store.put(f"/jobs/j/running/{i}", b"mark", ephemeral=True).created_revision
+    ops = [Check(f"/jobs/j/running/{i}", created_revision=tokens[i]) for i in range(20)]
+    ops += [Delete(f"/jobs/j/running/{i}") for i in range(20)]
+    before = store.round_trips
+    assert store.commit(ops)
+    assert store.round_trips - before == 2  # the pre-reads, then the multi
+    assert store.children("/jobs/j/running") == []
+    refused = store.commit([Check("/jobs/j/running/3", value=b"mark"), Put("/jobs/j/x", b"1")])
+    assert not refused and refused.failed_path == "/jobs/j/running/3"
+    assert not store.exists("/jobs/j/x")
