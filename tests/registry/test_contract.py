@@ -315,6 +315,34 @@ def test_implicit_parents(store: CoordinationStore) -> None:
     assert all(_under(p, "/a") for p in tree)
 
 
+def test_one_commit_creates_many_new_subtrees(store: CoordinationStore) -> None:
+    """A commit may write into many subtrees that do not exist yet (an instance
+    registering its jobs in one batch): every missing parent is made in it, and
+    a condition on each subtree's absence holds against the state before it."""
+    store.put("/reg/seed", b"")
+    ops: list[Check | Create | Put] = []
+    for n in range(20):
+        ops += [
+            Check(f"/reg/j{n}", exists=False),
+            Create(f"/reg/j{n}/config", f"c{n}".encode()),
+            Put(f"/reg/j{n}/members/me", b"m", ephemeral=True),
+        ]
+    result = store.commit(ops)
+    assert result.succeeded
+    assert store.children("/reg") == sorted(["seed", *(f"j{n}" for n in range(20))])
+    node = store.get("/reg/j7/members/me")
+    assert node is not None and node.ephemeral
+    assert node.created_revision == result.revision
+    config = store.get("/reg/j19/config")
+    assert config is not None and config.value == b"c19"
+    # the same batch again: an absence check fails, nothing is applied
+    before = {p: (n.value, n.version) for p, n in store.get_tree("/reg").items()}
+    again = store.commit(ops)
+    assert not again.succeeded
+    assert again.failed_path in {op.path for op in ops}
+    assert {p: (n.value, n.version) for p, n in store.get_tree("/reg").items()} == before
+
+
 def test_children_are_sorted_names(store: CoordinationStore) -> None:
     """children() returns the last segments of direct children only, sorted."""
     for name in ["zeta", "alpha", "Mid", "0", "beta"]:

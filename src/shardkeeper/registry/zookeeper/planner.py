@@ -35,8 +35,8 @@ Commits
     fails on an operation derived from the pre-read, something changed concurrently:
     the commit re-reads and retries, at most ``_COMMIT_ATTEMPTS`` times; if the store
     keeps changing it reports a failed commit naming the contended path. Missing parents
-    of ``Create``/``Put`` (found with one batch of exists after the multi failed for
-    them) are created, persistent and empty, inside the retried multi, so a failed
+    of ``Create``/``Put`` (those of every node the commit writes, found with one read
+    after the multi failed for one of them) are created, persistent and empty, inside the retried multi, so a failed
     commit leaves no parents behind. The result's ``revision`` is the multi's
     own zxid, read from the reply header (``kazoo_private``), so it equals the
     ``created_revision`` of every node the commit created.
@@ -95,6 +95,16 @@ class _Planner(_Reads):
             if st is None:
                 return todo[i:]  # nothing exists below a missing node
         return []
+
+    def _missing_parents(self, deadline: float, targets: set[str]) -> set[str]:
+        """The missing ancestors of every path in ``targets`` that ``targets`` does not
+        hold itself, from one read whatever their number: a commit that creates many
+        new subtrees (an instance registering its jobs) then needs one retry, not one
+        per subtree."""
+        wanted = sorted({a for t in targets for a in _ancestors(t)} - targets)
+        if not wanted:
+            return set()
+        return {p for p, got in self._read_many(deadline, wanted).items() if got is None}
 
     def _create_node(
         self, deadline: float, path: str, value: bytes, ephemeral: bool
@@ -163,7 +173,7 @@ class _Planner(_Reads):
                 and kind in ("user", "create", "parent")
                 and (isinstance(op, Create | Put))
             ):
-                parents.update(self._missing_ancestors(deadline, zk_path, targets))
+                parents.update(self._missing_parents(deadline, targets))
                 continue
             if kind == "existing" and isinstance(exc, kz.NoNodeError):
                 reread.add(op.path)  # the hint was wrong: the node is gone
