@@ -42,6 +42,7 @@ __all__ = [
     "handshake_problem",
     "kazoo_options",
     "ssl_context",
+    "unreachable_note",
 ]
 
 #: the URL option of each settings field (for messages)
@@ -209,9 +210,13 @@ def handshake_problem(settings: RegistrySettings, timeout: float = 1.0) -> str |
                 with contextlib.suppress(TimeoutError):
                     conn.recv(1)
         except ssl.SSLCertVerificationError as exc:
-            return f"TLS handshake with {where} failed: {exc.verify_message} ({_hint(exc)})"
+            return (
+                f"TLS handshake with {where} failed: {exc.verify_message} ({_hint(exc, settings)})"
+            )
         except ssl.SSLError as exc:
-            return f"TLS handshake with {where} failed: {exc.reason or exc} ({_hint(exc)})"
+            return (
+                f"TLS handshake with {where} failed: {exc.reason or exc} ({_hint(exc, settings)})"
+            )
         except OSError as exc:
             return (
                 f"TLS handshake with {where} failed: {exc.strerror or exc} (is it the "
@@ -222,16 +227,25 @@ def handshake_problem(settings: RegistrySettings, timeout: float = 1.0) -> str |
     return None
 
 
-def _hint(exc: ssl.SSLError) -> str:
+def unreachable_note(settings: RegistrySettings, timeout: float = 1.0) -> str:
+    """``"; TLS handshake with ... failed: ..."`` to append to a "cannot reach" error
+    when a TLS problem explains it, else ``""`` (also without TLS)."""
+    problem = handshake_problem(settings, timeout)
+    return f"; {problem}" if problem else ""
+
+
+def _hint(exc: ssl.SSLError, settings: RegistrySettings) -> str:
     text = str(exc).lower()
+    has_cert = settings.tls_cert is not None
     if isinstance(exc, ssl.SSLCertVerificationError):
         if "hostname" in text or "ip address mismatch" in text:
             return "the server certificate does not name this host; dial a name it holds"
         return "the server certificate is not signed by the CA given with ca=PATH"
-    if "certificate required" in text or "handshake failure" in text:
+    refused = ("certificate required", "handshake failure", "bad certificate", "unknown ca")
+    if not has_cert and any(word in text for word in refused):
         return "the server requires a client certificate: give cert=PATH and key=PATH"
-    if "unknown ca" in text or "bad certificate" in text or "certificate unknown" in text:
-        return "the server does not trust the client certificate's CA"
+    if has_cert and any(word in text for word in (*refused, "certificate unknown")):
+        return "the server refused the client certificate: is it signed by a CA the server trusts?"
     if "wrong version number" in text or "record layer failure" in text:
         return "the server does not speak TLS on this port"
     return "see the server log for its side"
