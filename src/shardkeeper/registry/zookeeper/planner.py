@@ -36,10 +36,11 @@ Commits
     the commit re-reads and retries, at most ``_COMMIT_ATTEMPTS`` times; if the store
     keeps changing it reports a failed commit naming the contended path. Missing parents
     of ``Create``/``Put`` (those of every node the commit writes, found with one read
-    after the multi failed for one of them) are created, persistent and empty, inside the retried multi, so a failed
-    commit leaves no parents behind. The result's ``revision`` is the multi's
-    own zxid, read from the reply header (``kazoo_private``), so it equals the
-    ``created_revision`` of every node the commit created.
+    after the multi failed for one of them) are created, persistent and empty, inside
+    the retried multi, so a failed commit leaves no parents behind. The result's
+    ``revision`` is the multi's own zxid, read from the reply header
+    (``kazoo_private``), so it equals the ``created_revision`` of every node the commit
+    created.
 
     Known limit: a version check cannot tell two incarnations of a node apart. If a
     node is deleted and re-created with the same data version between the pre-read
