@@ -28,7 +28,6 @@ Stores:
 from __future__ import annotations
 
 import os
-import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,14 +37,8 @@ import pytest
 
 from shardkeeper.registry import CoordinationStore, RegistrySettings, open_store
 from shardkeeper.registry.memory import MemoryServer, named_server
+from shardkeeper.testing.pytest_plugin import FAST_OPTIONS
 from shardkeeper.testing.servers import ClusterError, EtcdCluster, ServerCluster, ZooKeeperCluster
-
-#: the options every test store gets unless it asks otherwise
-FAST_OPTIONS: dict[str, float] = {
-    "session_timeout": 2.0,
-    "connection_timeout": 5.0,
-    "operation_timeout": 5.0,
-}
 
 StoreFactory = Callable[..., CoordinationStore]
 
@@ -105,15 +98,15 @@ def _running(cluster: C) -> Iterator[C]:
 
 
 @pytest.fixture(scope="session")
-def zk_server(server_root: Path) -> Iterator[ZooKeeperCluster]:
-    """A standalone ZooKeeper for the whole session."""
-    yield from _running(ZooKeeperCluster(size=1, base_dir=server_root / "zk-single"))
+def zk_server(shardkeeper_zookeeper: ZooKeeperCluster) -> ZooKeeperCluster:
+    """A standalone ZooKeeper for the whole session (the shardkeeper pytest plugin's)."""
+    return shardkeeper_zookeeper
 
 
 @pytest.fixture(scope="session")
-def etcd_server(server_root: Path) -> Iterator[EtcdCluster]:
-    """A single-member etcd for the whole session."""
-    yield from _running(EtcdCluster(size=1, base_dir=server_root / "etcd-single"))
+def etcd_server(shardkeeper_etcd: EtcdCluster) -> EtcdCluster:
+    """A single-member etcd for the whole session (the shardkeeper pytest plugin's)."""
+    return shardkeeper_etcd
 
 
 @pytest.fixture(scope="session")
@@ -185,10 +178,9 @@ def cluster(backend: str, request: pytest.FixtureRequest) -> ServerCluster:
 
 
 @pytest.fixture
-def namespace(request: pytest.FixtureRequest) -> str:
+def namespace(shardkeeper_namespace: str) -> str:
     """A namespace unique to this test (readable: derived from the test name)."""
-    base = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name).strip("-.")[:60] or "test"
-    return f"{base}-{uuid.uuid4().hex[:8]}"
+    return shardkeeper_namespace
 
 
 @pytest.fixture

@@ -14,6 +14,11 @@
   TCP proxy adding delay and stalls, switched on and off while connections run.
 * :mod:`shardkeeper.testing.postgres`: a throwaway PostgreSQL server
   (:class:`~shardkeeper.testing.postgres.PostgresServer`) for the history tests.
+* :mod:`shardkeeper.testing.jobs`: :class:`RecordingJob`, a job that records each
+  execution's context (thread-safe) and waits for a condition with a deadline.
+* :mod:`shardkeeper.testing.pytest_plugin`: pytest fixtures (a real ZooKeeper or etcd
+  per session, a namespace per test, a registry URL), loaded automatically through
+  the ``pytest11`` entry point when shardkeeper is installed.
 
 The detached local registry behind ``shardkeeper registry up|down|status`` is a
 product module, :mod:`shardkeeper.localregistry`.
@@ -22,6 +27,7 @@ product module, :mod:`shardkeeper.localregistry`.
 from __future__ import annotations
 
 from shardkeeper.testing.faults import expire_session, wait_until
+from shardkeeper.testing.jobs import RecordingJob, Run
 from shardkeeper.testing.netns import Netns, NetworkLab, unavailable_reason
 from shardkeeper.testing.proxy import SlowProxy, slow_proxies
 from shardkeeper.testing.servers import (
@@ -39,6 +45,8 @@ __all__ = [
     "MemberStatus",
     "Netns",
     "NetworkLab",
+    "RecordingJob",
+    "Run",
     "ServerCluster",
     "SlowProxy",
     "ZooKeeperCluster",
