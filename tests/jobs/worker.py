@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--count", type=int, default=10)
     p.add_argument("--interval", type=float, default=1.0)
     p.add_argument("--cron", default=None)
+    p.add_argument("--at", default=None, help="a one-off job's time (ISO 8601 with a zone)")
+    p.add_argument("--sharding-wait", type=float, default=5.0)
     p.add_argument("--log", required=True)
     p.add_argument("--work", type=float, default=0.0)
     p.add_argument("--failover", action="store_true")
@@ -114,8 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     cfg = JobConfig.parse(
         name=args.job,
-        interval=None if args.cron else args.interval,
+        interval=None if args.cron or args.at else args.interval,
         cron=args.cron,
+        at=args.at,
+        sharding_wait_timeout=args.sharding_wait,
         sharding_total_count=args.count,
         sharding_item_parameters=args.params,
         failover=args.failover,

@@ -41,10 +41,22 @@ def test_every_path_literal() -> None:
         p.fired("h@1@a"): "/jobs/order-sync/fired/h@1@a",
         p.once_root: "/jobs/order-sync/once",
         p.once("123-before"): "/jobs/order-sync/once/123-before",
+        p.results_root: "/jobs/order-sync/results",
+        p.result(7): "/jobs/order-sync/results/7",
+        p.done: "/jobs/order-sync/done",
     }
     for built, literal in expected.items():
         assert built == literal
         assert check_path(built) == built  # valid on both backends
+
+
+def test_done_node_parses() -> None:
+    """The one-off done marker is a node of the layout (not Unknown), and not high churn."""
+    from shardkeeper.coordination.paths import JobNode, is_high_churn, parse
+
+    p = JobPaths("order-sync")
+    assert parse(p.done) == JobNode("order-sync", "done")
+    assert not is_high_churn(p.done)
 
 
 def test_parse_job_path() -> None:

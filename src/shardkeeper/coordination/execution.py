@@ -52,9 +52,9 @@ class StartResult:
 
     ``marked`` are the items now ours, ``tokens`` their fencing tokens, ``reason``
     why the commit was refused (``"reshard"``, ``"assignment"``, ``"running"``,
-    ``"membership"`` when this instance's membership is not the one it registered, or
-    ``"unknown"`` when the store did not answer and reading back found nothing of ours)
-    or None.
+    ``"membership"`` when this instance's membership is not the one it registered,
+    ``"result"`` when an ``item_checks`` condition failed, or ``"unknown"`` when the
+    store did not answer and reading back found nothing of ours) or None.
     """
 
     marked: tuple[int, ...]
@@ -85,10 +85,13 @@ class ExecutionService:
         persistent: bool,
         monitor: bool,
         membership: Check | None = None,
+        item_checks: dict[int, Check] | None = None,
     ) -> StartResult:
         """Mark ``items`` running for this instance, if no reshard is pending, the
         assignment is unchanged and (``membership``) this instance is still the member
         it registered as. With ``monitor`` off only the checks are committed.
+        ``item_checks`` are further conditions, one per item, committed with that
+        item's mark (a one-off job: "its result is still the one read").
 
         A commit whose reply is lost may have been applied: the marks are then read
         back, and those that carry this instance and the execution ids it wrote are
@@ -114,6 +117,8 @@ class ExecutionService:
                 mark = RunningMark(self._me, fire_time, execution_ids[item])
                 path = self._paths.running(item)
                 group: list[Op] = [Create(path, mark.to_bytes(), ephemeral=not persistent)]
+                if item_checks and item in item_checks:
+                    group.insert(0, item_checks[item])
                 if persistent:
                     fences[item] = new_fence()
                     group.append(Create(f"{path}/{fences[item]}"))
@@ -227,6 +232,8 @@ class ExecutionService:
             return "assignment"
         if failed_path and failed_path.startswith(self._paths.running_root + "/"):
             return "running"
+        if failed_path and failed_path.startswith(self._paths.results_root + "/"):
+            return "result"  # an item_checks condition: the item completed meanwhile
         # the backend could not tell: find out cheaply
         if self._store.exists(self._paths.necessary):
             return "reshard"

@@ -26,6 +26,9 @@ The tree inside a namespace (the same on ZooKeeper and etcd)::
     /jobs/{job}/trigger/{instance}         P  "run now" request addressed to one instance
     /jobs/{job}/once/{fire}                P  done-marker of a cluster-wide-once listener
     /jobs/{job}/fired/{instance}           P  last fire time this instance started items for
+    /jobs/{job}/done                       P  a one-off job (``at``) is done: every item of
+                                              its fire completed, or the fire was skipped
+                                              (JSON: at, done_at, by, skipped items)
 
 E = ephemeral (bound to the instance's session), P = persistent.
 Instance ids look like ``host@pid@suffix``; job names use ``[A-Za-z0-9._-]``.
@@ -194,6 +197,11 @@ class JobPaths:
         """Marker of one cluster-wide-once listener call."""
         return f"{self.once_root}/{marker}"
 
+    @property
+    def done(self) -> str:
+        """Done marker of a one-off job (coordination/oneoff.py)."""
+        return f"{self.root}/done"
+
 
 def job_paths(job: str) -> JobPaths:
     """Paths of the job named ``job``."""
@@ -247,7 +255,8 @@ class ShutdownNode:
 @dataclass(frozen=True)
 class JobNode:
     """A node of one job's subtree: ``kind`` names it (``config``, ``member``, ``leader``,
-    ``sharding``, ``necessary``, ``running``, ``failover``, ``misfire``, ``disabled_job``,
+    ``sharding``, ``necessary``, ``done``, ``running``, ``failover``, ``misfire``,
+    ``disabled_job``,
     ``disabled_item``, ``disabled_instance``, ``trigger``, ``once``, ``fired``, ``result``, or
     ``root`` for ``/jobs/{job}`` and ``subtree`` for a bare parent such as
     ``/jobs/{job}/running``). ``item`` is set for per-item nodes, ``instance`` for
@@ -271,7 +280,7 @@ ParsedNode = InstanceNode | ShutdownNode | JobNode | Unknown
 
 _ITEM_KINDS = {"running": "running", "misfire": "misfire", "results": "result"}
 _INSTANCE_KINDS = {"instances": "member", "trigger": "trigger", "fired": "fired"}
-_SINGLE_KINDS = {"config", "leader", "sharding", "necessary"}
+_SINGLE_KINDS = {"config", "leader", "sharding", "necessary", "done"}
 _PARENTS = {
     "instances",
     "running",

@@ -120,14 +120,20 @@ class FireQueue:
         node = self._store.get(self.paths.trigger(self._me))
         at = time.time()
         params: dict[str, str] = {}
+        only: frozenset[int] | None = None
+        catchup = False
         if node is not None:
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 request = json.loads(node.value)
                 at = float(request["at"])
                 given = request.get("params") or {}
                 params = {str(k): str(v) for k, v in dict(given).items()}
+                if request.get("catchup") and self.state.config.at is not None:
+                    # a one-off job's catch-up (runtime/oneoff.py): only its items
+                    catchup = True
+                    only = frozenset(int(i) for i in request.get("items") or ())
         self._store.delete(self.paths.trigger(self._me), recursive=False)
-        self._enqueue(Fire(at, manual=True, params=params))
+        self._enqueue(Fire(at, manual=True, params=params, only=only, catchup=catchup))
 
     def on_trigger(self, fire_time: datetime) -> None:
         """A trigger fired: queue it on the job's lane (fires of one job run in order;

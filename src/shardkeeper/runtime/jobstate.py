@@ -48,6 +48,7 @@ class SkipReason(enum.Enum):
     MEMBERSHIP = "membership changed since registration (re-registering)"
     STORE = "store did not answer"
     MISSED = "missed by the scheduler (later than the grace time, misfire off)"
+    DONE = "one-off job done already"
 
 
 @dataclass

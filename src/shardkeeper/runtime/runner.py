@@ -8,6 +8,8 @@ Parts (each in its own module, each testable over the reference MemoryStore):
   handed to failover, failed commits retried;
 * ``leader.LeaderDuties``: take-over, reconcile, orphan requeue, reshard;
 * ``repair.RepairPass``: the level-triggered housekeeping pass;
+* ``oneoff.OneOffDuties``: a one-off job's done marker and catch-ups (only when
+  the config has ``at``);
 * ``events.classify``: registry events as typed hints.
 
 All coordination work of a job runs on the job's *lane* (``pool.Lanes``): one task
@@ -55,6 +57,7 @@ from shardkeeper.runtime.batches import Batch, Batches
 from shardkeeper.runtime.fires import FireQueue, SkipSink
 from shardkeeper.runtime.jobstate import JobState, SkipReason
 from shardkeeper.runtime.leader import LeaderDuties
+from shardkeeper.runtime.oneoff import OneOffDuties
 from shardkeeper.runtime.pool import Lanes, WorkerPool
 from shardkeeper.runtime.repair import RepairHooks, RepairPass
 from shardkeeper.runtime.services import JobServices
@@ -113,9 +116,10 @@ class JobRunner(FireQueue):
             listeners=listeners or [],
             valid=self._valid,
             session=self._session,
-            on_idle=self._on_batch_done,
+            on_idle=self._after_batch,
             observers=self._observers,
         )
+        self.oneoff = OneOffDuties(services, self.state, self.leader)
         self.trigger = TriggerFlow(
             services,
             self.state,
@@ -324,7 +328,19 @@ class JobRunner(FireQueue):
     def repair(self) -> list[str]:
         """One housekeeping pass (runs on the lane)."""
         self._pass_count += 1
-        return self.repairs.run()
+        done = self.repairs.run()
+        if self.state.config.at is not None:
+            oneoff = self.oneoff.check()
+            if oneoff is not None:
+                done.append(f"one-off: {oneoff}")
+        return done
+
+    def _after_batch(self) -> None:
+        self._on_batch_done()
+        if self.state.config.at is not None:
+            # the batch may have completed the one-off job: record it now, not at
+            # the next housekeeping pass
+            self.submit("oneoff", self.oneoff.check)
 
     # -- connection states ----------------------------------------------------------
 

@@ -486,7 +486,10 @@ class Runtime:
     def _config_changed(self, runner: JobRunner, old: JobConfig) -> None:
         new = runner.config
         if self._scheduler and (
-            new.cron != old.cron or new.interval != old.interval or new.time_zone != old.time_zone
+            new.cron != old.cron
+            or new.interval != old.interval
+            or new.at != old.at
+            or new.time_zone != old.time_zone
         ):
             self._scheduler.remove_job(new.name)
             self._scheduler.add_job(new.name, new)

@@ -10,6 +10,11 @@ The flow (docs/concepts.md):
    assignment is the one it read;
 4. the batch is launched (runtime/batches.py).
 
+A one-off job (``at``) adds one rule, and only for it: a fire of its schedule or a
+leader's catch-up starts no item whose completion for ``at`` is recorded, skips
+altogether once the job is done, and commits each mark only while the item's result
+is still the one read (coordination/oneoff.py). An operator's trigger re-runs it.
+
 :meth:`TriggerFlow.step` never blocks: where the old flow waited (for a reshard, for
 the leader's running items) it returns :class:`Wait`, and the runner re-submits the
 fire on its job's lane after the delay. So no pool thread is held by a waiting job,
@@ -26,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from shardkeeper.coordination.model import Assignment, RunningMark
+from shardkeeper.coordination.oneoff import OneOffService, OneOffView
 from shardkeeper.runtime.batches import Batch, execution_id
 from shardkeeper.runtime.jobstate import JobState, SkipReason
 from shardkeeper.runtime.leader import LeaderDuties, ReshardStep
@@ -59,6 +65,8 @@ class Fire:
     manual: bool = False
     #: one-off parameters of an operator's run-now request (ctx.params)
     params: dict[str, str] = field(default_factory=dict)
+    #: a one-off job's catch-up, asked for by its leader (not an operator's re-run)
+    catchup: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,6 +130,8 @@ class TriggerFlow:
         #: and the fire reads again); a fire that finds none reads it fresh
         self._cached: tuple[Assignment, int] | None = None
         self._cache_lock = threading.Lock()
+        #: a one-off job's progress as read by the step in progress (lane-confined)
+        self._oneoff: OneOffView | None = None
 
     def forget_assignment(self) -> None:
         """The assignment changed (a watch event) or may have: read it at the next fire."""
@@ -168,6 +178,13 @@ class TriggerFlow:
             # the members that fire it (a fire queued across a freeze and a new
             # session would otherwise run again here after others ran it).
             return Skipped(SkipReason.BEFORE_JOIN)
+        self._oneoff = None
+        if cfg.at is not None and (fire.catchup or not fire.manual):
+            self._oneoff = OneOffService(self._s.store, self._s.paths, self._s.instance_id).view(
+                cfg.at.timestamp()
+            )
+            if self._oneoff.done is not None:
+                return Skipped(SkipReason.DONE)
         if self._leader.is_leader:
             if not fire.reshard_wait_since:
                 fire.reshard_wait_since = time.monotonic()
@@ -214,6 +231,7 @@ class TriggerFlow:
             if i not in self._state.disabled_items
             and i < cfg.sharding_total_count
             and (fire.only is None or i in fire.only)
+            and (self._oneoff is None or i not in self._oneoff.completed)
         ]
 
     def _start(self, fire: Fire, items: list[int], version: int) -> StepResult:
@@ -230,6 +248,7 @@ class TriggerFlow:
             persistent=cfg.failover,
             monitor=cfg.monitor_execution,
             membership=membership,
+            item_checks=self._oneoff.guards(self._s.paths, items) if self._oneoff else None,
         )
         if result.marked:
             if fire.misfire:
@@ -255,7 +274,7 @@ class TriggerFlow:
             return Skipped(SkipReason.MEMBERSHIP)
         if result.reason == "unknown":
             self._state.marks_suspect = True
-        if result.reason in ("assignment", "unknown"):
+        if result.reason in ("assignment", "unknown", "result"):
             return self._retry(fire, f"start commit: {result.reason}")
         # "running": some item is marked already
         held = self._local_items() & set(items)

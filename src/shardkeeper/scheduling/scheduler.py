@@ -24,6 +24,9 @@ Delivery rules, the contract the runtime relies on:
   fires of the same job are not held back for it, so a slow ``on_fire`` can be
   called again for the same job before the previous call has returned.
 * An exception raised by ``on_fire`` is logged and does not stop later fires.
+* A one-off job (``at``) is delivered once, at its time, only when that time is still
+  ahead when the job is added (see ``triggers.OnceTrigger``); a time that has passed
+  is the runtime's to catch up, not the scheduler's.
 """
 
 from __future__ import annotations
@@ -105,7 +108,8 @@ _NEW, _STARTED, _STOPPED = "new", "started", "stopped"
 
 
 class TriggerScheduler:
-    """Fires jobs on their cron or interval triggers with a fixed number of threads.
+    """Fires jobs on their cron, interval or one-off triggers with a fixed number of
+    threads.
 
     Lifecycle: new -> :meth:`start` -> :meth:`shutdown` (final). Jobs may be added
     before start; they begin to fire when it starts. After shutdown the scheduler
@@ -130,6 +134,9 @@ class TriggerScheduler:
         self._executor = _FireExecutor(self._queue.put)
         # The scheduler's own time zone only matters for its internal "now"; every
         # trigger carries the job's zone.
+        #: one-off jobs: APScheduler forgets them after their one fire (or at once when
+        #: their time has passed), which is not "unknown" to our callers
+        self._one_off: set[str] = set()
         self._scheduler = BackgroundScheduler(
             executors={_EXECUTOR_ALIAS: self._executor},
             timezone=ZoneInfo("UTC"),
@@ -203,6 +210,10 @@ class TriggerScheduler:
                 misfire_grace_time=None if config.misfire else MISFIRE_GRACE_SECONDS,
                 replace_existing=True,
             )
+            if config.at is not None:
+                self._one_off.add(name)
+            else:
+                self._one_off.discard(name)
 
     def remove_job(self, name: str) -> None:
         """Stop firing ``name`` and forget it. Raises JobLookupError when unknown.
@@ -214,7 +225,10 @@ class TriggerScheduler:
         try:
             self._scheduler.remove_job(name)
         except _APJobLookupError:
-            raise JobLookupError(name) from None
+            if name not in self._one_off:
+                raise JobLookupError(name) from None
+        finally:
+            self._one_off.discard(name)
 
     def pause_job(self, name: str) -> None:
         """Stop firing ``name`` until :meth:`resume_job` (fires in between are skipped)."""
@@ -231,8 +245,9 @@ class TriggerScheduler:
             raise JobLookupError(name) from None
 
     def has_job(self, name: str) -> bool:
-        """True when a job called ``name`` is scheduled (paused or not)."""
-        return self._scheduler.get_job(name) is not None
+        """True when a job called ``name`` is scheduled (paused or not; a one-off job
+        also after its one fire)."""
+        return self._scheduler.get_job(name) is not None or name in self._one_off
 
     def job_names(self) -> list[str]:
         """The names of every scheduled job, sorted."""
@@ -245,6 +260,8 @@ class TriggerScheduler:
         """
         job = self._scheduler.get_job(name)
         if job is None:
+            if name in self._one_off:
+                return None  # a one-off job that fired (or whose time passed)
             raise JobLookupError(name)
         if not hasattr(job, "next_run_time"):
             # Added before start: APScheduler computes it only when it starts.
@@ -264,9 +281,9 @@ class TriggerScheduler:
             if self._state != _STARTED:
                 raise RuntimeError(f"TriggerScheduler is {self._state}; cannot fire {name!r}")
             job = self._scheduler.get_job(name)
-            if job is None:
+            if job is None and name not in self._one_off:
                 raise JobLookupError(name)
-            now = datetime.now(job.trigger.timezone)
+            now = datetime.now(job.trigger.timezone if job is not None else ZoneInfo("UTC"))
             self._queue.put(_Fire(name, [now], None, False))
 
     def _work(self) -> None:

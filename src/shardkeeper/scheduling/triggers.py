@@ -9,10 +9,11 @@ touches the registry.
 from __future__ import annotations
 
 import re
-from datetime import datetime, tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
@@ -21,7 +22,7 @@ from shardkeeper.errors import JobConfigError
 if TYPE_CHECKING:
     from shardkeeper.config import JobConfig
 
-__all__ = ["build_trigger", "parse_cron", "resolve_time_zone"]
+__all__ = ["OnceTrigger", "build_trigger", "parse_cron", "resolve_time_zone"]
 
 _DOW_NAMES = {"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6}
 _DOW_TOKEN = re.compile(r"^(?:[0-7]|sun|mon|tue|wed|thu|fri|sat)$", re.IGNORECASE)
@@ -145,12 +146,50 @@ def parse_cron(expr: str, tz: str | tzinfo = "UTC") -> Any:
     return trigger
 
 
+class OnceTrigger(BaseTrigger):  # type: ignore[misc]
+    """Fires once at ``run_date``, and only while that time is still ahead.
+
+    Unlike APScheduler's ``DateTrigger`` it never reports a time that has passed: a
+    one-off job whose time went by while no instance was up is run by the leader's
+    catch-up (runtime/oneoff.py), with a fire time every instance agrees on, instead
+    of each instance firing it late on its own. So "when does it fire next" is None
+    once the time has passed, which is also what status pages and health show.
+    """
+
+    __slots__ = ("run_date", "timezone")
+
+    def __init__(self, run_date: datetime) -> None:
+        self.run_date = run_date
+        self.timezone = run_date.tzinfo or UTC
+
+    def get_next_fire_time(
+        self, previous_fire_time: datetime | None, now: datetime
+    ) -> datetime | None:
+        """``run_date`` before it has fired and while ``now`` is not past it."""
+        if previous_fire_time is None and now <= self.run_date:
+            return self.run_date
+        return None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"version": 1, "run_date": self.run_date}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.run_date = state["run_date"]
+        self.timezone = self.run_date.tzinfo or UTC
+
+    def __str__(self) -> str:
+        return f"once[{self.run_date.isoformat()}]"
+
+
 def build_trigger(config: JobConfig) -> Any:
-    """The APScheduler trigger for ``config``: its cron expression or its interval."""
+    """The APScheduler trigger for ``config``: its cron expression, its interval, or
+    its one-off time (:class:`OnceTrigger`)."""
     if config.cron is not None:
         return parse_cron(config.cron, config.time_zone)
-    if config.interval is None:  # JobConfig guarantees one of the two
-        raise JobConfigError(f"job {config.name!r} has neither cron nor interval")
+    if config.at is not None:
+        return OnceTrigger(config.at)
+    if config.interval is None:  # JobConfig guarantees one of the three
+        raise JobConfigError(f"job {config.name!r} has none of cron, interval and at")
     # Anchor interval triggers at the Unix epoch so that every instance of the job
     # fires at the same scheduled times (k * interval): the instances then agree on
     # what "the next trigger" is, as they do for a cron expression.
