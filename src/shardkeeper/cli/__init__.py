@@ -7,7 +7,8 @@ described in ``docs/cli.md``, with the JSON schema of each ``--json`` output.
 Modules: :mod:`~shardkeeper.cli.common` (the apps, shared options, exit codes),
 :mod:`~shardkeeper.cli.render` (console, tables, JSON), and one per group of commands:
 :mod:`~shardkeeper.cli.run`, :mod:`~shardkeeper.cli.inspect` (reads),
-:mod:`~shardkeeper.cli.steer` (writes and ``config``), :mod:`~shardkeeper.cli.registry`.
+:mod:`~shardkeeper.cli.steer` (writes and ``config``), :mod:`~shardkeeper.cli.serve` (the
+web console), :mod:`~shardkeeper.cli.registry`.
 
 Exit codes: 0 ok; 1 the operation was refused or failed (unknown job or instance,
 unreachable store, wrong credentials, a request the state forbids); 2 usage error
@@ -28,7 +29,7 @@ __all__ = ["app", "exit_code", "main"]
 
 # Each command module registers its commands on ``app`` when imported; the order
 # here is the order of ``shardkeeper --help``.
-for _module in ("run", "inspect", "steer", "registry"):
+for _module in ("run", "inspect", "steer", "serve", "registry"):
     importlib.import_module(f"shardkeeper.cli.{_module}")
 
 

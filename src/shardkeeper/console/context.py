@@ -1,0 +1,47 @@
+"""What every request of the console needs: the operations API, the history reader,
+the accounts, the cookie signer, and the secrets that must never be shown."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from shardkeeper.console.auth import AuthConfig
+from shardkeeper.console.session import Signer
+from shardkeeper.history import HistoryReader
+from shardkeeper.ops import Operations
+
+__all__ = ["ConsoleContext", "context_of"]
+
+
+@dataclass
+class ConsoleContext:
+    """The console's shared state (one per app).
+
+    ``history`` is None when history is off. ``secrets`` are strings (registry and
+    history passwords, user-info) scrubbed from every message the console shows.
+    ``refresh_seconds`` is how often pages refresh their live parts (0: never).
+    """
+
+    ops: Operations
+    auth: AuthConfig
+    signer: Signer
+    history: HistoryReader | None = None
+    secrets: list[str] = field(default_factory=list)
+    refresh_seconds: float = 5.0
+    cookie_secure: bool = False
+    title: str = "shardkeeper"
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every known secret replaced by ``***``."""
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            if secret:
+                text = text.replace(secret, "***")
+        return text
+
+
+def context_of(request: Request) -> ConsoleContext:
+    """The console context of the app serving ``request``."""
+    ctx: ConsoleContext = request.app.state.console
+    return ctx
