@@ -246,6 +246,9 @@ def _hint(exc: ssl.SSLError, settings: RegistrySettings) -> str:
         return "the server requires a client certificate: give cert=PATH and key=PATH"
     if has_cert and any(word in text for word in (*refused, "certificate unknown")):
         return "the server refused the client certificate: is it signed by a CA the server trusts?"
-    if "wrong version number" in text or "record layer failure" in text:
-        return "the server does not speak TLS on this port"
+    if any(w in text for w in ("wrong version number", "record layer failure", "eof")):
+        return (
+            "the server closed the connection during the handshake: is this its TLS "
+            "port (ZooKeeper's secureClientPort, etcd's https client URL)?"
+        )
     return "see the server log for its side"
