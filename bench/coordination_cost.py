@@ -37,6 +37,7 @@ from shardkeeper.coordination.paths import is_high_churn
 from shardkeeper.coordination.snapshot import read_snapshot
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry import open_store
+from shardkeeper.registry.counting import request_count
 from shardkeeper.runtime import Runtime
 
 #: a schedule that does not fire during a run (the harness fires by hand)
@@ -61,11 +62,11 @@ class NoOpJob(ShardedJob):
 def _quiet(counters: Sequence[Any], quiet_for: float = 0.2, timeout: float = 15.0) -> None:
     """Wait until none of the ``round_trips`` counters moved for ``quiet_for`` s."""
     deadline = time.monotonic() + timeout
-    last = [c.round_trips for c in counters]
+    last = [request_count(c) for c in counters]
     since = time.monotonic()
     while time.monotonic() < deadline:
         time.sleep(0.03)
-        now = [c.round_trips for c in counters]
+        now = [request_count(c) for c in counters]
         if now != last:
             last, since = now, time.monotonic()
         elif time.monotonic() - since >= quiet_for:
@@ -124,14 +125,14 @@ def measure(
         watch: list[int] = []
         seconds: list[float] = []
         for n in range(1, triggers + 1):
-            rt0, ob0 = rt.store.round_trips, observer.round_trips
+            rt0, ob0 = request_count(rt.store), request_count(observer)
             calls0, commits0 = counting.total_calls, counting.calls.get("commit", 0)
             seconds.append(fire(n))
             _quiet([rt.store, observer])
-            totals.append(rt.store.round_trips - rt0)
+            totals.append(request_count(rt.store) - rt0)
             calls.append(counting.total_calls - calls0)
             commits.append(counting.calls.get("commit", 0) - commits0)
-            watch.append(observer.round_trips - ob0)
+            watch.append(request_count(observer) - ob0)
             # read after the counters: this read is the harness's, not the runtime's
             snap = read_snapshot(observer, "cost")
             left_marked.append(len(snap.running) if snap is not None else -1)

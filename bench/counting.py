@@ -23,6 +23,7 @@ from shardkeeper.registry.base import (
     Subscription,
     WatchListener,
 )
+from shardkeeper.registry.counting import request_count
 
 __all__ = ["CountingStore"]
 
@@ -124,5 +125,6 @@ class CountingStore(CoordinationStore):
 
     @property
     def round_trips(self) -> int:
-        """Requests the inner store has sent (its own counter)."""
-        return self.inner.round_trips
+        """Requests the inner store has sent (its own counter: the wrapper, too,
+        implements :class:`~shardkeeper.registry.counting.CountsRequests`)."""
+        return request_count(self.inner)

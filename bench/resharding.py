@@ -37,6 +37,7 @@ from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.sharding import ShardingService
 from shardkeeper.coordination.strategies import BUILTIN_STRATEGIES, average
 from shardkeeper.registry.base import Delete, Op, Put
+from shardkeeper.registry.counting import request_count
 
 ITEMS = 6
 INTERVAL = 1.0
@@ -92,7 +93,7 @@ def leader_cost(ctx: BenchContext, backend: str, repeats: int) -> dict[str, Any]
                 gen += 1
                 sharding.set_necessary("bench")
                 calls0 = dict(store.calls)
-                rt0 = raw.round_trips
+                rt0 = request_count(raw)
                 t0 = time.perf_counter()
                 done = sharding.reshard(
                     average,
@@ -104,7 +105,7 @@ def leader_cost(ctx: BenchContext, backend: str, repeats: int) -> dict[str, Any]
                     from_next_fire=path == "started",
                 )
                 paths_s[path].append(time.perf_counter() - t0)
-                paths_rt[path].append(raw.round_trips - rt0)
+                paths_rt[path].append(request_count(raw) - rt0)
                 paths_calls[path] = {
                     k: v - calls0.get(k, 0) for k, v in store.calls.items() if v != calls0.get(k)
                 }
@@ -116,9 +117,9 @@ def leader_cost(ctx: BenchContext, backend: str, repeats: int) -> dict[str, Any]
                 ("members", lambda: sharding.enabled_members(set())),
                 ("fired", lambda: sharding.last_started_fire(instances)),
             ):
-                rt0 = raw.round_trips
+                rt0 = request_count(raw)
                 read()
-                parts_rt[part].append(raw.round_trips - rt0)
+                parts_rt[part].append(request_count(raw) - rt0)
             # the commit alone, with the same three operations (and document) the
             # last reshard() sent
             sharding.set_necessary("bench")
@@ -127,12 +128,12 @@ def leader_cost(ctx: BenchContext, backend: str, repeats: int) -> dict[str, Any]
                 Put(paths.sharding, doc),
                 Delete(paths.necessary),
             ]
-            rt0 = raw.round_trips
+            rt0 = request_count(raw)
             t0 = time.perf_counter()
             if not raw.commit(ops):
                 raise RuntimeError("the bench commit failed")
             commit_s.append(time.perf_counter() - t0)
-            commit_rt.append(raw.round_trips - rt0)
+            commit_rt.append(request_count(raw) - rt0)
     return {
         "items": BIG_ITEMS,
         "instances": BIG_INSTANCES,

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from shardkeeper.config import JobConfig
 from shardkeeper.job import ShardedJob, ShardingContext
+from shardkeeper.registry.counting import request_count
 from shardkeeper.runtime import Runtime
 
 
@@ -103,7 +104,7 @@ def _write_stats(
         age, age_normal = job.take_age()
         stats: dict[str, float] = {
             "time": time.time(),
-            "round_trips": rt.store.round_trips,
+            "round_trips": request_count(rt.store),
             "pending_fires": sum(r.pending_fires() for r in runners.values()),
             "age_max": age,
             "age_max_normal": age_normal,

@@ -101,6 +101,14 @@ Errors
 Backends translate library exceptions into :mod:`shardkeeper.errors` at this
 boundary. Every call is bounded by the operation timeout; a timeout raises
 :class:`~shardkeeper.errors.OperationTimeoutError` (outcome unknown).
+
+Beyond coordination
+-------------------
+The contract is coordination only. What benchmarks and tests also need are small
+protocols next to it, which every store of the project implements and callers check
+with ``isinstance``: :class:`~shardkeeper.registry.counting.CountsRequests`
+(``round_trips``, the requests sent) and :class:`~shardkeeper.registry.faults.SessionFaults`
+(``expire_session``, ``drop_connection``).
 """
 
 from __future__ import annotations
@@ -452,10 +460,3 @@ class CoordinationStore(ABC):
     @abstractmethod
     def add_state_listener(self, listener: StateListener) -> Subscription:
         """Deliver connection-state changes to ``listener`` on the event thread."""
-
-    # -- fault injection/testing ------------------------------------------------
-
-    @property
-    @abstractmethod
-    def round_trips(self) -> int:
-        """Requests sent to the server so far (for the coordination-cost benchmark)."""

@@ -10,19 +10,14 @@ The store is assembled from one class per role, each in its own module, all buil
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
-import queue
 import threading
 from typing import TYPE_CHECKING, Any
 
 from shardkeeper.errors import ConfigError, StoreError
-from shardkeeper.registry.base import (
-    ConnectionState,
-    CoordinationStore,
-    Node,
-    StateListener,
-    check_path,
-)
+from shardkeeper.registry._events import EventLoop
+from shardkeeper.registry.base import ConnectionState, CoordinationStore, Node, check_path
 from shardkeeper.registry.etcd.errors import translated
 from shardkeeper.registry.url import RegistrySettings
 
@@ -42,12 +37,17 @@ CHANNEL_OPTIONS = [
 #: pause between attempts while the server is unreachable (session thread, start)
 RETRY_DELAY = 0.2
 
+#: gets the failures of listeners on the event thread
+_log = logging.getLogger("shardkeeper.registry.etcd.session")
+
 
 class EtcdCore(CoordinationStore):
     """What the role classes of :class:`~shardkeeper.registry.etcd.EtcdStore` share
     (see the package docstring for the mapping).
 
-    Construct with :class:`RegistrySettings` (no I/O).
+    Construct with :class:`RegistrySettings` (no I/O). Implements the contract,
+    :class:`~shardkeeper.registry.counting.CountsRequests` and
+    :class:`~shardkeeper.registry.faults.SessionFaults`.
     """
 
     def __init__(self, settings: RegistrySettings) -> None:
@@ -64,7 +64,6 @@ class EtcdCore(CoordinationStore):
         self._ttl = self._ttl_wanted
         self._client: Any = None
         self._lease = 0
-        self._state = ConnectionState.SUSPENDED
         self._started = False
         self._closed = False
         self._lifecycle_lock = threading.Lock()
@@ -77,15 +76,17 @@ class EtcdCore(CoordinationStore):
         #: how often the store left a member that could not serve (see _move_on)
         self.member_moves = 0
 
-        self._events: queue.Queue[tuple[str, Any, Any] | None] = queue.Queue()
-        self._event_thread: threading.Thread | None = None
+        # the shared event thread (registry/_events.py): the connection state, and the
+        # delivery of state and watch events in the order they are posted
+        tag = settings.namespace.replace("/", ".")
+        self._loop = EventLoop(
+            f"shardkeeper-etcd-events[{tag}]", ConnectionState.SUSPENDED, log=_log
+        )
         self._session_thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._check_session_now = False
 
-        self._state_listeners: dict[int, StateListener] = {}
-        self._next_listener_id = 0
         # guards watch bookkeeping; never held while waiting on the server
         self._wlock = threading.Lock()
         self._watches: set[Watch] = set()
@@ -113,7 +114,7 @@ class EtcdCore(CoordinationStore):
     @property
     def state(self) -> ConnectionState:
         """The latest connection state."""
-        return self._state
+        return self._loop.state
 
     @property
     def session_timeout(self) -> float:
@@ -122,7 +123,8 @@ class EtcdCore(CoordinationStore):
 
     @property
     def round_trips(self) -> int:
-        """Requests sent by the public methods (see ``store.py``: Costs)."""
+        """Requests sent by the public methods (see ``store.py``: Costs):
+        :class:`~shardkeeper.registry.counting.CountsRequests`."""
         return self._round_trips
 
     # -- internals: keys and nodes ----------------------------------------------------

@@ -1,6 +1,7 @@
 """The session: one lease per store, kept alive by the session thread, and the
-connection-state transitions it drives; the event thread that delivers state and
-watch events in order.
+connection-state transitions it drives (delivered, in order with the watch events,
+by the store's event thread: the registry's shared
+:class:`~shardkeeper.registry._events.EventLoop`).
 
 Sessions
 --------
@@ -19,8 +20,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
 
 import etcd3.etcdrpc as rpc
 import grpc
@@ -37,7 +36,7 @@ _log = logging.getLogger(__name__)
 
 
 class SessionMixin(WatchMixin):
-    """The session and event threads of :class:`EtcdStore` (see the module docstring)."""
+    """The session thread of :class:`EtcdStore` (see the module docstring)."""
 
     # -- internals: session ------------------------------------------------------------
 
@@ -67,7 +66,7 @@ class SessionMixin(WatchMixin):
 
     def _session_step(self) -> float:
         """Refresh (or replace) the lease; return the delay until the next step."""
-        if self._state is ConnectionState.LOST:
+        if self._loop.state is ConnectionState.LOST:
             try:
                 with self._translated("grant a new session lease"):
                     grant = self._send(
@@ -83,7 +82,7 @@ class SessionMixin(WatchMixin):
         try:
             ttl = self._keep_alive()
         except StoreError as exc:
-            if self._state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
+            if self._loop.state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
                 _log.warning("etcd session %x suspended: %s", self._lease, exc)
                 self._set_state(ConnectionState.SUSPENDED)
             return RETRY_DELAY
@@ -91,7 +90,7 @@ class SessionMixin(WatchMixin):
             _log.warning("etcd session lease %x expired or was revoked", self._lease)
             self._set_state(ConnectionState.LOST)
             return 0.0
-        if self._state is ConnectionState.SUSPENDED:
+        if self._loop.state is ConnectionState.SUSPENDED:
             self._set_state(ConnectionState.RECONNECTED)
             # The stream may have died silently while we were cut off: re-create
             # every watch from its last revision (nothing lost, nothing doubled).
@@ -143,30 +142,5 @@ class SessionMixin(WatchMixin):
         raise AssertionError("unreachable")
 
     def _set_state(self, state: ConnectionState) -> None:
-        if state is not self._state:
-            self._state = state
-            self._emit_state(state)
-
-    def _emit_state(self, state: ConnectionState) -> None:
-        self._events.put(("state", None, state))
-
-    # -- internals: events ------------------------------------------------------------
-
-    def _run_events(self) -> None:
-        while True:
-            item = self._events.get()
-            if item is None:
-                return
-            kind, target, payload = item
-            if kind == "watch":
-                if target.cancelled or target.leaves_out(payload):
-                    continue
-                listeners: list[Callable[[Any], None]] = [target.listener]
-            else:
-                with self._wlock:
-                    listeners = list(self._state_listeners.values())
-            for listener in listeners:
-                try:
-                    listener(payload)
-                except Exception:
-                    _log.exception("listener %r failed on %r", listener, payload)
+        """Record ``state`` and queue its delivery, unless it is the current state."""
+        self._loop.post_state(state)

@@ -35,6 +35,7 @@ from shardkeeper.errors import (
     StoreLimitError,
     StoreUnavailableError,
 )
+from shardkeeper.registry import tls
 from shardkeeper.registry.base import CommitResult, ConnectionState, Create, Node, Op, Put
 from shardkeeper.registry.etcd.client_private import replace_channel, stream_thread
 from shardkeeper.registry.etcd.core import CHANNEL_OPTIONS, RETRY_DELAY
@@ -69,8 +70,11 @@ class EtcdStore(SessionMixin, PlannerMixin):
             if self._started:
                 return
             s = self.settings
+            creds = tls.grpc_credentials(s) if s.tls else None
             endpoints = [
-                etcd3.Endpoint(host, port, secure=False, time_retry=0.5, opts=CHANNEL_OPTIONS)
+                etcd3.Endpoint(
+                    host, port, secure=s.tls, creds=creds, time_retry=0.5, opts=CHANNEL_OPTIONS
+                )
                 for host, port in s.hosts
             ]
             # user/password are NOT given to the client: it would attach the token as
@@ -114,7 +118,7 @@ class EtcdStore(SessionMixin, PlannerMixin):
                         raise StoreUnavailableError(
                             f"cannot reach etcd at {s.hosts_string} within the connection "
                             f"timeout of {s.connection_timeout:g} s ({attempt} attempts; "
-                            f"last error: {exc})"
+                            f"last error: {exc}){tls.unreachable_note(s)}"
                         ) from exc
                     time.sleep(min(RETRY_DELAY * attempt, 0.5, remaining))
                 except BaseException:
@@ -122,18 +126,15 @@ class EtcdStore(SessionMixin, PlannerMixin):
                     raise
             self._lease = int(grant.ID)
             self._ttl = int(grant.TTL) or self._ttl_wanted
-            self._state = ConnectionState.CONNECTED
+            # recorded now, delivered on the event thread once it runs
+            self._loop.post_state(ConnectionState.CONNECTED)
             self._started = True
             tag = self.namespace.replace("/", ".")
-            self._event_thread = threading.Thread(
-                target=self._run_events, name=f"shardkeeper-etcd-events[{tag}]", daemon=True
-            )
             self._session_thread = threading.Thread(
                 target=self._run_session, name=f"shardkeeper-etcd-session[{tag}]", daemon=True
             )
-            self._event_thread.start()
+            self._loop.start()
             self._session_thread.start()
-            self._emit_state(ConnectionState.CONNECTED)
 
     def _start_timeout(self, deadline: float) -> float:
         return max(min(deadline - time.monotonic(), self.settings.operation_timeout), 0.05)
@@ -167,9 +168,7 @@ class EtcdStore(SessionMixin, PlannerMixin):
             self._watches.clear()
             self._pending.clear()
         end_watcher(watcher, watch_stub)
-        self._events.put(None)
-        if self._event_thread is not None and self._event_thread is not me:
-            self._event_thread.join(join_timeout)
+        self._loop.stop(join_timeout)
         with contextlib.suppress(Exception):
             self._client.close()
         # closing the channel ends the stream; wait for the etcd3 stream thread so a
@@ -318,7 +317,7 @@ class EtcdStore(SessionMixin, PlannerMixin):
         old = replace_channel(endpoint, CHANNEL_OPTIONS)
         with contextlib.suppress(Exception):
             old.close()
-        if self._state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
+        if self._loop.state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
             self._set_state(ConnectionState.SUSPENDED)
         self._check_session_now = True
         self._wake.set()

@@ -3,8 +3,9 @@ last revision after the stream breaks, with RESYNC when that revision is compact
 
 Threads
 -------
-Fixed per store, whatever the number of watches: the event thread (delivers watch
-and state events in order), the session thread (keep-alive, watch recovery) and,
+Fixed per store, whatever the number of watches: the event thread (the registry's
+shared :class:`~shardkeeper.registry._events.EventLoop`: delivers watch and state
+events in order), the session thread (keep-alive, watch recovery) and,
 while any watch exists, the ``etcd3`` watch-stream thread, whose callbacks only
 enqueue. Each watch remembers the last revision it received; after the stream
 breaks (or after a reconnect) it is re-created from ``last revision + 1``. If that
@@ -30,6 +31,7 @@ import etcd3.watch
 import grpc
 
 from shardkeeper.errors import OperationTimeoutError, StoreError, StoreUnavailableError
+from shardkeeper.registry._events import WatchDelivery
 from shardkeeper.registry.base import (
     EventKind,
     PathFilter,
@@ -37,7 +39,6 @@ from shardkeeper.registry.base import (
     Subscription,
     WatchEvent,
     WatchListener,
-    is_excluded,
 )
 from shardkeeper.registry.etcd.client_private import WatchStub, open_watcher
 from shardkeeper.registry.etcd.keys import below_op, in_subtree, range_op, subtree
@@ -48,41 +49,26 @@ __all__ = ["Watch", "WatchMixin", "end_watcher"]
 _log = logging.getLogger(__name__)
 
 
-@dataclass(eq=False)
-class Watch:
-    """One subscription: an etcd watch on ``[key, end)``, filtered to the subtree."""
+@dataclass(eq=False, kw_only=True)
+class Watch(WatchDelivery):
+    """One subscription: an etcd watch on ``[key, end)``, filtered to the subtree (and,
+    on delivery, by its ``exclude``: :meth:`WatchDelivery.admits`)."""
 
-    prefix: str
     key: bytes
     end: bytes
-    listener: WatchListener
     #: highest revision received (events up to it are enqueued); resume from +1
     last_rev: int = 0
     #: bumped on every (re)creation: responses of an older generation are ignored
     gen: int = 0
     watch_id: int | None = None
     watcher: Any = None
-    cancelled: bool = False
     #: the server reported our start revision compacted: resume needs a RESYNC
     compacted: bool = False
     subscription: Subscription | None = field(default=None, repr=False)
-    #: subtrees whose events are dropped before delivery (the watch's ``exclude``)
-    exclude: PathFilter | None = None
 
     def covers(self, key: bytes) -> bool:
         # the etcd range [K, K0) also holds siblings such as K-x and K.x
         return in_subtree(self.key, key, own=True)
-
-    def leaves_out(self, event: WatchEvent) -> bool:
-        """Whether ``event`` falls in an excluded subtree (a filter that raises
-        excludes nothing: it must not take the event thread down)."""
-        if self.exclude is None:
-            return False
-        try:
-            return is_excluded(event.path, self.exclude)
-        except Exception:
-            _log.exception("watch %s: exclude filter failed on %s", self.prefix, event.path)
-            return False
 
 
 def end_watcher(watcher: Any, stub: WatchStub | None) -> None:
@@ -133,15 +119,7 @@ class WatchMixin(MembersMixin):
 
     def add_state_listener(self, listener: StateListener) -> Subscription:
         """Deliver connection-state changes to ``listener`` on the event thread."""
-        with self._wlock:
-            lid = self._next_listener_id
-            self._next_listener_id += 1
-            self._state_listeners[lid] = listener
-        return Subscription(functools.partial(self._remove_state_listener, lid))
-
-    def _remove_state_listener(self, lid: int) -> None:
-        with self._wlock:
-            self._state_listeners.pop(lid, None)
+        return self._loop.add_state_listener(listener)
 
     # -- internals: watches -----------------------------------------------------------
 
@@ -226,7 +204,7 @@ class WatchMixin(MembersMixin):
                             else EventKind.CHANGED
                         )
                         event = WatchEvent(kind, path, bytes(kv.value), int(kv.mod_revision))
-                    self._events.put(("watch", w, event))
+                    self._loop.post_watch(w, event)
             return
         leave = None
         with self._wlock:
@@ -279,13 +257,13 @@ class WatchMixin(MembersMixin):
             w.gen += 1  # drop anything still in flight for the old watch
             w.last_rev = rev
             w.compacted = False
-            self._events.put(("watch", w, WatchEvent(EventKind.RESYNC, w.prefix, None, rev)))
+            self._loop.post_watch(w, WatchEvent(EventKind.RESYNC, w.prefix, None, rev))
             for r in resp.responses:
                 for kv in r.response_range.kvs:
                     event = WatchEvent(
                         EventKind.CREATED, self._path(kv.key), bytes(kv.value), int(kv.mod_revision)
                     )
-                    self._events.put(("watch", w, event))
+                    self._loop.post_watch(w, event)
         if not self._establish(w):
             raise StoreError(f"watch {w.prefix}: revision {rev + 1} compacted at once")
 

@@ -20,7 +20,6 @@ Credentials
 from __future__ import annotations
 
 import logging
-import queue
 import socket
 import threading
 import time
@@ -40,12 +39,9 @@ from shardkeeper.errors import (
     StoreLimitError,
     StoreUnavailableError,
 )
-from shardkeeper.registry.base import (
-    ConnectionState,
-    CoordinationStore,
-    StateListener,
-    Subscription,
-)
+from shardkeeper.registry import tls
+from shardkeeper.registry._events import EventLoop, Retry
+from shardkeeper.registry.base import ConnectionState, CoordinationStore
 from shardkeeper.registry.url import RegistrySettings
 from shardkeeper.registry.zookeeper import kazoo_private, security
 from shardkeeper.registry.zookeeper.errors import translate
@@ -60,13 +56,16 @@ _log = logging.getLogger("shardkeeper.registry.zookeeper")
 #: connection, which would suspend every user of the session: refuse earlier
 _MAX_PAYLOAD = 1_000_000
 
-#: the item that ends the event thread
-_STOP = object()
+#: how often a dirty watcher is retried while its re-sync keeps failing
+_DIRTY_RETRY = 0.25
 
 
 class _Session(CoordinationStore):
     """The connection half of :class:`~shardkeeper.registry.zookeeper.ZooKeeperStore`:
-    lifecycle, properties, request plumbing, the namespace node, fault hooks."""
+    lifecycle, properties, request plumbing, the namespace node, fault hooks.
+
+    Implements the contract, :class:`~shardkeeper.registry.counting.CountsRequests`
+    and :class:`~shardkeeper.registry.faults.SessionFaults`."""
 
     def __init__(self, settings: RegistrySettings) -> None:
         self._settings = settings
@@ -74,17 +73,21 @@ class _Session(CoordinationStore):
         # escaped so that namespace X never sees X/sub as its node /sub
         self._chroot = "/" + settings.namespace.strip("/").replace("/", "%2F")
         self._client: KazooClient | None = None
-        self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._closed = False
-        self._state = ConnectionState.LOST
+        # the shared event thread (registry/_events.py): kazoo's callbacks only post to
+        # it; it retries the re-sync of dirty watchers while idle (events.py)
+        self._loop = EventLoop(
+            f"shardkeeper-zk-events[{self.namespace}]",
+            ConnectionState.LOST,
+            log=_log,
+            retry=Retry(self._watches_dirty, self._resync_dirty, _DIRTY_RETRY),
+        )
         self._sid: int | None = None
         self._first_session = threading.Event()
         self._negotiated: float | None = None
         self._round_trips = 0
         self._watches: list[_TreeWatch] = []
-        self._state_listeners: list[tuple[Subscription, StateListener]] = []
         self._acl: list[Any] | None = None
         if settings.username:
             self._acl = [make_digest_acl(settings.username, settings.password or "", all=True)]
@@ -116,14 +119,12 @@ class _Session(CoordinationStore):
             ),
             auth_data=auth,
             default_acl=self._acl,
+            **tls.kazoo_options(s),
         )
         kazoo_private.capture_negotiated_timeout(client, self._record_negotiated)
         client.add_listener(self._on_kazoo_state)
         self._client = client
-        self._thread = threading.Thread(
-            target=self._run, name=f"shardkeeper-zk-events[{self.namespace}]", daemon=True
-        )
-        self._thread.start()
+        self._loop.start()
         deadline = time.monotonic() + s.connection_timeout
         client.start_async()
         connected = self._first_session.wait(s.connection_timeout)
@@ -131,7 +132,7 @@ class _Session(CoordinationStore):
             self.close()
             raise StoreUnavailableError(
                 f"cannot reach ZooKeeper at {s.hosts_string} within the connection "
-                f"timeout of {s.connection_timeout:g}s"
+                f"timeout of {s.connection_timeout:g}s{tls.unreachable_note(s)}"
             )
         try:
             self._prepare_namespace(client, max(deadline, time.monotonic() + 0.5))
@@ -155,11 +156,8 @@ class _Session(CoordinationStore):
                 client.close()
             except Exception:  # a store already down must still close quietly
                 _log.debug("error while closing the ZooKeeper client", exc_info=True)
-        self._events.put(_STOP)
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=self._settings.operation_timeout + 1)
-        self._state = ConnectionState.LOST
+        self._loop.stop(self._settings.operation_timeout + 1)
+        self._loop.record(ConnectionState.LOST)
 
     def repair_acl(self) -> int:
         """Set this store's digest ACL on every node of the namespace (top-down, the
@@ -187,7 +185,7 @@ class _Session(CoordinationStore):
     @property
     def state(self) -> ConnectionState:
         """The latest connection state, as delivered to state listeners."""
-        return self._state
+        return self._loop.state
 
     @property
     def session_timeout(self) -> float:
@@ -198,7 +196,7 @@ class _Session(CoordinationStore):
 
     @property
     def round_trips(self) -> int:
-        """Requests sent so far (a multi counts as one)."""
+        """Requests sent so far (a multi counts as one): :class:`CountsRequests`."""
         return self._round_trips
 
     @property
@@ -328,8 +326,12 @@ class _Session(CoordinationStore):
         """kazoo's state listener (on kazoo's connection thread)."""
 
     @abstractmethod
-    def _run(self) -> None:
-        """The event thread's loop."""
+    def _watches_dirty(self) -> bool:
+        """Whether a watcher waits for a re-sync that failed (on the event thread)."""
+
+    @abstractmethod
+    def _resync_dirty(self) -> None:
+        """Re-sync the dirty watchers if the connection allows (on the event thread)."""
 
     # -- fault hooks (registry.faults.SessionFaults), for tests ------------------------
 
@@ -344,7 +346,10 @@ class _Session(CoordinationStore):
             raise StoreUnavailableError("expire_session: the ZooKeeper store has no session now")
         with self._errors("expire_session"):
             twin = KazooClient(
-                hosts=self._settings.hosts_string, client_id=client_id, timeout=timeout
+                hosts=self._settings.hosts_string,
+                client_id=client_id,
+                timeout=timeout,
+                **tls.kazoo_options(self._settings),
             )
             try:
                 twin.start(timeout=timeout)

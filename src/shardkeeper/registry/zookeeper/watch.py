@@ -44,9 +44,9 @@ Watches
 
 from __future__ import annotations
 
+import functools
 import logging
-import queue
-import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +59,7 @@ from shardkeeper.errors import (
     StoreError,
     StoreUnavailableError,
 )
+from shardkeeper.registry._events import CallTimeout, WatchDelivery
 from shardkeeper.registry.base import (
     EventKind,
     PathFilter,
@@ -68,29 +69,25 @@ from shardkeeper.registry.base import (
     check_path,
     is_excluded,
 )
-from shardkeeper.registry.zookeeper.events import _Events, _Pending
+from shardkeeper.registry.zookeeper.events import _Events
 from shardkeeper.registry.zookeeper.nodes import _child, _parent
 
 #: the package's logger (one name for all its modules, as before the split)
 _log = logging.getLogger("shardkeeper.registry.zookeeper")
 
 
-@dataclass
-class _TreeWatch:
+@dataclass(eq=False, kw_only=True)
+class _TreeWatch(WatchDelivery):
     """State of one prefix watch; only the event thread touches the cache."""
 
-    prefix: str
-    listener: WatchListener
-    events: queue.SimpleQueue[Any]
+    #: hands a fired kazoo watch over to the event thread (the store's _on_watch_fired)
+    fired: Callable[[_TreeWatch, WatchedEvent], None]
     #: path -> (czxid, mzxid, implicit) of every node seen under the prefix; implicit
     #: parents (made only to hold a child) produce no events, as in etcd
     cache: dict[str, tuple[int, int, bool]] = field(default_factory=dict)
     #: path -> cached child paths (so a vanished subtree is found without a scan)
     kids: dict[str, set[str]] = field(default_factory=dict)
     dirty: bool = False
-    cancelled: bool = False
-    #: subtrees never read, listed or watched (see the module docstring)
-    exclude: PathFilter | None = None
     #: the prefix itself is excluded: nothing to read, nothing to report
     void: bool = False
 
@@ -99,9 +96,14 @@ class _TreeWatch:
         reached it through ancestors that were asked (and kept) on the way down."""
         return self.exclude is not None and self.exclude(path)
 
+    def admits(self, event: WatchEvent) -> bool:
+        """Every event: the re-reads never read an excluded subtree (``exclude`` says
+        what is never read, listed or watched), so nothing is filtered on delivery."""
+        return True
+
     def on_zk(self, event: WatchedEvent) -> None:
         # runs on kazoo's callback thread: never read here, only hand over
-        self.events.put(("watch", self, event))
+        self.fired(self, event)
 
 
 class _TreeWatcher(_Events):
@@ -115,21 +117,24 @@ class _TreeWatcher(_Events):
         check_path(prefix)
         _ = self._zk  # raises unless started
         w = _TreeWatch(
-            prefix, listener, self._events, exclude=exclude, void=is_excluded(prefix, exclude)
+            prefix=prefix,
+            listener=listener,
+            exclude=exclude,
+            fired=self._on_watch_fired,
+            void=is_excluded(prefix, exclude),
         )
         sub = Subscription(cancel_fn=lambda: self._unwatch(w))
-        if threading.current_thread() is self._thread:
-            self._add_watch(w)
-            return sub
-        pending = _Pending()
-        self._events.put(("add_watch", w, pending))
-        if not pending.done.wait(self._settings.operation_timeout + 1):
+        # set up on the event thread, in order with the re-reads of the other watches
+        # (at once when called from a listener, i.e. on that thread)
+        try:
+            self._loop.call(
+                functools.partial(self._add_watch, w), self._settings.operation_timeout + 1
+            )
+        except CallTimeout:
             w.cancelled = True
             raise OperationTimeoutError(
                 f"watch {prefix}: not established within {self._settings.operation_timeout:g}s"
-            )
-        if pending.error is not None:
-            raise pending.error
+            ) from None
         return sub
 
     def _add_watch(self, w: _TreeWatch) -> None:
@@ -148,12 +153,8 @@ class _TreeWatcher(_Events):
                 self._watches.remove(w)
 
     def _emit(self, w: _TreeWatch, event: WatchEvent) -> None:
-        if w.cancelled:
-            return
-        try:
-            w.listener(event)
-        except Exception:
-            _log.exception("watch listener on %s failed on %s", w.prefix, event)
+        # on the event thread, in the middle of a re-read: delivered now, in its order
+        self._loop.deliver_watch(w, event)
 
     def _sync(
         self,
