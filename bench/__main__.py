@@ -30,6 +30,7 @@ from bench import (
     report,
     resharding,
     scale,
+    startup,
     throughput,
 )
 from bench.common import BACKENDS, BenchContext, Servers
@@ -45,6 +46,7 @@ BENCHMARKS: dict[str, BenchFn] = {
     "failover": failover.run,
     "busy_failover": busy_failover.run,
     "overload": overload.run,
+    "startup": startup.run,
     "scale": scale.run,
 }
 

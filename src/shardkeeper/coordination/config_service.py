@@ -201,6 +201,12 @@ class ConfigService:
 
     # -- instances --------------------------------------------------------------------
 
+    @staticmethod
+    def initial_document(config: JobConfig) -> bytes:
+        """The document an instance creates for a job that is not stored yet (what
+        :meth:`sync` creates; a batched registration creates it in its own commit)."""
+        return encode_document(config, writer=INSTANCE, by=f"{_host()}@{os.getpid()}", revision=1)
+
     def sync(self, config: JobConfig) -> tuple[JobConfig, bool]:
         """Register ``config``: create it if absent, refuse a different job class, and
         with ``config.overwrite`` replace an instance's config or a corrupt one while
@@ -208,7 +214,7 @@ class ConfigService:
         sharding total count changed against what was stored)."""
         by = f"{_host()}@{os.getpid()}"
         for _ in range(_ATTEMPTS):
-            doc = encode_document(config, writer=INSTANCE, by=by, revision=1)
+            doc = self.initial_document(config)
             if self._store.create(self._paths.config, doc) is not None:
                 return config, False
             stored = self.read()

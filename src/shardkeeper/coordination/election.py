@@ -52,6 +52,13 @@ class LeaderElection:
                 log.info("%s: %s is now the leader", self._paths.job, self._me)
             return self._leading and not was
 
+    def created(self) -> None:
+        """This instance's own commit just created the leader node naming it (the
+        batched registration of new jobs): lead."""
+        with self._lock:
+            self._leading = True
+        log.debug("%s: %s is the leader (created with the job)", self._paths.job, self._me)
+
     def sync(self, holder: str | None) -> bool:
         """Align the belief with the leader node as just read (``holder``: its value,
         None when absent): lead iff it names this instance. Returns whether this

@@ -8,11 +8,9 @@ Start it inside a service (``rt.add_job(...)`` then ``with rt: ...`` or
 ``rt.start()`` / ``rt.stop()``) or as a process (``shardkeeper run`` /
 :meth:`Runtime.run_forever`).
 
-Housekeeping ticks every T/3 (T = the session timeout): it probes the store (the
-freshness clock of runtime/liveness.py; executions are fenced when it goes stale),
-re-creates the instance node if it is gone, and queues the level-triggered repair
-pass (runtime/repair.py) of the jobs due: every job whose state is suspect at once,
-the others round-robin so that each is checked at least every few seconds.
+Start-up registers the instance and every job in a few batched commits
+(runtime/registration.py); housekeeping then probes the store every T/3 and queues
+the repair passes of the jobs due (runtime/housekeeping.py).
 
 Graceful stop: triggers stop, running items get ``shutdown_grace`` seconds to
 finish, then the instance leaves every job (the others reshard at their next
@@ -26,20 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
-import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from types import FrameType
 
-from shardkeeper._imports import import_object
-from shardkeeper._version import __version__
 from shardkeeper.config import JobConfig
-from shardkeeper.coordination.model import InstanceInfo, encode, new_instance_id
+from shardkeeper.coordination.model import new_instance_id
 from shardkeeper.coordination.paths import (
     INSTANCES,
     instance_path,
@@ -49,8 +42,6 @@ from shardkeeper.coordination.paths import (
 )
 from shardkeeper.errors import (
     ConfigError,
-    JobConfigError,
-    JobConflictError,
     JobLookupError,
     StoreError,
 )
@@ -66,12 +57,18 @@ from shardkeeper.registry.base import (
     WatchEvent,
 )
 from shardkeeper.registry.url import RegistrySettings
+from shardkeeper.runtime.housekeeping import Housekeeper
 from shardkeeper.runtime.jobstate import SkipReason
 from shardkeeper.runtime.liveness import Liveness, check_session_timeout
 from shardkeeper.runtime.pool import Lanes, WorkerPool, guarded
+from shardkeeper.runtime.registration import (
+    JobSpec,
+    Registrar,
+    build_runners,
+    instance_info,
+    job_spec,
+)
 from shardkeeper.runtime.runner import JobRunner
-from shardkeeper.runtime.services import JobServices
-from shardkeeper.runtime.skipevents import ListenerSkips, wants_skips
 from shardkeeper.runtime.skiplog import SkipLog
 from shardkeeper.scheduling.scheduler import TriggerScheduler
 
@@ -115,7 +112,7 @@ class Runtime:
         self._labels = dict(labels or {})
         self._worker_threads = worker_threads
         self._coordinator_threads = coordinator_threads
-        self._specs: dict[str, tuple[JobConfig, ShardedJob, list[JobListener]]] = {}
+        self._specs: dict[str, JobSpec] = {}
         self._runners: dict[str, JobRunner] = {}
         self._lock = threading.Lock()
         self._started = threading.Event()
@@ -127,14 +124,15 @@ class Runtime:
         self._coordinator: WorkerPool | None = None
         self._lanes: Lanes | None = None
         self._scheduler: TriggerScheduler | None = None
-        self._housekeeper: threading.Thread | None = None
+        self._housekeeper: Housekeeper | None = None
         self._signals = 0
+        #: registers the instance and its jobs (built at start)
+        self.registrar: Registrar | None = None
         self.liveness = Liveness(self.store)
         self.skips = SkipLog()
         #: execution and skip observers (history, metrics, alerts): add before start
         self.observers = Observers(observers)
         self._hard = False
-        self._rr = 0  # round-robin position of the housekeeping sweep
         #: Prometheus metrics and their HTTP server (None without ``metrics_port``)
         self.metrics: RuntimeMetrics | None = None
         self.metrics_server: MetricsServer | None = None
@@ -161,22 +159,11 @@ class Runtime:
         class attribute ``config``; the job class is recorded in it."""
         if self._started.is_set():
             raise ConfigError("add jobs before Runtime.start()")
-        instance = job() if isinstance(job, type) else job
-        if not isinstance(instance, ShardedJob):
-            raise ConfigError(f"{instance!r} is not a ShardedJob; subclass shardkeeper.ShardedJob")
-        cfg = config or type(instance).config
-        if cfg is None:
-            raise JobConfigError(
-                f"{type(instance).__qualname__} has no config: pass config=JobConfig(...) "
-                "or set the class attribute config"
-            )
-        job_class = f"{type(instance).__module__}:{type(instance).__qualname__}"
-        cfg = cfg.model_copy(update={"job_class": cfg.job_class or job_class})
-        if cfg.name in self._specs:
-            raise ConfigError(f"job {cfg.name!r} is added twice to this runtime")
-        all_listeners = list(listeners) + [_load_listener(path) for path in cfg.listeners]
-        self._specs[cfg.name] = (cfg, instance, all_listeners)
-        return cfg
+        spec = job_spec(job, config, listeners)
+        if spec.config.name in self._specs:
+            raise ConfigError(f"job {spec.config.name!r} is added twice to this runtime")
+        self._specs[spec.config.name] = spec
+        return spec.config
 
     @property
     def runners(self) -> dict[str, JobRunner]:
@@ -205,38 +192,43 @@ class Runtime:
             check_session_timeout(self.store.session_timeout)
             self.liveness.contact()
             self._sessions = 1
-            info = self._info()
-            skip_listeners = {n: spec[2] for n, spec in self._specs.items()}
-            if any(wants_skips(x) for found in skip_listeners.values() for x in found):
-                # before the runners: they keep the observers they are given
-                self.observers.add(ListenerSkips(skip_listeners))
-            for name, (cfg, job, listeners) in self._specs.items():
-                runner = JobRunner(
-                    services=JobServices.build(self.store, name, self.instance_id),
-                    job=job,
-                    config=cfg,
-                    instance=info,
-                    workers=self._workers,
-                    lanes=self._lanes,
-                    listeners=listeners,
-                    fresh=self.liveness.fresh,
-                    session=self._session_id,
-                    on_skip=self.skips.record,
-                    observers=self.observers,
-                )
+            self.registrar = Registrar(
+                self.store, instance_info(self.instance_id, self._labels, list(self._specs))
+            )
+            self._runners = build_runners(
+                self._specs,
+                self.store,
+                self.registrar.info,
+                workers=self._workers,
+                lanes=self._lanes,
+                fresh=self.liveness.fresh,
+                session=self._session_id,
+                on_skip=self.skips.record,
+                observers=self.observers,
+            )
+            for runner in self._runners.values():
                 runner.on_config_change = self._config_changed
                 runner.on_retire = self._retired
-                self._runners[name] = runner
             # One watch for the whole namespace, established before we register so
             # that no change made after our registration can be missed. The
             # high-churn subtrees are left out (see paths.is_high_churn).
             self._subs.append(self.store.watch("/", self._on_event, exclude=is_high_churn))
             self._subs.append(self.store.add_state_listener(self._on_state))
-            # Housekeeping runs from now on: registering many jobs can take longer
+            # Housekeeping probes from now on: registering many jobs can take longer
             # than the session timeout, and without probes meanwhile the freshness
-            # clock would fence every execution started during start-up.
-            self._housekeeper = threading.Thread(
-                target=self._housekeeping, name="sk-housekeeping", daemon=True
+            # clock would fence every execution started during start-up. (It repairs
+            # nothing before start() returns: the registrar registers every job.)
+            self._housekeeper = Housekeeper(
+                self.store,
+                self.liveness,
+                self.instance_id,
+                runners=lambda: list(self._runners.values()),
+                started=self._started,
+                stopped=self._stopped,
+                stopping=lambda: self._stopping,
+                reput_instance=lambda: self._spawn(self._reput_instance),
+                session_id=self._session_id,
+                skips=self.skips,
             )
             self._housekeeper.start()
             # Triggers are armed BEFORE we join: every fire after our membership's
@@ -244,12 +236,14 @@ class Runtime:
             self._scheduler.start()
             for runner in self.runners.values():
                 self._scheduler.add_job(runner.config.name, runner.config)
-            self._register_all(initial=True)
+            self.registrar.register_all(list(self._runners.values()))
         except BaseException:
             self._teardown()
             raise
         self._started.set()
-        log.info("instance %s started with jobs %s", self.instance_id, sorted(self._specs))
+        names = sorted(self._specs)
+        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+        log.info("instance %s started with %d jobs: %s", self.instance_id, len(names), shown)
         return self
 
     def _session_id(self) -> str:
@@ -257,38 +251,6 @@ class Runtime:
             return self.store.session_id
         except Exception:  # between sessions: no identity
             return ""
-
-    def _info(self) -> InstanceInfo:
-        return InstanceInfo(
-            instance_id=self.instance_id,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            version=__version__,
-            started_at=time.time(),
-            labels=self._labels,
-            jobs=sorted(self._specs),
-        )
-
-    def _register_all(self, *, initial: bool = False) -> None:
-        """Register the instance and every job. A store failure of one job leaves it
-        to the housekeeping pass and goes on with the next; at start-up a job that
-        can never run (conflict, invalid stored config) is an error."""
-        with contextlib.suppress(StoreError):
-            self._put_instance()
-        for runner in self.runners.values():
-            try:
-                runner.register()
-            except (JobConflictError, JobConfigError):
-                if initial:
-                    raise
-                log.exception("%s: registration refused", runner.name)
-            except StoreError as exc:
-                log.warning(
-                    "%s: registration failed (retried by housekeeping): %s", runner.name, exc
-                )
-
-    def _put_instance(self) -> None:
-        self.store.put(instance_path(self.instance_id), encode(self._info()), ephemeral=True)
 
     def stop(self, grace: float | None = None) -> None:
         """Stop gracefully (idempotent; blocks up to the grace period + a few seconds)."""
@@ -319,12 +281,7 @@ class Runtime:
             )
             for runner in self.runners.values():
                 runner.begin_stop(hard=True)
-        if self.store.state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
-            for runner in self.runners.values():
-                runner.unregister()
-            with contextlib.suppress(StoreError):
-                self.store.delete(instance_path(self.instance_id), recursive=False)
-        self._teardown()
+        self._leave()
 
     def stop_now(self) -> None:
         """Stop at once: running items are abandoned and failover covers them."""
@@ -397,12 +354,13 @@ class Runtime:
             if self._stopping:
                 # the graceful stop is under way (maybe waiting on a hung item):
                 # finish it now from here; nothing else will
-                threading.Thread(target=self._finish_now, name="sk-stop", daemon=True).start()
+                threading.Thread(target=self._leave, name="sk-stop", daemon=True).start()
                 return
         target: Callable[[], None] = self.stop_now if hard else self.stop
         threading.Thread(target=target, name="sk-stop", daemon=True).start()
 
-    def _finish_now(self) -> None:
+    def _leave(self) -> None:
+        """Leave every job and the instance list (when connected), then tear down."""
         if self.store.state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
             for runner in self.runners.values():
                 runner.unregister()
@@ -433,6 +391,8 @@ class Runtime:
         )
 
     def _on_event(self, event: WatchEvent) -> None:
+        if self.registrar is not None and self.registrar.own_write(event):
+            return  # a config this instance created at start-up: nothing changed
         parsed = parse_job_path(event.path)
         if parsed is not None:
             runner = self.runners.get(parsed[0])
@@ -456,8 +416,8 @@ class Runtime:
             self._coordinator.submit(lambda: guarded(fn, "instance"))
 
     def _reput_instance(self) -> None:
-        if self.store.state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
-            self._put_instance()
+        if self.registrar is not None:
+            self.registrar.reput_instance()
 
     def _on_state(self, state: ConnectionState) -> None:
         log.info("store connection: %s", state.value)
@@ -494,69 +454,6 @@ class Runtime:
             self._scheduler.remove_job(new.name)
             self._scheduler.add_job(new.name, new)
 
-    def _session_fresh(self) -> bool:
-        """Whether executions may still trust the session (runtime/liveness.py)."""
-        return self.liveness.fresh()
-
-    def _housekeeping(self) -> None:
-        tick = 0
-        while not self._stopped.wait(self.liveness.cadence):
-            tick += 1
-            try:
-                self._housekeeping_tick(tick)
-            except Exception:  # a tick must never end the loop
-                log.exception("housekeeping tick failed")
-
-    def _housekeeping_tick(self, tick: int) -> None:
-        # The probe goes on during a graceful stop: the items finishing in the grace
-        # period must stay valid (without probes the freshness clock fenced them).
-        sent = time.monotonic()
-        present: bool | None = None
-        if self.store.state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
-            session = self._session_id()
-            try:
-                present = self.store.exists(instance_path(self.instance_id))
-            except StoreError:
-                present = None
-            if present is not None and self._session_id() == session:
-                self.liveness.contact(sent)
-        if not self.liveness.fresh():
-            for runner in self.runners.values():
-                runner.fence_all()
-        if self._stopping:
-            return  # leaving: no repairs, no re-creating the instance node
-        if present is False and self._started.is_set():
-            self._spawn(self._reput_instance)
-        if present is None:
-            return  # the store does not answer: repairs would only fail
-        runners = [r for r in self.runners.values() if not r.state.stopping]
-        if not runners:
-            return
-        # Every job is checked at least once per sweep (3 session timeouts, at least
-        # 5 s); jobs whose state is suspect are checked at every tick.
-        sweep = max(3 * self.store.session_timeout, 5.0)
-        per_tick = max(1, math.ceil(len(runners) * self.liveness.cadence / sweep))
-        chosen = {id(r): r for r in runners if r.needs_repair()}
-        for n in range(per_tick):
-            r = runners[(self._rr + n) % len(runners)]
-            chosen[id(r)] = r
-        self._rr = (self._rr + per_tick) % len(runners)
-        for runner in chosen.values():
-            runner.request_repair()
-            if runner.leader.reconcile_due():
-                runner.submit("reconcile", runner.leader.reconcile)
-            if tick % 1800 == 0:
-                runner.submit("prune", runner.leader.prune_once_markers)
-        self.skips.flush()
-
     def next_fire_time(self, job_name: str) -> datetime | None:
         """When the job fires next on this instance (None when unknown)."""
         return self._scheduler.next_fire_time(job_name) if self._scheduler else None
-
-
-def _load_listener(path: str) -> JobListener:
-    obj = import_object(path, "listener")
-    listener = obj() if isinstance(obj, type) else obj
-    if not isinstance(listener, JobListener):
-        raise JobConfigError(f"listener {path!r} is not a shardkeeper.JobListener")
-    return listener

@@ -1,0 +1,130 @@
+"""The housekeeping thread of a runtime: the liveness probe and the repair sweep.
+
+It ticks every T/3 (T = the session timeout). Each tick probes the store with one
+read of the instance node: an answer under the current session feeds the freshness
+clock (runtime/liveness.py), and executions are fenced when the clock goes stale.
+The probe goes on during start-up and during a graceful stop (executions started
+then must stay valid). Once the runtime has started, and while it is not stopping,
+the tick also re-creates the instance node if it is gone and queues the
+level-triggered repair pass (runtime/repair.py) of the jobs due: every job whose
+state is suspect at once, the others round-robin so that each is checked at least
+once per sweep (3 T, at least 5 s).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+
+from shardkeeper.coordination.paths import instance_path
+from shardkeeper.errors import StoreError
+from shardkeeper.registry.base import ConnectionState, CoordinationStore
+from shardkeeper.runtime.liveness import Liveness
+from shardkeeper.runtime.runner import JobRunner
+from shardkeeper.runtime.skiplog import SkipLog
+
+__all__ = ["Housekeeper"]
+
+log = logging.getLogger(__name__)
+
+#: ticks between two prunings of the cluster-once markers (about 40 min at T = 4 s)
+_PRUNE_TICKS = 1800
+
+
+class Housekeeper:
+    """Runs the housekeeping ticks of one runtime on a daemon thread (see module
+    docstring). The callables are the runtime's views of its own state."""
+
+    def __init__(
+        self,
+        store: CoordinationStore,
+        liveness: Liveness,
+        instance_id: str,
+        *,
+        runners: Callable[[], list[JobRunner]],
+        started: threading.Event,
+        stopped: threading.Event,
+        stopping: Callable[[], bool],
+        reput_instance: Callable[[], None],
+        session_id: Callable[[], str],
+        skips: SkipLog,
+    ) -> None:
+        self._store = store
+        self._liveness = liveness
+        self._instance_path = instance_path(instance_id)
+        self._runners = runners
+        self._started = started
+        self._stopped = stopped
+        self._stopping = stopping
+        self._reput_instance = reput_instance
+        self._session_id = session_id
+        self._skips = skips
+        self._rr = 0  # round-robin position of the sweep
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the thread (it ends when ``stopped`` is set)."""
+        self._thread = threading.Thread(target=self._loop, name="sk-housekeeping", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        tick = 0
+        while not self._stopped.wait(self._liveness.cadence):
+            tick += 1
+            try:
+                self.tick(tick)
+            except Exception:  # a tick must never end the loop
+                log.exception("housekeeping tick failed")
+
+    def tick(self, tick: int) -> None:
+        """One tick: probe, fence if stale, then (started, not stopping) repairs."""
+        present = self._probe()
+        runners = self._runners()
+        if not self._liveness.fresh():
+            for runner in runners:
+                runner.fence_all()
+        if self._stopping():
+            return  # leaving: no repairs, no re-creating the instance node
+        if not self._started.is_set():
+            # start() is still registering every job: a repair pass would register
+            # the jobs it has not reached yet one by one, racing its batches
+            return
+        if present is False:
+            self._reput_instance()
+        if present is None:
+            return  # the store does not answer: repairs would only fail
+        active = [r for r in runners if not r.state.stopping]
+        if not active:
+            return
+        sweep = max(3 * self._store.session_timeout, 5.0)
+        per_tick = max(1, math.ceil(len(active) * self._liveness.cadence / sweep))
+        chosen = {id(r): r for r in active if r.needs_repair()}
+        for n in range(per_tick):
+            r = active[(self._rr + n) % len(active)]
+            chosen[id(r)] = r
+        self._rr = (self._rr + per_tick) % len(active)
+        for runner in chosen.values():
+            runner.request_repair()
+            if runner.leader.reconcile_due():
+                runner.submit("reconcile", runner.leader.reconcile)
+            if tick % _PRUNE_TICKS == 0:
+                runner.submit("prune", runner.leader.prune_once_markers)
+        self._skips.flush()
+
+    def _probe(self) -> bool | None:
+        """Whether the instance node exists (None: no answer); an answer under the
+        session the probe went out in is contact for the freshness clock."""
+        sent = time.monotonic()
+        if self._store.state not in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
+            return None
+        session = self._session_id()
+        try:
+            present = self._store.exists(self._instance_path)
+        except StoreError:
+            return None
+        if self._session_id() == session:
+            self._liveness.contact(sent)
+        return present

@@ -1,0 +1,356 @@
+"""Start-up: the jobs' runners, and the registration of the instance and all its
+jobs in a few batched commits.
+
+Registering a job one by one costs a dozen requests (config create-if-absent, the
+membership node, the switches, the reshard flag, the running marks, the election and
+the new leader's reads): 5,000 jobs took most of a minute. At start-up most of an
+instance's jobs are usually either all new (a fresh namespace, a new deployment) or
+all known, so the registrar asks the store once which jobs exist (one listing of
+``/jobs``) and then:
+
+* a job that is **not stored yet** joins in a batched commit of
+  ``max_ops_per_commit // 5`` jobs, 5 operations each::
+
+      Check(/jobs/{job}, exists=False)        nothing of the job exists (no config,
+                                              switch, mark, assignment or member)
+      Create(/jobs/{job}/config, doc)         this instance's config, as sync() writes it
+      Create(/jobs/{job}/instances/{me}, E)   the membership
+      Create(/jobs/{job}/necessary, reason)   reshard at the first trigger
+      Create(/jobs/{job}/leader, me, E)       leader election: create-if-absent
+
+  The absence check makes the commit decide exactly what a one-by-one registration
+  would have found: no stored config (so no drift and no class conflict), no switch,
+  no stray running mark, no leader. Nothing needs reading afterwards: the commit's
+  revision is the membership's created_revision (the fencing of start commits), and
+  the leader node created is ours.
+* a job that **is stored** (or any job when the listing fails) registers one by one
+  as before (``JobRunner.register``): its stored config wins over the code's, with the
+  drift warning; a different job class or an invalid stored config refuses the start.
+  These come first, so a start that is refused has written nothing for the new jobs.
+
+A batch commit that fails (another instance registered one of its jobs meanwhile, an
+operator created a switch) lists ``/jobs`` again and retries without the jobs that now
+exist, which register one by one. A batch whose commit raises a store error has an
+unknown outcome: its jobs stay unregistered and the housekeeping pass registers each
+one (``register`` is idempotent against a commit that did apply: the config is ours,
+the membership is re-put, the leader node already names us). After a few failed
+batches in a row the rest is left to housekeeping too: the store is not answering.
+
+The config document a batch wrote comes back as a CREATED watch event; the runtime
+asks :meth:`Registrar.own_write` and does not re-read a config it wrote itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple
+
+from shardkeeper._imports import import_object
+from shardkeeper._version import __version__
+from shardkeeper.config import JobConfig
+from shardkeeper.coordination.config_service import ConfigService
+from shardkeeper.coordination.model import InstanceInfo, encode
+from shardkeeper.coordination.paths import JOBS, instance_path
+from shardkeeper.coordination.sharding import necessary_value
+from shardkeeper.errors import ConfigError, JobConfigError, JobConflictError, StoreError
+from shardkeeper.job import JobListener, ShardedJob
+from shardkeeper.observe import Observers
+from shardkeeper.registry.base import (
+    Check,
+    ConnectionState,
+    CoordinationStore,
+    Create,
+    EventKind,
+    Op,
+    WatchEvent,
+)
+from shardkeeper.runtime.fires import SkipSink
+from shardkeeper.runtime.pool import Lanes, WorkerPool
+from shardkeeper.runtime.runner import JobRunner
+from shardkeeper.runtime.services import JobServices
+from shardkeeper.runtime.skipevents import ListenerSkips, wants_skips
+
+__all__ = ["OPS_PER_JOB", "JobSpec", "Registrar", "build_runners", "instance_info", "job_spec"]
+
+log = logging.getLogger(__name__)
+
+#: operations a new job adds to a batch commit (module docstring)
+OPS_PER_JOB = 5
+#: commits of one batch (each after a failed one lists ``/jobs`` again)
+_BATCH_ATTEMPTS = 4
+#: batches in a row whose commit raised before the rest is left to housekeeping
+_FAILED_BATCHES = 3
+
+
+def instance_info(instance_id: str, labels: dict[str, str], jobs: Sequence[str]) -> InstanceInfo:
+    """The metadata of this process as ``/instances/{id}`` holds it."""
+    return InstanceInfo(
+        instance_id=instance_id,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        version=__version__,
+        started_at=time.time(),
+        labels=labels,
+        jobs=sorted(jobs),
+    )
+
+
+class Registrar:
+    """Registers this instance and its jobs (see module docstring)."""
+
+    def __init__(self, store: CoordinationStore, info: InstanceInfo) -> None:
+        self._store = store
+        self.info = info
+        self._me = info.instance_id
+        #: config path -> hash of the document a batch created there (until its event)
+        self._own_docs: dict[str, int] = {}
+        #: commits and jobs of the last :meth:`register_all` (logs, tests, benchmarks)
+        self.stats: dict[str, int] = {"batch_commits": 0, "batched": 0, "one_by_one": 0}
+
+    # -- the instance node ----------------------------------------------------------
+
+    def put_instance(self) -> None:
+        """Write ``/instances/{id}`` (ephemeral)."""
+        self._store.put(instance_path(self._me), encode(self.info), ephemeral=True)
+
+    def reput_instance(self) -> None:
+        """Write the instance node again if the store is connected (it went away)."""
+        if self._store.state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
+            self.put_instance()
+
+    # -- jobs -----------------------------------------------------------------------
+
+    def register_all(self, runners: Sequence[JobRunner]) -> None:
+        """Register the instance and every job at start-up. Raises JobConflictError or
+        JobConfigError for a stored job this instance can never run; a store failure
+        leaves the jobs concerned to the housekeeping pass."""
+        with contextlib.suppress(StoreError):
+            self.put_instance()
+        listed = self._listed()
+        if listed is None:
+            known, new = list(runners), []
+        else:
+            known = [r for r in runners if r.name in listed]
+            new = [r for r in runners if r.name not in listed]
+        for runner in known:
+            self._register_one(runner)
+        # In an empty namespace even /jobs is missing: a first batch of one job makes
+        # it (a commit finds the parents of its new subtrees in one read, and /jobs
+        # would otherwise be the missing parent of every absence check of the batch)
+        size = max(1, self._store.max_ops_per_commit // OPS_PER_JOB)
+        first = 1 if not listed else size
+        failed_in_row = 0
+        at = 0
+        while at < len(new):
+            chunk = new[at : at + (first if at == 0 else size)]
+            at += len(chunk)
+            if failed_in_row >= _FAILED_BATCHES:
+                self._leave(chunk, "the store did not answer the earlier batches")
+                continue
+            try:
+                aside = self._register_batch(chunk)
+            except StoreError as exc:
+                failed_in_row += 1
+                self._leave(chunk, str(exc))
+                continue
+            failed_in_row = 0
+            for runner in aside:
+                self._register_one(runner)
+        log.info(
+            "%s registered %d jobs: %d in %d batch commits, %d one by one",
+            self._me,
+            len(runners),
+            self.stats["batched"],
+            self.stats["batch_commits"],
+            self.stats["one_by_one"],
+        )
+
+    def _listed(self) -> set[str] | None:
+        try:
+            return set(self._store.children(JOBS))
+        except StoreError as exc:
+            log.warning("could not list the stored jobs (registering one by one): %s", exc)
+            return None
+
+    def _register_one(self, runner: JobRunner) -> None:
+        self.stats["one_by_one"] += 1
+        try:
+            runner.register()
+        except (JobConflictError, JobConfigError):
+            raise
+        except StoreError as exc:
+            log.warning("%s: registration failed (retried by housekeeping): %s", runner.name, exc)
+
+    def _leave(self, runners: Sequence[JobRunner], why: str) -> None:
+        """Leave ``runners`` unregistered: the housekeeping pass registers each."""
+        log.warning(
+            "batch registration of %d jobs (%s ... %s) failed (retried by housekeeping): %s",
+            len(runners),
+            runners[0].name,
+            runners[-1].name,
+            why,
+        )
+        for runner in runners:
+            runner.state.register_error = why
+
+    def _register_batch(self, runners: Sequence[JobRunner]) -> list[JobRunner]:
+        """Register new jobs in one commit; returns the jobs that turned out to exist
+        (to register one by one). Raises StoreError when a commit's outcome is unknown."""
+        pending = list(runners)
+        aside: list[JobRunner] = []
+        for _attempt in range(_BATCH_ATTEMPTS):
+            if not pending:
+                return aside
+            joined_at = time.time()
+            member = encode(dataclasses.replace(self.info, jobs=[], started_at=joined_at))
+            docs = {r.name: ConfigService.initial_document(r.config) for r in pending}
+            ops: list[Op] = []
+            for r in pending:
+                ops += self._ops(r, docs[r.name], member)
+            for r in pending:
+                r.state.registering = True  # a fire meanwhile waits for the outcome
+            try:
+                result = self._store.commit(ops)
+                self.stats["batch_commits"] += 1
+                if result:
+                    for r in pending:
+                        self._own_docs[r.paths.config] = hash(docs[r.name])
+                        self._joined(r, result.revision, joined_at)
+            finally:
+                for r in pending:
+                    r.state.registering = False
+            if result:
+                self.stats["batched"] += len(pending)
+                return aside
+            # someone else wrote into one of these jobs meanwhile: which ones now exist?
+            listed = self._store.children(JOBS)
+            failed = next((r for r in pending if _inside(result.failed_path, r)), None)
+            taken = [r for r in pending if r.name in listed or r is failed]
+            if not taken:
+                break  # nothing explains the failure: one by one is always right
+            aside += taken
+            pending = [r for r in pending if r not in taken]
+        return aside + pending
+
+    def _ops(self, runner: JobRunner, doc: bytes, member: bytes) -> list[Op]:
+        p = runner.paths
+        return [
+            Check(p.root, exists=False),
+            Create(p.config, doc),
+            Create(p.instance(self._me), member, ephemeral=True),
+            Create(p.necessary, necessary_value(f"instance joined: {self._me}")),
+            Create(p.leader, self._me.encode(), ephemeral=True),
+        ]
+
+    def _joined(self, runner: JobRunner, revision: int, joined_at: float) -> None:
+        """What ``JobRunner.register`` would have set, from the commit that checked
+        the job was absent: the code's config, no switch, no stray mark, leader."""
+        st = runner.state
+        st.member_revision = revision
+        st.joined_at = joined_at
+        st.disabled_job = False
+        st.disabled_items = set()
+        st.marks_suspect = False  # nothing existed: no mark can name us
+        st.registered = True  # before registering ends: a waiting fire sees it
+        st.joined = True
+        st.suspended = False
+        st.register_error = None
+        runner.election.created()
+
+    def own_write(self, event: WatchEvent) -> bool:
+        """Whether ``event`` reports a config document a batch of this registrar
+        created (then nothing changed for the job: no re-read). Each is recognised
+        once; a later write of the config is a change like any other."""
+        if event.kind is not EventKind.CREATED or event.value is None:
+            return False
+        expected = self._own_docs.get(event.path)
+        if expected is None or expected != hash(event.value):
+            return False
+        del self._own_docs[event.path]
+        return True
+
+
+def _inside(path: str | None, runner: JobRunner) -> bool:
+    root = runner.paths.root
+    return path is not None and (path == root or path.startswith(root + "/"))
+
+
+class JobSpec(NamedTuple):
+    """A job as :meth:`Runtime.add_job` records it (the job class filled in)."""
+
+    config: JobConfig
+    job: ShardedJob
+    listeners: list[JobListener]
+
+
+def job_spec(
+    job: ShardedJob | type[ShardedJob],
+    config: JobConfig | None,
+    listeners: Iterable[JobListener] = (),
+) -> JobSpec:
+    """Validate what :meth:`Runtime.add_job` was given: the config comes from the
+    argument or the class attribute ``config``; the job class is recorded in it; the
+    config's listeners (import paths) are loaded."""
+    instance = job() if isinstance(job, type) else job
+    if not isinstance(instance, ShardedJob):
+        raise ConfigError(f"{instance!r} is not a ShardedJob; subclass shardkeeper.ShardedJob")
+    cfg = config or type(instance).config
+    if cfg is None:
+        raise JobConfigError(
+            f"{type(instance).__qualname__} has no config: pass config=JobConfig(...) "
+            "or set the class attribute config"
+        )
+    job_class = f"{type(instance).__module__}:{type(instance).__qualname__}"
+    cfg = cfg.model_copy(update={"job_class": cfg.job_class or job_class})
+    loaded = list(listeners) + [_load_listener(path) for path in cfg.listeners]
+    return JobSpec(cfg, instance, loaded)
+
+
+def _load_listener(path: str) -> JobListener:
+    obj = import_object(path, "listener")
+    listener = obj() if isinstance(obj, type) else obj
+    if not isinstance(listener, JobListener):
+        raise JobConfigError(f"listener {path!r} is not a shardkeeper.JobListener")
+    return listener
+
+
+def build_runners(
+    specs: Mapping[str, JobSpec],
+    store: CoordinationStore,
+    info: InstanceInfo,
+    *,
+    workers: WorkerPool,
+    lanes: Lanes,
+    fresh: Callable[[], bool],
+    session: Callable[[], str],
+    on_skip: SkipSink,
+    observers: Observers,
+) -> dict[str, JobRunner]:
+    """One runner per job, sharing the runtime's pools, clocks and observers. Jobs
+    whose listeners want skipped triggers get them through one more observer, added
+    first (the runners keep the observers they are given)."""
+    skip_listeners = {name: spec.listeners for name, spec in specs.items()}
+    if any(wants_skips(x) for found in skip_listeners.values() for x in found):
+        observers.add(ListenerSkips(skip_listeners))
+    return {
+        name: JobRunner(
+            services=JobServices.build(store, name, info.instance_id),
+            job=spec.job,
+            config=spec.config,
+            instance=info,
+            workers=workers,
+            lanes=lanes,
+            listeners=spec.listeners,
+            fresh=fresh,
+            session=session,
+            on_skip=on_skip,
+            observers=observers,
+        )
+        for name, spec in specs.items()
+    }
