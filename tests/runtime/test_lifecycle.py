@@ -115,7 +115,8 @@ def test_a_fire_during_registration_waits_for_it(server: MemoryServer) -> None:
 
     rt = Runtime(server.store(), shutdown_grace=1)
     rt.add_job(Rec(), JobConfig(name=JOB, cron="0 0 1 1 *", sharding_total_count=2))
-    held = server.pause("put", path=P.instances)
+    # a new job's membership is written by the registrar's batch commit
+    held = server.pause("commit", path=P.instances)
     starter = threading.Thread(target=rt.start, name="test-start")
     starter.start()
     try:
