@@ -8,7 +8,6 @@ hooks: tests/runtime/test_self_repair.py and tests/runtime/test_lifecycle.py.
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,6 @@ from typing import Any
 import pytest
 
 from shardkeeper.coordination.paths import JobPaths
-from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.testing.faults import wait_until
 from tests.jobs.cluster import Cluster
 
@@ -25,16 +23,6 @@ pytestmark = pytest.mark.timeout(120)
 
 JOB = "regress"
 P = JobPaths(JOB)
-
-
-class _Recording(ShardedJob):
-    def __init__(self) -> None:
-        self.runs: list[tuple[float, int]] = []
-        self.lock = threading.Lock()
-
-    def execute(self, ctx: ShardingContext) -> None:
-        with self.lock:
-            self.runs.append((time.time(), ctx.item))
 
 
 @pytest.fixture

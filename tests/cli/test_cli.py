@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,11 @@ from typing import Any
 import pytest
 
 from shardkeeper.config import JobConfig
-from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.ops import Operations
 from shardkeeper.registry import CoordinationStore
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import wait_until
+from shardkeeper.testing.jobs import RecordingJob
 from shardkeeper.testing.servers import EtcdCluster
 
 JOB = "tiny"
@@ -37,22 +36,6 @@ CLI_TIMEOUT = 60
 def backend() -> str:
     """ZooKeeper unless a test parametrizes ``backend`` itself."""
     return "zookeeper"
-
-
-class TinyJob(ShardedJob):
-    """Counts executions."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.ran: list[int] = []
-
-    def execute(self, ctx: ShardingContext) -> None:
-        with self.lock:
-            self.ran.append(ctx.item)
-
-    def count(self) -> int:
-        with self.lock:
-            return len(self.ran)
 
 
 def cli(
@@ -92,7 +75,7 @@ def one_error_line(result: subprocess.CompletedProcess[str], code: int) -> str:
     return lines[0]
 
 
-Start = Callable[[], tuple[Runtime, TinyJob]]
+Start = Callable[[], tuple[Runtime, RecordingJob]]
 
 
 @pytest.fixture
@@ -100,8 +83,8 @@ def start(registry_url: str) -> Iterator[Start]:
     """``start()`` -> a started in-process runtime running job ``tiny`` (4 items)."""
     runtimes: list[Runtime] = []
 
-    def factory() -> tuple[Runtime, TinyJob]:
-        job = TinyJob()
+    def factory() -> tuple[Runtime, RecordingJob]:
+        job = RecordingJob()
         rt = Runtime(registry_url, worker_threads=4, coordinator_threads=2, shutdown_grace=1.0)
         rt.add_job(
             job,

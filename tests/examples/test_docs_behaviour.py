@@ -28,6 +28,7 @@ from shardkeeper.errors import JobLookupError
 from shardkeeper.ops import Operations
 from shardkeeper.scheduling.triggers import build_trigger
 from shardkeeper.testing.faults import wait_until
+from shardkeeper.testing.jobs import RecordingJob
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -166,16 +167,6 @@ def test_raise_handler_logs_one_line_and_the_job_keeps_firing(
     )
 
 
-class Quick(ShardedJob):
-    """Records when its items finish."""
-
-    def __init__(self) -> None:
-        self.finished: list[int] = []
-
-    def execute(self, ctx: ShardingContext) -> None:
-        self.finished.append(ctx.item)
-
-
 class HeldBeforeAll(ClusterOnceListener):
     """``before_all`` waits until the test releases it."""
 
@@ -196,7 +187,7 @@ def test_before_all_is_not_a_barrier(registry_url: str) -> None:
     config = JobConfig(name="once", cron=NEVER, sharding_total_count=2)
     runtimes, jobs = [], []
     for _ in range(2):
-        job = Quick()
+        job = RecordingJob()
         runtime = Runtime(registry_url, worker_threads=2, shutdown_grace=2.0)
         runtime.add_job(job, config, listeners=[HeldBeforeAll(entered, release)])
         runtimes.append(runtime)
@@ -210,13 +201,13 @@ def test_before_all_is_not_a_barrier(registry_url: str) -> None:
         wait_until(entered.is_set, 20, message="before_all was called")
         # one instance is held inside before_all; the other one's item finishes anyway
         wait_until(
-            lambda: any(job.finished for job in jobs),
+            lambda: any(job.runs for job in jobs),
             20,
-            message=lambda: f"no item ran while before_all was held: {[j.finished for j in jobs]}",
+            message=lambda: f"no item ran while before_all was held: {[j.items() for j in jobs]}",
         )
         assert not release.is_set()
         release.set()
-        wait_until(lambda: sorted(jobs[0].finished + jobs[1].finished) == [0, 1], 20)
+        wait_until(lambda: sorted(jobs[0].items() + jobs[1].items()) == [0, 1], 20)
     finally:
         release.set()
         for runtime in runtimes:
@@ -237,7 +228,7 @@ def test_a_stored_job_wins_over_a_changed_job_file_with_a_warning(
     caplog.set_level(logging.WARNING, logger="shardkeeper.coordination.config_service")
     for config in (first, edited):
         runtime = Runtime(registry_url, worker_threads=2, shutdown_grace=1.0)
-        runtime.add_job(Quick(), config)
+        runtime.add_job(RecordingJob(), config)
         with runtime:
             pass
     with Operations.connect(registry_url) as ops:

@@ -12,10 +12,10 @@ import pytest
 
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.paths import JobPaths, instance_path
-from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry.base import CoordinationStore
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import expire_session, wait_until
+from shardkeeper.testing.jobs import RecordingJob
 from tests.jobs.cluster import Cluster
 
 pytestmark = pytest.mark.timeout(240)
@@ -154,26 +154,16 @@ def test_graceful_stop_finishes_items_without_failover(cluster: Cluster) -> None
     assert not any(r["failover"] for r in cluster.records("start"))
 
 
-class _Counting(ShardedJob):
-    def __init__(self) -> None:
-        self.runs: list[tuple[float, int]] = []
-        self.lock = threading.Lock()
-
-    def execute(self, ctx: ShardingContext) -> None:
-        with self.lock:
-            self.runs.append((time.time(), ctx.item))
-
-
 def test_session_expiry_reregisters_without_restart(
     registry_url: str, store: CoordinationStore
 ) -> None:
     """After a real server-side session expiry the instance re-registers (membership,
     leadership) and keeps running its items, in the same process."""
-    job = _Counting()
+    job = RecordingJob()
     rt = Runtime(registry_url, shutdown_grace=2)
     rt.add_job(job, JobConfig(name=JOB, interval=1, sharding_total_count=2))
     with rt:
-        wait_until(lambda: len(job.runs) >= 2, 15, message="job never ran")
+        job.wait_for(lambda runs: len(runs) >= 2, 15, message="job never ran")
         old = rt.store.session_id
         expire_session(rt.store)
         expired_at = time.time()
@@ -188,8 +178,8 @@ def test_session_expiry_reregisters_without_restart(
             15,
             message="instance node not re-registered",
         )
-        wait_until(
-            lambda: any(t > expired_at + 0.5 for t, _ in job.runs),
+        job.wait_for(
+            lambda runs: any(r.at > expired_at + 0.5 for r in runs),
             20,
             message="job did not resume after the session expiry",
         )
@@ -203,7 +193,9 @@ def test_thread_budget_is_fixed_for_500_jobs(registry_url: str) -> None:
     before = threading.active_count()
     rt = Runtime(registry_url, shutdown_grace=1)
     for n in range(500):
-        rt.add_job(_Counting(), JobConfig(name=f"job-{n}", interval=3600, sharding_total_count=2))
+        rt.add_job(
+            RecordingJob(), JobConfig(name=f"job-{n}", interval=3600, sharding_total_count=2)
+        )
     t0 = time.time()
     with rt:
         started = time.time() - t0

@@ -29,6 +29,7 @@ from shardkeeper.ops import Operations
 from shardkeeper.registry import CoordinationStore
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import wait_until
+from shardkeeper.testing.jobs import RecordingJob
 
 JOB = "tiny"
 NEVER = "0 0 1 1 *"  # 1 January 00:00 UTC: no spontaneous fire during a test
@@ -437,31 +438,19 @@ def test_connect_context_manager(registry_url: str) -> None:
             ops.get_config(JOB)
 
 
-class ParamsJob(ShardedJob):
-    """Records ctx.params of each execution."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.seen: list[dict[str, str]] = []
-
-    def execute(self, ctx: ShardingContext) -> None:
-        with self.lock:
-            self.seen.append(dict(ctx.params))
-
-
 def test_trigger_with_one_off_parameters(ops: Operations, registry_url: str) -> None:
-    job = ParamsJob()
+    job = RecordingJob()
     rt = Runtime(registry_url, shutdown_grace=2.0)
     rt.add_job(job, tiny_config(sharding_total_count=2))
     rt.start()
     try:
         wait_leader(ops)
         ops.trigger(JOB, params={"region": "eu-west", "dry_run": "1"})
-        wait_until(lambda: len(job.seen) >= 2, message="the triggered items did not run")
-        assert job.seen[:2] == [{"region": "eu-west", "dry_run": "1"}] * 2
+        job.wait_for(lambda runs: len(runs) >= 2, message="the triggered items did not run")
+        assert [r.params for r in job.runs[:2]] == [{"region": "eu-west", "dry_run": "1"}] * 2
         ops.trigger(JOB)  # without parameters: none
-        wait_until(lambda: len(job.seen) >= 4, message="the second trigger did not run")
-        assert job.seen[2:4] == [{}, {}]
+        job.wait_for(lambda runs: len(runs) >= 4, message="the second trigger did not run")
+        assert [r.params for r in job.runs[2:4]] == [{}, {}]
     finally:
         rt.stop_now()
     with pytest.raises(ConfigError, match="'bad name'"):

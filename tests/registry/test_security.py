@@ -15,7 +15,6 @@ import logging
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +25,6 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from shardkeeper.config import JobConfig
 from shardkeeper.errors import InvalidRegistryURLError, StoreAuthError
-from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry import (
     Check,
     CoordinationStore,
@@ -41,6 +39,7 @@ from shardkeeper.registry.zookeeper import ZooKeeperStore
 from shardkeeper.registry.zookeeper.security import KAZOO_LOGGERS, CredentialFilter
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import wait_until
+from shardkeeper.testing.jobs import RecordingJob
 from shardkeeper.testing.servers import EtcdCluster, ZooKeeperCluster
 
 PASSWORD = "pw-4f1c9e-not-in-logs"
@@ -349,18 +348,6 @@ def test_cli_debug_log_level_hides_the_password(
 # -- finding 11: etcd prefix grants ---------------------------------------------------
 
 
-class TinyJob(ShardedJob):
-    """Records the items it ran."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.ran: set[int] = set()
-
-    def execute(self, ctx: ShardingContext) -> None:
-        with self.lock:
-            self.ran.add(ctx.item)
-
-
 def grant(server: EtcdCluster, user: str, prefix: str) -> None:
     """The documented recipe: a user and a role with readwrite on ``prefix``."""
     server.etcdctl("user", "add", f"{user}:{PASSWORD}", "--interactive=false")
@@ -418,12 +405,14 @@ def test_etcd_tight_prefix_grant_runs_everything_and_isolates_tenants(tmp_path: 
         keys = server.etcdctl("get", "--prefix", "/tenantA", "--keys-only").split()
         assert keys == ["/tenantA/"], keys  # the root value; the ephemeral died with the lease
 
-        job = TinyJob()
+        job = RecordingJob()
         rt = Runtime(f"etcd://alice:{PASSWORD}@{base}", worker_threads=2, shutdown_grace=1.0)
         rt.add_job(job, JobConfig.parse(name="tiny", interval=0.5, sharding_total_count=2))
         rt.start()
         try:
-            wait_until(lambda: job.ran == {0, 1}, timeout=20, message=lambda: f"ran {job.ran}")
+            job.wait_for(
+                lambda runs: {r.item for r in runs} == {0, 1}, 20, "items 0 and 1 did not run"
+            )
         finally:
             rt.stop_now()
 

@@ -14,6 +14,7 @@ from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import wait_until
+from shardkeeper.testing.jobs import RecordingJob
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -107,14 +108,9 @@ def test_a_fire_during_registration_waits_for_it(server: MemoryServer) -> None:
     (found by the chaos checker). The fire now waits for the registration."""
     from datetime import UTC, datetime
 
-    ran: list[tuple[float, int]] = []
-
-    class Rec(ShardedJob):
-        def execute(self, ctx: ShardingContext) -> None:
-            ran.append((ctx.fire_time.timestamp(), ctx.item))
-
+    job = RecordingJob()
     rt = Runtime(server.store(), shutdown_grace=1)
-    rt.add_job(Rec(), JobConfig(name=JOB, cron="0 0 1 1 *", sharding_total_count=2))
+    rt.add_job(job, JobConfig(name=JOB, cron="0 0 1 1 *", sharding_total_count=2))
     # a new job's membership is written by the registrar's batch commit
     held = server.pause("commit", path=P.instances)
     starter = threading.Thread(target=rt.start, name="test-start")
@@ -127,8 +123,8 @@ def test_a_fire_during_registration_waits_for_it(server: MemoryServer) -> None:
         wait_until(lambda: runner.pending_fires() == 1, 5)
         held.release()
         starter.join(10)
-        wait_until(lambda: sorted(i for _ft, i in ran) == [0, 1], 10, message=lambda: f"{ran}")
-        assert {ft for ft, _i in ran} == {at.timestamp()}
+        runs = job.wait_for(lambda runs: sorted(r.item for r in runs) == [0, 1] and runs, 10)
+        assert {r.fire_time for r in runs} == {at.timestamp()}
         assert runner.stats["skipped"] == 0
     finally:
         held.release()
@@ -198,24 +194,12 @@ def test_graceful_stop_still_runs_a_fire_that_waited_for_a_reshard(
     assert all(present for *_rest, present in mine), "an item ran after the instance left"
 
 
-class FireRecorder(ShardedJob):
-    """Records (fire time, item, misfire) of every run."""
-
-    def __init__(self) -> None:
-        self.runs: list[tuple[float, int, bool]] = []
-        self.lock = threading.Lock()
-
-    def execute(self, ctx: ShardingContext) -> None:
-        with self.lock:
-            self.runs.append((ctx.fire_time.timestamp(), ctx.item, ctx.is_misfire))
-
-
 def test_a_misfire_rerun_queued_during_another_is_never_run_twice(server: MemoryServer) -> None:
     """A misfire re-run queued while another fire was being decided used to go in
     front of it; that fire then stayed queued after it launched and, a misfire
     re-run being outside the schedule's duplicate guard, ran a second time (chaos
     checker, etcd seed 3003: one fire's items twice on one instance, a slow link)."""
-    job = FireRecorder()
+    job = RecordingJob()
     rt = Runtime(server.store(), shutdown_grace=5)
     rt.add_job(job, JobConfig(name=JOB, cron="0 0 1 1 *", sharding_total_count=1))
     rt.start()
@@ -240,5 +224,5 @@ def test_a_misfire_rerun_queued_during_another_is_never_run_twice(server: Memory
         if held is not None:
             held.release()
         rt.stop()
-    runs = sorted((round(ft, 3), item, misfire) for ft, item, misfire in job.runs)
+    runs = sorted((round(r.fire_time, 3), r.item, r.is_misfire) for r in job.runs)
     assert runs == [(round(first, 3), 0, True), (round(second, 3), 0, True)], job.runs

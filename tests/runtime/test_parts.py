@@ -14,7 +14,6 @@ from shardkeeper.config import JobConfig
 from shardkeeper.coordination.model import Assignment, RunningMark
 from shardkeeper.coordination.paths import InstanceNode, JobNode, ShutdownNode, Unknown, parse
 from shardkeeper.coordination.sharding import necessary_parts, necessary_value
-from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry.base import EventKind, WatchEvent
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import events as ev
@@ -25,6 +24,7 @@ from shardkeeper.runtime.pool import Lanes, WorkerPool
 from shardkeeper.runtime.services import JobServices
 from shardkeeper.runtime.trigger import Deferred, Fire, Launched, Skipped, TriggerFlow, Wait
 from shardkeeper.testing.faults import wait_until
+from shardkeeper.testing.jobs import RecordingJob
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -287,24 +287,19 @@ def test_a_fire_delivered_twice_runs_once() -> None:
     from shardkeeper.runtime import Runtime
 
     server = MemoryServer()
-    ran: list[tuple[float, int]] = []
-
-    class Rec(ShardedJob):
-        def execute(self, ctx: ShardingContext) -> None:
-            ran.append((ctx.fire_time.timestamp(), ctx.item))
-
+    job = RecordingJob()
     rt = Runtime(server.store(), shutdown_grace=1)
-    rt.add_job(Rec(), JobConfig(name=JOB, cron="0 0 1 1 *", sharding_total_count=2))
+    rt.add_job(job, JobConfig(name=JOB, cron="0 0 1 1 *", sharding_total_count=2))
     rt.start()
     try:
         runner = rt.runners[JOB]
         wait_until(lambda: runner.state.registered and runner.leader.is_leader, 10)
         at = datetime.now(UTC)
         runner.on_trigger(at)
-        wait_until(lambda: len(ran) == 2 and runner.idle and not runner.pending_fires(), 10)
+        wait_until(lambda: job.count() == 2 and runner.idle and not runner.pending_fires(), 10)
         runner.on_trigger(at)
         wait_until(lambda: not runner.pending_fires(), 10)
-        assert len(ran) == 2 and runner.stats["skipped"] == 1
+        assert job.count() == 2 and runner.stats["skipped"] == 1
     finally:
         rt.stop_now()
         server.shutdown()
