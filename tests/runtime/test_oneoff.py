@@ -100,6 +100,14 @@ def test_on_time_fire_runs_each_item_once_then_done(
         wait_until(lambda: late.runners[JOB].oneoff.done, 10, message="late never checked")
         assert jobs[2].runs == []
         assert late.next_fire_time(JOB) is None
+        # operators see it done: status health, the trigger text, why no next fire
+        ops = Operations(admin)
+        (status,) = [j for j in ops.status().jobs if j.summary.name == JOB]
+        assert status.health == "done"
+        assert status.summary.trigger.endswith("(done)")
+        assert status.summary.next_fire is None
+        assert status.summary.next_fire_reason == "done"
+        assert ops.job(JOB).next_fire_reason == "done"
     finally:
         for rt in rts:
             rt.stop_now()
@@ -110,8 +118,10 @@ def test_missed_fire_is_caught_up_once(server: MemoryServer, admin: MemoryStore)
     once (a catch-up with one fire time for the cluster), then the job is done."""
     at = time.time() - 3600
     job = Recorder()
+    assert Operations(admin).jobs() == []
     rt = _start(server, job, _config(at))
     try:
+        assert Operations(admin).job(JOB).next_fire is None  # its time has passed
         wait_until(lambda: _done(admin), 20, message="never done")
         assert sorted(item for _i, item, _f in job.runs) == [0, 1, 2, 3]
         assert len({fire for _i, _item, fire in job.runs}) == 1  # one catch-up fire

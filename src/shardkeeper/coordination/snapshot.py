@@ -32,6 +32,7 @@ from shardkeeper.coordination.model import (
     InstanceInfo,
     RunningMark,
 )
+from shardkeeper.coordination.oneoff import DoneRecord
 from shardkeeper.coordination.paths import (
     INSTANCES,
     JOBS,
@@ -90,6 +91,8 @@ class JobSnapshot:
     triggers: set[str] = field(default_factory=set)
     #: the last fire time each instance started items for
     fired: dict[str, float | None] = field(default_factory=dict)
+    #: the done marker of a one-off job (any ``at``; see :attr:`one_off_done`)
+    done: DoneRecord | None = None
 
     @property
     def total(self) -> int:
@@ -102,9 +105,21 @@ class JobSnapshot:
         return not self.disabled_job and not (self.config is not None and self.config.disabled)
 
     @property
+    def one_off_done(self) -> DoneRecord | None:
+        """The done record of a one-off job for its current ``at`` (None otherwise)."""
+        at = self.config.at if self.config is not None else None
+        if at is None or self.done is None or not self.done.is_for(at.timestamp()):
+            return None
+        return self.done
+
+    @property
     def trigger(self) -> str:
-        """Human description of the trigger ("?" when the config is unreadable)."""
-        return self.config.describe_trigger() if self.config else "?"
+        """Human description of the trigger ("?" when the config is unreadable), with
+        ``(done)`` for a one-off job that is done."""
+        if self.config is None:
+            return "?"
+        done = " (done)" if self.one_off_done is not None else ""
+        return self.config.describe_trigger() + done
 
 
 def _float(node: Node) -> float | None:
@@ -167,6 +182,8 @@ def _apply(snap: JobSnapshot, parsed: JobNode, node: Node) -> None:
         snap.triggers.add(inst)
     elif kind == "fired" and inst is not None:
         snap.fired[inst] = _float(node)
+    elif kind == "done":
+        snap.done = _doc(DoneRecord.from_bytes, node)
 
 
 def snapshots_from_tree(

@@ -78,6 +78,8 @@ class Reads(OperationsBase):
     @staticmethod
     def _summary(state: JobSnapshot) -> JobSummary:
         reason = None if state.enabled else "disabled"
+        if reason is None and state.one_off_done is not None:
+            reason = "done"  # a one-off job that ran: it never fires again
         if reason is None and not state.instances:
             reason = "no instance"  # nothing would fire at the trigger's next time
         return JobSummary(
@@ -98,6 +100,8 @@ class Reads(OperationsBase):
         items = assess(state, now=time.time(), grace=self.store.session_timeout + 1.0)
         if state.config_error:
             return "config-error", items
+        if state.one_off_done is not None and not state.running and not state.failover:
+            return "done", items  # a one-off job that ran: no instance need run it
         if not state.instances:
             return "stale", items
         if not state.enabled:

@@ -82,9 +82,10 @@ class JobStatus:
     """A job's summary plus its health, for the ``status`` overview.
 
     ``health`` is the first that applies of: ``config-error`` (the stored config is
-    unreadable), ``stale`` (no live instance runs the job), ``disabled``, ``failing``
-    (an item's last execution failed: ``failing_items``), ``stale`` (an item has not
-    run for longer than its schedule allows: ``stale_items``; see ops/health.py),
+    unreadable), ``done`` (a one-off job that ran, nothing of it left running),
+    ``stale`` (no live instance runs the job), ``disabled``, ``failing`` (an item's
+    last execution failed: ``failing_items``), ``stale`` (an item has not run for
+    longer than its schedule allows: ``stale_items``; see ops/health.py),
     ``failover-pending``, ``reshard-pending``, ``ok``.
     """
 
