@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Collection
 
@@ -51,14 +52,47 @@ class ShardingService:
         self._store = store
         self._paths = paths
         self._me = instance_id
+        # A hint, from the watch, that the reshard flag is absent: the leader checks
+        # the flag at every trigger, and this saves that read. Only "absent" is
+        # cached; every event on the flag bumps the generation, so a read that raced
+        # with an event does not store its (older) answer. Deciding on a stale hint is
+        # safe: the start commit checks the flag's absence itself, and a refused
+        # commit forgets the hint (forget_flag) before the fire is decided again.
+        self._hint_lock = threading.Lock()
+        self._flag_absent = False
+        self._flag_generation = 0
+
+    def note_flag_event(self, deleted: bool) -> None:
+        """The watch saw the flag created/changed (False) or deleted (True)."""
+        with self._hint_lock:
+            self._flag_generation += 1
+            self._flag_absent = deleted
+
+    def forget_flag(self) -> None:
+        """Events may have been missed (a reconnect, a resync, a refused commit):
+        the next check reads the store."""
+        with self._hint_lock:
+            self._flag_generation += 1
+            self._flag_absent = False
 
     def set_necessary(self, reason: str) -> None:
         """Ask for a reshard at the next trigger (idempotent)."""
+        self.forget_flag()
         self._store.put(self._paths.necessary, necessary_value(reason))
 
-    def is_necessary(self) -> bool:
-        """Whether a reshard is pending."""
-        return self._store.exists(self._paths.necessary)
+    def is_necessary(self, *, fresh: bool = False) -> bool:
+        """Whether a reshard is pending: from the watch's hint when it says the flag is
+        absent, else (or when ``fresh``) read from the store."""
+        with self._hint_lock:
+            if self._flag_absent and not fresh:
+                return False
+            generation = self._flag_generation
+        present = self._store.exists(self._paths.necessary)
+        if not present:
+            with self._hint_lock:
+                if generation == self._flag_generation:
+                    self._flag_absent = True
+        return present
 
     def live_instances(self) -> list[str]:
         """Sorted ids of the live instances of the job (membership nodes)."""

@@ -51,7 +51,7 @@ from shardkeeper.coordination.sharding import ShardingService
 from shardkeeper.errors import ShardkeeperError, StoreError
 from shardkeeper.job import JobListener, ShardedJob, ShardingContext
 from shardkeeper.observe import Observers
-from shardkeeper.registry.base import ConnectionState, WatchEvent
+from shardkeeper.registry.base import ConnectionState, EventKind, WatchEvent
 from shardkeeper.runtime import events as ev
 from shardkeeper.runtime.batches import Batch, Batches
 from shardkeeper.runtime.fires import FireQueue, SkipSink
@@ -349,6 +349,7 @@ class JobRunner(FireQueue):
         self.election.on_state(state)
         if state is not ConnectionState.SUSPENDED:
             # events may have been missed meanwhile: the next fire reads the assignment
+            # (and the reshard flag)
             self.trigger.forget_assignment()
         if state is ConnectionState.SUSPENDED:
             self.state.suspended = True
@@ -371,6 +372,8 @@ class JobRunner(FireQueue):
         """A change of one of this job's nodes (store event thread): a hint."""
         if event.path == self.paths.sharding:
             self.trigger.forget_assignment()
+        elif event.path == self.paths.necessary:
+            self.sharding.note_flag_event(event.kind is EventKind.DELETED)
         hint = ev.classify(event, self._me)
         st = self.state
         match hint:

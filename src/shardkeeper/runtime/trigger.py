@@ -134,9 +134,11 @@ class TriggerFlow:
         self._oneoff: OneOffView | None = None
 
     def forget_assignment(self) -> None:
-        """The assignment changed (a watch event) or may have: read it at the next fire."""
+        """The assignment changed (a watch event) or may have: read it, and the reshard
+        flag, at the next fire."""
         with self._cache_lock:
             self._cached = None
+        self._s.sharding.forget_flag()
 
     def _read_assignment(
         self, fire: Fire, *, fresh: bool = False
@@ -211,7 +213,7 @@ class TriggerFlow:
         if not items:
             # An instance without items in the old assignment must still wait for a
             # pending reshard: the new assignment may give it items for this fire.
-            if not self._leader.is_leader and self._s.sharding.is_necessary():
+            if not self._leader.is_leader and self._s.sharding.is_necessary(fresh=True):
                 return self._wait_reshard(fire)
             # The flag may have been cleared by a reshard committed between our read
             # and the check (a joiner's first trigger): read again then.
