@@ -448,3 +448,38 @@ def _decide(flow: TriggerFlow, fire: Fire) -> object:
             break
         result = flow.step(fire)
     return result
+
+
+def test_the_leader_takes_the_flags_absence_from_the_watch_and_a_stale_hint_is_caught(
+    store: MemoryStore,
+) -> None:
+    """A leader reads the reshard flag only when the watch has not told it the flag is
+    absent: a steady fire is one request (the start commit). A flag set elsewhere whose
+    event has not arrived yet refuses the start commit (it checks the flag), the hint is
+    forgotten, and the same fire is resharded and run."""
+    flow, state, services, launched = _flow(store)
+    leader = LeaderDuties(services, state)
+    flow._leader = leader  # the flow's leader part is this elected one
+    assert leader.elect()
+    _assign(store, services, {0: ME, 1: ME})
+    assert _decide(flow, Fire(time.time())) == Launched((0, 1))
+    for item in (0, 1):
+        store.delete(services.paths.running(item), recursive=True)
+    services.sharding.note_flag_event(deleted=True)  # what the watch reports
+    before = store.round_trips
+    assert flow.step(Fire(time.time() + 1)) == Launched((0, 1))
+    assert store.round_trips - before == 1, "the leader read before committing"
+    for item in (0, 1):
+        store.delete(services.paths.running(item), recursive=True)
+    generation = services.sharding.read()[0]
+    store.put(services.paths.instance("host@2@other"), b"{}", ephemeral=True)
+    store.put(services.paths.necessary, necessary_value("instance joined", time.time() - 1))
+    # no event delivered: the hint still says "absent"
+    result = _decide(flow, Fire(time.time() + 2))
+    assert isinstance(result, Launched) and result.items
+    assert not store.exists(services.paths.necessary), "the flag was never served"
+    after = services.sharding.read()[0]
+    assert after is not None and generation is not None
+    assert after.generation > generation.generation
+    assert set(after.owners.values()) == {ME, "host@2@other"}
+    assert launched[-1].items == list(result.items)
