@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from shardkeeper.coordination.paths import (
     JobPaths,
     instance_path,
@@ -57,6 +59,8 @@ def test_done_node_parses() -> None:
     p = JobPaths("order-sync")
     assert parse(p.done) == JobNode("order-sync", "done")
     assert not is_high_churn(p.done)
+    layout = (Path(__file__).resolve().parents[2] / "docs" / "registry-layout.md").read_text()
+    assert "| `/jobs/{job}/done` | P |" in layout
 
 
 def test_parse_job_path() -> None:
