@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -374,3 +375,47 @@ def test_tls_options_parse_to_settings_fields(pki: TLSFiles) -> None:
     assert not parse_registry_url("etcd://h:2379/ns").tls
     zk = parse_registry_url("zk://h:2281/ns?tls=1&verify=false")
     assert zk.tls and not zk.tls_verify
+
+
+def _docs_recipe() -> str:
+    """The bash block of docs/security.md, "Making certificates"."""
+    text = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    section = text.split("### Making certificates", 1)[1]
+    match = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert match, "no bash block under 'Making certificates' in docs/security.md"
+    return match.group(1)
+
+
+def test_the_openssl_recipe_of_the_docs_makes_certificates_both_stores_accept(
+    backend: str, tmp_path: Path
+) -> None:
+    """The commands of docs/security.md, run as they are: a server started with their
+    files serves a store whose URL carries their CA and client certificate."""
+    proc = subprocess.run(
+        ["bash", "-e", "-c", _docs_recipe()],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    files = TLSFiles(
+        ca=tmp_path / "ca.pem",
+        ca_key=tmp_path / "ca.key",
+        server_cert=tmp_path / "server.pem",
+        server_key=tmp_path / "server.key",
+        server_bundle=tmp_path / "server-bundle.pem",
+        client_cert=tmp_path / "client.pem",
+        client_key=tmp_path / "client.key",
+    )
+    cls = ZooKeeperCluster if backend == "zookeeper" else EtcdCluster
+    with cls(base_dir=tmp_path / "server", tls=files) as cluster:
+        store = open_store(cluster.url("recipe", **FAST))
+        store.start()
+        try:
+            store.put("/from-the-docs", b"ok")
+            node = store.get("/from-the-docs")
+            assert node is not None and node.value == b"ok"
+        finally:
+            store.close()

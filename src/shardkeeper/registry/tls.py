@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,12 @@ __all__ = [
 
 #: the URL option of each settings field (for messages)
 URL_OPTION = {"tls_ca": "ca", "tls_cert": "cert", "tls_key": "key", "tls_verify": "verify"}
+
+#: the hint for a server that drops or ignores the handshake
+_NOT_TLS = (
+    "the server did not complete the handshake: is this its TLS port "
+    "(ZooKeeper's secureClientPort, etcd's https client URL)?"
+)
 
 #: a PEM file larger than this is not a certificate or key file
 _MAX_PEM_BYTES = 1 << 20
@@ -187,7 +194,8 @@ def ssl_context(settings: RegistrySettings) -> ssl.SSLContext:
 def handshake_problem(settings: RegistrySettings, timeout: float = 1.0) -> str | None:
     """Try a TLS handshake with each host of ``settings``; the first failure, or None.
 
-    After the handshake, waits up to a quarter of ``timeout`` for an alert: under
+    Takes at most about ``timeout`` seconds in all (hosts left when it is spent are
+    not tried). After the handshake, waits up to a quarter of ``timeout`` for an alert: under
     TLS 1.3 a server that wants a client certificate says so only after the client
     finished its side. ``None`` also when no host could be reached at all (that is
     not a TLS problem) or TLS is off.
@@ -198,15 +206,19 @@ def handshake_problem(settings: RegistrySettings, timeout: float = 1.0) -> str |
         context = ssl_context(settings)
     except (OSError, ssl.SSLError) as exc:
         return f"the TLS files cannot be loaded: {exc}"
+    deadline = time.monotonic() + timeout
     for host, port in settings.hosts:
+        left = deadline - time.monotonic()
+        if left <= 0.05:
+            break
         where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            raw = socket.create_connection((host, port), timeout=timeout)
+            raw = socket.create_connection((host, port), timeout=left)
         except OSError:
             continue
         try:
             with context.wrap_socket(raw, server_hostname=host) as conn:
-                conn.settimeout(timeout / 4)
+                conn.settimeout(max(min(timeout / 4, deadline - time.monotonic()), 0.01))
                 with contextlib.suppress(TimeoutError):
                     conn.recv(1)
         except ssl.SSLCertVerificationError as exc:
@@ -218,10 +230,7 @@ def handshake_problem(settings: RegistrySettings, timeout: float = 1.0) -> str |
                 f"TLS handshake with {where} failed: {exc.reason or exc} ({_hint(exc, settings)})"
             )
         except OSError as exc:
-            return (
-                f"TLS handshake with {where} failed: {exc.strerror or exc} (is it the "
-                "server's TLS port? a plaintext port drops a TLS client)"
-            )
+            return f"TLS handshake with {where} failed: {exc.strerror or exc} ({_NOT_TLS})"
         finally:
             raw.close()
     return None
@@ -247,8 +256,5 @@ def _hint(exc: ssl.SSLError, settings: RegistrySettings) -> str:
     if has_cert and any(word in text for word in (*refused, "certificate unknown")):
         return "the server refused the client certificate: is it signed by a CA the server trusts?"
     if any(w in text for w in ("wrong version number", "record layer failure", "eof")):
-        return (
-            "the server closed the connection during the handshake: is this its TLS "
-            "port (ZooKeeper's secureClientPort, etcd's https client URL)?"
-        )
+        return _NOT_TLS
     return "see the server log for its side"
