@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,12 +50,14 @@ def done_record(store: CoordinationStore) -> DoneRecord | None:
 
 def wait_done(store: CoordinationStore, c: Cluster, timeout: float = 40) -> DoneRecord:
     """Wait for the done marker."""
-    return wait_until(
+    done = wait_until(
         lambda: done_record(store), timeout, message=lambda: "never done\n" + c.logs()
     )
+    assert done is not None
+    return done
 
 
-def start_before(c: Cluster, when: float, n: int, **options: object) -> list[str]:
+def start_before(c: Cluster, when: float, n: int, **options: Any) -> list[str]:
     """Start ``n`` instances of the one-off job at ``when``, all before that time
     (else the test's premise fails)."""
     ids = [c.start(at=iso(when), **options).instance_id for _ in range(n)]

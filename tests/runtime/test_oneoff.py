@@ -74,6 +74,12 @@ def _done(admin: MemoryStore) -> DoneRecord | None:
     return DoneRecord.from_bytes(node.value, node.path) if node is not None else None
 
 
+def _wait_done(admin: MemoryStore) -> DoneRecord:
+    done = _wait_done(admin)
+    assert done is not None
+    return done
+
+
 def _start(server: MemoryServer, job: ShardedJob, cfg: JobConfig) -> Runtime:
     rt = Runtime(server.store(), shutdown_grace=5)
     rt.add_job(job, cfg)
@@ -89,7 +95,7 @@ def test_on_time_fire_runs_each_item_once_then_done(
     jobs = [Recorder(), Recorder(), Recorder()]
     rts = [_start(server, jobs[n], _config(at)) for n in range(2)]
     try:
-        done = wait_until(lambda: _done(admin), 20, message="never done")
+        done = _wait_done(admin)
         runs = [r for j in jobs for r in j.runs]
         assert sorted(item for _i, item, _f in runs) == [0, 1, 2, 3]
         assert all(abs(fire - at) < 1e-3 for _i, _item, fire in runs)
@@ -140,7 +146,7 @@ def test_missed_fire_with_misfire_off_is_skipped_and_done(
     job = Recorder()
     rt = _start(server, job, _config(at, misfire=False))
     try:
-        done = wait_until(lambda: _done(admin), 20, message="never done")
+        done = _wait_done(admin)
         assert done.skipped == (0, 1, 2, 3)
         assert job.runs == []
     finally:
@@ -154,7 +160,7 @@ def test_operator_trigger_reruns_a_done_job(server: MemoryServer, admin: MemoryS
     job = Recorder()
     rt = _start(server, job, _config(at, count=2))
     try:
-        done = wait_until(lambda: _done(admin), 20, message="never done")
+        done = _wait_done(admin)
         wait_until(lambda: len(job.runs) == 2, 5)
         Operations(admin).trigger(JOB)
         wait_until(lambda: len(job.runs) == 4, 10, message=lambda: f"runs: {job.runs}")
