@@ -419,3 +419,12 @@ def test_the_openssl_recipe_of_the_docs_makes_certificates_both_stores_accept(
             assert node is not None and node.value == b"ok"
         finally:
             store.close()
+
+
+def test_a_tls_cluster_reattached_from_its_state_keeps_tls(tls_server: ServerCluster) -> None:
+    """The saved state of a TLS test cluster (``registry up``/``status``) re-attaches
+    with its certificates: the probes still see it serve and url() still carries them."""
+    again = ServerCluster.from_state(tls_server.to_state())
+    assert again.hosts == tls_server.hosts
+    assert again.url("x") == tls_server.url("x")
+    assert all(s.serving for s in again.status()), again.status()
