@@ -16,6 +16,10 @@ re-reads every node that changed; etcd streams the changes and sends nothing). T
 tell that part from the trigger flow, a passive observer store holds the same watch
 on ``/`` and does nothing else: its own ``round_trips`` growth is the watch part.
 
+The servers count too (bench/server_counters.py: ZooKeeper's ``mntr`` packets, etcd's
+unary gRPC calls): their growth per trigger covers both clients (the runtime and the
+observer), so it is compared with the sum of the two client-side counters.
+
 ElasticJob's reference (from its source: per item it writes/deletes running,
 misfire and failover nodes and re-reads sharding state) is about 7 calls per item
 plus a constant; it is shown as that model, not measured.
@@ -32,6 +36,7 @@ from typing import Any
 
 from bench.common import BenchContext, summary, wait_until
 from bench.counting import CountingStore
+from bench.server_counters import server_requests
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.paths import is_high_churn
 from shardkeeper.coordination.snapshot import read_snapshot
@@ -123,9 +128,12 @@ def measure(
         commits: list[int] = []
         totals: list[int] = []
         watch: list[int] = []
+        served: list[int] = []
         seconds: list[float] = []
+        cluster = ctx.servers.get(backend)
         for n in range(1, triggers + 1):
             rt0, ob0 = request_count(rt.store), request_count(observer)
+            server0 = server_requests(cluster)
             calls0, commits0 = counting.total_calls, counting.calls.get("commit", 0)
             seconds.append(fire(n))
             _quiet([rt.store, observer])
@@ -133,6 +141,7 @@ def measure(
             calls.append(counting.total_calls - calls0)
             commits.append(counting.calls.get("commit", 0) - commits0)
             watch.append(request_count(observer) - ob0)
+            served.append(server_requests(cluster) - server0)
             # read after the counters: this read is the harness's, not the runtime's
             snap = read_snapshot(observer, "cost")
             left_marked.append(len(snap.running) if snap is not None else -1)
@@ -155,6 +164,12 @@ def measure(
             "executed_per_trigger": executed,
             "marks_left_after_trigger": left_marked,
             "raw_watch": watch,
+            # the servers' own count for both clients (runtime + observer), and the
+            # clients' count of the same (pings on ZooKeeper make up a difference)
+            "server_per_trigger": summary([float(x) for x in served]),
+            "clients_per_trigger": summary(
+                [float(t + w) for t, w in zip(totals, watch, strict=True)]
+            ),
             # what the chunking rules predict: marks in chunks of 126 (+2 checks),
             # clears in chunks of 64 (check + delete per item)
             "start_commits": math.ceil(items / (COMMIT_LIMIT - 2)) if monitor else 1,
@@ -185,6 +200,8 @@ def run(
                 f"({case['commits_per_trigger']['median']:.0f} commits), "
                 f"{case['total_per_trigger']['median']:.0f} round trips/trigger "
                 f"(watch {case['watch_per_trigger']['median']:.0f}); "
+                f"server counted {case['server_per_trigger']['median']:.0f} for "
+                f"{case['clients_per_trigger']['median']:.0f} sent by both clients; "
                 f"ran {case['executed_per_trigger']} of {items}, "
                 f"marks left {case['marks_left_after_trigger']}"
             )

@@ -174,10 +174,10 @@ def tables(doc: Results) -> str:
         out += ["", "### Coordination cost per trigger (round trips, one instance)", ""]
         out.append(
             "| backend | monitor | local items | store calls (commits) | requests sent p50 | "
-            "watch re-reads (observer) | ElasticJob model (7N+10) | items run / trigger | "
-            "marks left after trigger |"
+            "watch re-reads (observer) | server counted (both clients: sent) | "
+            "ElasticJob model (7N+10) | items run / trigger | marks left after trigger |"
         )
-        out.append("|---|---|---|---|---|---|---|---|---|")
+        out.append("|---|---|---|---|---|---|---|---|---|---|")
         for b, r in _ok(doc, "coordination_cost"):
             for c in r["cases"]:
                 out.append(
@@ -185,7 +185,10 @@ def tables(doc: Results) -> str:
                     f"{_num(c.get('calls_per_trigger', {}).get('median'))} "
                     f"({_num(c.get('commits_per_trigger', {}).get('median'))}) | "
                     f"{_num(c['total_per_trigger']['median'])} | "
-                    f"{_num(c['watch_per_trigger']['median'])} | {c['elasticjob_model']:,} | "
+                    f"{_num(c['watch_per_trigger']['median'])} | "
+                    f"{_num(c.get('server_per_trigger', {}).get('median'))} "
+                    f"({_num(c.get('clients_per_trigger', {}).get('median'))}) | "
+                    f"{c['elasticjob_model']:,} | "
                     f"{_num(min(c['executed_per_trigger'], default=math.nan))}"
                     f"-{_num(max(c['executed_per_trigger'], default=math.nan))} | "
                     f"{_num(max(c['marks_left_after_trigger'], default=math.nan))} |"
