@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BACKEND ?= zookeeper
 STAMP := $(VENV)/.installed
-APT_PACKAGES := zookeeper etcd-server etcd-client default-jre-headless docker-compose iproute2 postgresql-15
+APT_PACKAGES := zookeeper etcd-server etcd-client default-jre-headless docker-compose iproute2 postgresql-15 openssl
 PYTEST_ARGS ?=
 
 .PHONY: demo test lint typecheck pytest system-deps venv chaos bench clean registry-up registry-down
@@ -37,6 +37,7 @@ bench: system-deps venv
 # with its initdb/pg_ctl) come from Debian packages; install only what is missing.
 # docker-compose (v1) only validates docker-compose.yml offline (tests/test_compose.py):
 # no Docker engine is needed, so its recommended docker.io is not installed.
+# openssl runs the certificate recipe of docs/security.md (tests/registry/test_tls.py).
 # chromium and chromium-driver run the console's browser tests (tests/console/), headless:
 # their recommended packages are not needed either.
 system-deps:
@@ -46,6 +47,7 @@ system-deps:
 	command -v etcdctl >/dev/null || missing="$$missing etcd-client"; \
 	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
+	command -v openssl >/dev/null || missing="$$missing openssl"; \
 	[ -x /usr/lib/postgresql/15/bin/initdb ] || missing="$$missing postgresql-15"; \
 	command -v docker-compose >/dev/null || bare="$$bare docker-compose"; \
 	command -v chromium >/dev/null || bare="$$bare chromium"; \
