@@ -17,7 +17,7 @@ from shardkeeper.coordination.model import (
     RunningMark,
     encode,
 )
-from shardkeeper.coordination.paths import instance_path, job_paths
+from shardkeeper.coordination.paths import JobNode, Unknown, instance_path, job_paths, parse
 from shardkeeper.coordination.results import ItemResult
 from shardkeeper.coordination.sharding import necessary_value
 from shardkeeper.coordination.snapshot import (
@@ -82,6 +82,8 @@ def test_every_node_kind_lands_in_its_field(store: CoordinationStore) -> None:
     assert set(snap.running) == {0, 1}
     assert snap.running[0] is not None and snap.running[0].execution_id == "sync@10#0"
     assert snap.running[1] is None
+    assert set(snap.running_nodes) == {0, 1} and snap.running_nodes[0].path == P.running(0)
+    assert snap.fences == {1: "fence-1"}
     entry = snap.failover[2]
     assert entry is not None and entry.from_instance == "c@3@z"
     assert snap.misfire == {3: 9.5}
@@ -123,3 +125,11 @@ def test_live_instances_with_placeholders_for_malformed_metadata(
     assert list(live) == ["a@1@x", "b@2@y"]
     assert live["a@1@x"].host == "h1" and live["a@1@x"].pid == 7
     assert live["b@2@y"].host == "?"
+
+
+def test_a_fence_child_parses_and_other_children_of_a_mark_do_not() -> None:
+    assert parse(P.running(3) + "/fence-ab12") == JobNode(
+        "sync", "fence", item=3, name="fence-ab12"
+    )
+    assert isinstance(parse(P.running(3) + "/other"), Unknown)
+    assert isinstance(parse(P.running_root + "/x/fence-ab12"), Unknown)

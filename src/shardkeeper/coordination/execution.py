@@ -17,14 +17,11 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from shardkeeper.coordination.model import DocumentError, RunningMark
-from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.coordination.paths import FENCE_PREFIX, JobPaths
 from shardkeeper.errors import StoreError
 from shardkeeper.registry.base import Check, CoordinationStore, Create, Delete, Op, Put
 
 __all__ = ["FENCE_PREFIX", "ExecutionService", "StartResult", "clear_mark_ops", "new_fence"]
-
-#: name prefix of a persistent mark's fence child
-FENCE_PREFIX = "fence-"
 
 
 def new_fence() -> str:

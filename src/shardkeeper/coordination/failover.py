@@ -20,16 +20,16 @@ import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from shardkeeper.coordination.execution import FENCE_PREFIX, clear_mark_ops, new_fence
+from shardkeeper.coordination.execution import clear_mark_ops, new_fence
 from shardkeeper.coordination.model import DocumentError, FailoverEntry, RunningMark
 from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.coordination.snapshot import snapshots_from_tree
 from shardkeeper.errors import ConfigError
 from shardkeeper.registry.base import (
     Check,
     CoordinationStore,
     Create,
     Delete,
-    Node,
     Op,
     Put,
     check_path,
@@ -170,29 +170,18 @@ class FailoverService:
         # One read of the subtree (marks and their fence children): etcd answers it
         # with one range read, ZooKeeper with one pipelined batch per level.
         tree = self._store.get_tree(self._paths.running_root)
-        prefix = self._paths.running_root + "/"
-        fences: dict[int, str] = {}
-        nodes: dict[int, Node] = {}
-        for path, node in tree.items():
-            if not path.startswith(prefix):
-                continue
-            parts = path[len(prefix) :].split("/")
-            if not parts[0].isdigit():
-                continue  # a stray node under running/: not a mark
-            if len(parts) == 1:
-                nodes[int(parts[0])] = node
-            elif len(parts) == 2 and parts[1].startswith(FENCE_PREFIX):
-                fences[int(parts[0])] = parts[1]
-        for item, node in sorted(nodes.items()):
-            readable = True
-            try:
-                mark = RunningMark.from_bytes(node.value, node.path)
-            except DocumentError:
-                readable = False
-                mark = RunningMark("?", 0.0, f"{self._paths.job}@unknown#{item}")
+        # the one snapshot reader: a stray node under running/ is not a mark
+        job = self._paths.job
+        snap = snapshots_from_tree(tree, only=job, registered=False).get(job)
+        if snap is None:
+            return moved
+        for item, node in sorted(snap.running_nodes.items()):
+            read = snap.running[item]
+            readable = read is not None
+            mark = read if read is not None else RunningMark("?", 0.0, f"{job}@unknown#{item}")
             if not select(mark, item):
                 continue
-            fence = fences.get(item, "")
+            fence = snap.fences.get(item, "")
             ops: list[Op] = self._clear_ops(item, node.created_revision, fence)
             if fence:
                 # the fence proves the incarnation; the revision check keeps it exact

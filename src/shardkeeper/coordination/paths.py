@@ -15,6 +15,8 @@ The tree inside a namespace (the same on ZooKeeper and etcd)::
                                               time, execution id, failover); persistent
                                               when failover is on, so a crash leaves it
                                               for the survivors to take over
+    /jobs/{job}/running/{item}/fence-{id}  P  fence child of a persistent mark: its
+                                              unique incarnation (completion checks it)
     /jobs/{job}/failover/queue/{item}      P  orphaned item waiting for a taker (JSON)
     /jobs/{job}/misfire/{item}             P  a trigger was missed while the item ran
     /jobs/{job}/results/{item}             P  how the item's last execution ended (JSON:
@@ -40,6 +42,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "CONTROL",
+    "FENCE_PREFIX",
     "INSTANCES",
     "JOBS",
     "InstanceNode",
@@ -57,6 +60,8 @@ __all__ = [
 ]
 
 INSTANCES = "/instances"
+#: name prefix of a persistent running mark's fence child
+FENCE_PREFIX = "fence-"
 JOBS = "/jobs"
 CONTROL = "/control"
 
@@ -259,8 +264,9 @@ class JobNode:
     ``disabled_job``,
     ``disabled_item``, ``disabled_instance``, ``trigger``, ``once``, ``fired``, ``result``, or
     ``root`` for ``/jobs/{job}`` and ``subtree`` for a bare parent such as
-    ``/jobs/{job}/running``). ``item`` is set for per-item nodes, ``instance`` for
-    per-instance nodes, ``name`` for once markers and bare parents."""
+    ``/jobs/{job}/running``; ``fence`` for a running mark's fence child). ``item`` is
+    set for per-item nodes, ``instance`` for per-instance nodes, ``name`` for once
+    markers, fence children and bare parents."""
 
     job: str
     kind: str
@@ -339,4 +345,7 @@ def parse(path: str) -> ParsedNode:
             return Unknown(path) if item is None else JobNode(job, "disabled_item", item=item)
         if rest[:2] == ["disabled", "instances"]:
             return JobNode(job, "disabled_instance", instance=rest[2])
+        if head == "running" and rest[2].startswith(FENCE_PREFIX):
+            item = _item(rest[1])
+            return Unknown(path) if item is None else JobNode(job, "fence", item=item, name=rest[2])
     return Unknown(path)

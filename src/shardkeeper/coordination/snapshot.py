@@ -79,6 +79,10 @@ class JobSnapshot:
     #: the reason of the reshard flag, None when it is not set
     necessary: str | None = None
     running: dict[int, RunningMark | None] = field(default_factory=dict)
+    #: the node of each running mark (its revisions fence the commits that move it)
+    running_nodes: dict[int, Node] = field(default_factory=dict)
+    #: the fence child of each persistent running mark
+    fences: dict[int, str] = field(default_factory=dict)
     failover: dict[int, FailoverEntry | None] = field(default_factory=dict)
     #: the missed fire time of each misfired item
     misfire: dict[int, float | None] = field(default_factory=dict)
@@ -166,6 +170,9 @@ def _apply(snap: JobSnapshot, parsed: JobNode, node: Node) -> None:
         snap.necessary = necessary_parts(node.value or b"")[0] or "(no reason given)"
     elif kind == "running" and item is not None:
         snap.running[item] = _doc(RunningMark.from_bytes, node)
+        snap.running_nodes[item] = node
+    elif kind == "fence" and item is not None and parsed.name:
+        snap.fences[item] = parsed.name
     elif kind == "failover" and item is not None:
         snap.failover[item] = _doc(FailoverEntry.from_bytes, node)
     elif kind == "misfire" and item is not None:
@@ -194,12 +201,14 @@ def snapshots_from_tree(
     default) only jobs with a stored config are kept; without it, every job seen
     (for a tree that is only a part of a job's subtree)."""
     snaps: dict[str, JobSnapshot] = {}
-    for path in sorted(tree):
+    for path, node in tree.items():
         parsed = parse(path)
         if not isinstance(parsed, JobNode) or (only is not None and parsed.job != only):
             continue
-        snap = snaps.setdefault(parsed.job, JobSnapshot(parsed.job))
-        _apply(snap, parsed, tree[path])
+        snap = snaps.get(parsed.job)
+        if snap is None:
+            snap = snaps[parsed.job] = JobSnapshot(parsed.job)
+        _apply(snap, parsed, node)
     for snap in snaps.values():
         snap.instances.sort()
     return {n: s for n, s in sorted(snaps.items()) if s.has_config or not registered}
