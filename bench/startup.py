@@ -66,6 +66,9 @@ def child(url: str, jobs: int) -> int:
         "threads": proc_threads(),
         "registered": sum(1 for r in runners if r.state.registered),
         "leading": sum(1 for r in runners if r.election.is_leader),
+        # the registration alone (the rest of start(): runners and triggers)
+        "register_s": rt.registrar.seconds if rt.registrar else None,
+        **(rt.registrar.stats if rt.registrar else {}),
     }
     # what the store holds (one listing per level: the child is alone in its namespace)
     jobs_seen = rt.store.children("/jobs")
@@ -157,7 +160,8 @@ def run(ctx: BenchContext, backend: str, jobs: int = JOBS) -> dict[str, Any]:
         f"  startup {backend} jobs={jobs}: {started['startup_s']:.2f}s "
         f"(baseline {raw['seconds']:.2f}s, x{result['ratio_to_baseline']:.1f}), "
         f"{started['round_trips']:,} requests ({result['requests_per_job']:.1f}/job), "
-        f"registered {started['registered']:,}, leading {started['leading']:,}, "
+        f"registration alone {started['register_s']:.2f}s in {started['batch_commits']} batch "
+        f"commits, registered {started['registered']:,}, leading {started['leading']:,}, "
         f"stored {started['stored_jobs']:,}"
     )
     return result

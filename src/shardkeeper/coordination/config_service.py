@@ -42,7 +42,14 @@ from shardkeeper.coordination.sharding import necessary_value
 from shardkeeper.errors import JobConfigError, JobConflictError, OperationRefusedError
 from shardkeeper.registry.base import Check, CoordinationStore, Op, Put
 
-__all__ = ["META_KEY", "ConfigService", "StoredConfig", "decode_document", "encode_document"]
+__all__ = [
+    "META_KEY",
+    "ConfigService",
+    "StoredConfig",
+    "decode_document",
+    "encode_document",
+    "instance_writer",
+]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +65,11 @@ _ATTEMPTS = 5
 
 def _host() -> str:
     return socket.gethostname().split(".")[0] or "host"
+
+
+def instance_writer() -> str:
+    """How an instance names itself as the writer of a config: ``host@pid``."""
+    return f"{_host()}@{os.getpid()}"
 
 
 def _json_value(value: Any) -> Any:
@@ -202,19 +214,20 @@ class ConfigService:
     # -- instances --------------------------------------------------------------------
 
     @staticmethod
-    def initial_document(config: JobConfig) -> bytes:
+    def initial_document(config: JobConfig, by: str | None = None) -> bytes:
         """The document an instance creates for a job that is not stored yet (what
-        :meth:`sync` creates; a batched registration creates it in its own commit)."""
-        return encode_document(config, writer=INSTANCE, by=f"{_host()}@{os.getpid()}", revision=1)
+        :meth:`sync` creates; a batched registration creates it in its own commit).
+        ``by`` names the writer (default: :func:`instance_writer`)."""
+        return encode_document(config, writer=INSTANCE, by=by or instance_writer(), revision=1)
 
     def sync(self, config: JobConfig) -> tuple[JobConfig, bool]:
         """Register ``config``: create it if absent, refuse a different job class, and
         with ``config.overwrite`` replace an instance's config or a corrupt one while
         keeping an operator's newer edits. Returns (effective config, whether the
         sharding total count changed against what was stored)."""
-        by = f"{_host()}@{os.getpid()}"
+        by = instance_writer()
         for _ in range(_ATTEMPTS):
-            doc = self.initial_document(config)
+            doc = self.initial_document(config, by)
             if self._store.create(self._paths.config, doc) is not None:
                 return config, False
             stored = self.read()

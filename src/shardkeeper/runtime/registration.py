@@ -9,14 +9,18 @@ all known, so the registrar asks the store once which jobs exist (one listing of
 ``/jobs``) and then:
 
 * a job that is **not stored yet** joins in a batched commit of
-  ``max_ops_per_commit // 5`` jobs, 5 operations each::
+  ``max_ops_per_commit // 6`` jobs (21), 5 operations each::
 
       Check(/jobs/{job}, exists=False)        nothing of the job exists (no config,
                                               switch, mark, assignment or member)
       Create(/jobs/{job}/config, doc)         this instance's config, as sync() writes it
-      Create(/jobs/{job}/instances/{me}, E)   the membership
-      Create(/jobs/{job}/necessary, reason)   reshard at the first trigger
+      Put(/jobs/{job}/instances/{me}, E)      the membership
+      Put(/jobs/{job}/necessary, reason)      reshard at the first trigger
       Create(/jobs/{job}/leader, me, E)       leader election: create-if-absent
+
+  Three conditions a job (an absence each): the batch size lets each take its exact
+  form on etcd (two compares of at most 128), so a batch is one request there; the
+  two Puts add none (the absence check covers them).
 
   The absence check makes the commit decide exactly what a one-by-one registration
   would have found: no stored config (so no drift and no class conflict), no switch,
@@ -54,7 +58,7 @@ from typing import NamedTuple
 from shardkeeper._imports import import_object
 from shardkeeper._version import __version__
 from shardkeeper.config import JobConfig
-from shardkeeper.coordination.config_service import ConfigService
+from shardkeeper.coordination.config_service import ConfigService, instance_writer
 from shardkeeper.coordination.model import InstanceInfo, encode
 from shardkeeper.coordination.paths import JOBS, instance_path
 from shardkeeper.coordination.sharding import necessary_value
@@ -68,6 +72,7 @@ from shardkeeper.registry.base import (
     Create,
     EventKind,
     Op,
+    Put,
     WatchEvent,
 )
 from shardkeeper.runtime.fires import SkipSink
@@ -82,6 +87,8 @@ log = logging.getLogger(__name__)
 
 #: operations a new job adds to a batch commit (module docstring)
 OPS_PER_JOB = 5
+#: commit conditions a new job adds (each an absence: two compares on etcd)
+_CONDITIONS_PER_JOB = 3
 #: commits of one batch (each after a failed one lists ``/jobs`` again)
 _BATCH_ATTEMPTS = 4
 #: batches in a row whose commit raised before the rest is left to housekeeping
@@ -108,10 +115,13 @@ class Registrar:
         self._store = store
         self.info = info
         self._me = info.instance_id
+        self._by = instance_writer()  # asked once: gethostname() is slow on some hosts
         #: config path -> hash of the document a batch created there (until its event)
         self._own_docs: dict[str, int] = {}
-        #: commits and jobs of the last :meth:`register_all` (logs, tests, benchmarks)
+        #: commits and jobs of :meth:`register_all` (logs, tests, benchmarks)
         self.stats: dict[str, int] = {"batch_commits": 0, "batched": 0, "one_by_one": 0}
+        #: seconds :meth:`register_all` took
+        self.seconds = 0.0
 
     # -- the instance node ----------------------------------------------------------
 
@@ -130,6 +140,7 @@ class Registrar:
         """Register the instance and every job at start-up. Raises JobConflictError or
         JobConfigError for a stored job this instance can never run; a store failure
         leaves the jobs concerned to the housekeeping pass."""
+        began = time.monotonic()
         with contextlib.suppress(StoreError):
             self.put_instance()
         listed = self._listed()
@@ -143,7 +154,8 @@ class Registrar:
         # In an empty namespace even /jobs is missing: a first batch of one job makes
         # it (a commit finds the parents of its new subtrees in one read, and /jobs
         # would otherwise be the missing parent of every absence check of the batch)
-        size = max(1, self._store.max_ops_per_commit // OPS_PER_JOB)
+        limit = self._store.max_ops_per_commit
+        size = max(1, min(limit // OPS_PER_JOB, limit // (2 * _CONDITIONS_PER_JOB)))
         first = 1 if not listed else size
         failed_in_row = 0
         at = 0
@@ -162,10 +174,12 @@ class Registrar:
             failed_in_row = 0
             for runner in aside:
                 self._register_one(runner)
+        self.seconds = time.monotonic() - began
         log.info(
-            "%s registered %d jobs: %d in %d batch commits, %d one by one",
+            "%s registered %d jobs in %.1fs: %d in %d batch commits, %d one by one",
             self._me,
             len(runners),
+            self.seconds,
             self.stats["batched"],
             self.stats["batch_commits"],
             self.stats["one_by_one"],
@@ -209,22 +223,27 @@ class Registrar:
                 return aside
             joined_at = time.time()
             member = encode(dataclasses.replace(self.info, jobs=[], started_at=joined_at))
-            docs = {r.name: ConfigService.initial_document(r.config) for r in pending}
+            docs = {r.name: ConfigService.initial_document(r.config, self._by) for r in pending}
             ops: list[Op] = []
             for r in pending:
                 ops += self._ops(r, docs[r.name], member)
             for r in pending:
                 r.state.registering = True  # a fire meanwhile waits for the outcome
+                # known before the commit: its events may arrive before it returns
+                self._own_docs[r.paths.config] = hash(docs[r.name])
+            result = None
             try:
                 result = self._store.commit(ops)
                 self.stats["batch_commits"] += 1
                 if result:
                     for r in pending:
-                        self._own_docs[r.paths.config] = hash(docs[r.name])
                         self._joined(r, result.revision, joined_at)
             finally:
                 for r in pending:
                     r.state.registering = False
+                    if result is None or not result:
+                        # nothing written (or unknown: then a re-read is right)
+                        self._own_docs.pop(r.paths.config, None)
             if result:
                 self.stats["batched"] += len(pending)
                 return aside
@@ -243,8 +262,8 @@ class Registrar:
         return [
             Check(p.root, exists=False),
             Create(p.config, doc),
-            Create(p.instance(self._me), member, ephemeral=True),
-            Create(p.necessary, necessary_value(f"instance joined: {self._me}")),
+            Put(p.instance(self._me), member, ephemeral=True),
+            Put(p.necessary, necessary_value(f"instance joined: {self._me}")),
             Create(p.leader, self._me.encode(), ephemeral=True),
         ]
 
