@@ -2,9 +2,10 @@
 next to the contract (registry/counting.py, registry/faults.py).
 
 The loop is tested on its own first (ordering, states, filters, bounded waits, the
-idle retry), then through the real stores: one event thread per store, the one every
-listener runs on, and the capabilities the benchmarks and tests check with
-``isinstance``. Every wait is on a condition with a deadline.
+idle retry), then through every store (ZooKeeper, etcd and the in-memory reference,
+which all run on it): one event thread per store, the one every listener runs on, and
+the capabilities the benchmarks and tests check with ``isinstance``. Every wait is on
+a condition with a deadline.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The event thread of a store: one queue, one thread, the connection state and the
-ordered delivery of state and watch events. Both real backends run theirs on an
-:class:`EventLoop`; what differs between them (how a client library reports a change)
-stays in the backend, which only hands the loop what to deliver.
+ordered delivery of state and watch events. Both real backends (and the in-memory
+reference store) run theirs on an :class:`EventLoop`; what differs between them (how a
+client library reports a change) stays in the backend, which only hands the loop what
+to deliver.
 
 What the contract (``base.py``, Threads and events) asks, and how the loop gives it:
 

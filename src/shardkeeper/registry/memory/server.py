@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from shardkeeper.errors import ConfigError, StoreUnavailableError
+from shardkeeper.registry._events import WatchDelivery
 from shardkeeper.registry.base import (
     Check,
     CommitResult,
@@ -29,9 +30,7 @@ from shardkeeper.registry.base import (
     Delete,
     EventKind,
     Op,
-    PathFilter,
     WatchEvent,
-    WatchListener,
 )
 from shardkeeper.registry.memory.hooks import (
     _PAUSE_LIMIT,
@@ -78,14 +77,13 @@ class _StateItem:
 _Item = _EventItem | _StateItem
 
 
-@dataclass(eq=False)
-class _Watch:
-    prefix: str
-    listener: WatchListener
-    exclude: PathFilter | None
+@dataclass(eq=False, kw_only=True)
+class _Watch(WatchDelivery):
+    """A watch of a store: the loop's delivery state, and where in the server's order
+    it began."""
+
     #: events with a sequence number above this are delivered
     since: int
-    cancelled: bool = False
 
 
 # ---- the server ---------------------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""A client of the in-memory store server: its calls, session and event thread.
+"""A client of the in-memory store server: its calls, session and event thread (the
+registry's shared :class:`~shardkeeper.registry._events.EventLoop`, as the real
+backends'; what it delivers is placed in the server's one order).
 
 Sessions
 --------
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import queue
 import re
 import threading
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from shardkeeper.errors import (
     StoreLimitError,
     StoreUnavailableError,
 )
+from shardkeeper.registry._events import EventLoop
 from shardkeeper.registry.base import (
     CommitResult,
     ConnectionState,
@@ -39,7 +41,6 @@ from shardkeeper.registry.base import (
     Subscription,
     WatchListener,
     check_path,
-    is_excluded,
 )
 from shardkeeper.registry.memory.hooks import ErrorSpec, _check_op, _check_prefix, _Failure
 from shardkeeper.registry.memory.server import (
@@ -87,7 +88,6 @@ class MemoryStore(CoordinationStore):
         self._timeout = float(session_timeout)
         self._session = 0
         self._sid_shown = 0
-        self._state = ConnectionState.LOST
         self._started = False
         self._closed = False
         self._suspended = False
@@ -100,13 +100,15 @@ class MemoryStore(CoordinationStore):
         #: id -> (listener, the server's sequence number when it was added)
         self._state_listeners: dict[int, tuple[StateListener, int]] = {}
         self._next_listener = 0
-        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        # the event thread; states are posted in the server's order (_set_state)
+        self._loop = EventLoop(
+            f"shardkeeper-memory-events[{self.namespace}]", ConnectionState.LOST, log=_log
+        )
 
     def __repr__(self) -> str:
         return (
             f"MemoryStore({self._server.name!r}, {self.namespace!r}, "
-            f"session={self.session_id or '-'}, {self._state.name})"
+            f"session={self.session_id or '-'}, {self._loop.state.name})"
         )
 
     # -- properties --------------------------------------------------------------
@@ -126,7 +128,7 @@ class MemoryStore(CoordinationStore):
     def state(self) -> ConnectionState:
         """The latest connection state (set when it changes; listeners get it on the
         event thread, in order with the watch events)."""
-        return self._state
+        return self._loop.state
 
     @property
     def session_timeout(self) -> float:
@@ -155,12 +157,7 @@ class MemoryStore(CoordinationStore):
             self._started = True
             self._session = self._sid_shown = server._new_session()
             server._stores.append(self)
-            self._thread = threading.Thread(
-                target=self._run_events,
-                name=f"shardkeeper-memory-events[{self.namespace}]",
-                daemon=True,
-            )
-            self._thread.start()
+            self._loop.start()
             self._set_state(ConnectionState.CONNECTED)
 
     def close(self) -> None:
@@ -176,12 +173,9 @@ class MemoryStore(CoordinationStore):
                 server._stores.remove(self)
             if self._started:
                 server._end_session(self)
-            self._state = ConnectionState.LOST
+            self._loop.record(ConnectionState.LOST)
         server._release_pauses_of(self)
-        self._queue.put(None)
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5)
+        self._loop.stop(5)
 
     # -- reads --------------------------------------------------------------------
 
@@ -279,7 +273,7 @@ class MemoryStore(CoordinationStore):
         self._count()
         with server._lock:
             self._require_connected("watch")
-            w = _Watch(prefix, listener, exclude, server._seq)
+            w = _Watch(prefix=prefix, listener=listener, exclude=exclude, since=server._seq)
             with self._lock:
                 self._watches.append(w)
         return Subscription(functools.partial(self._unwatch, w))
@@ -366,7 +360,7 @@ class MemoryStore(CoordinationStore):
                 self._set_state(ConnectionState.CONNECTED)
             backlog, self._backlog = self._backlog, []
             for item in backlog:
-                self._queue.put(item)
+                self._post(item)
 
     def expire(self) -> None:
         """The session expires now (server side): its ephemerals are deleted (watchers
@@ -425,17 +419,24 @@ class MemoryStore(CoordinationStore):
             )
 
     def _set_state(self, state: ConnectionState) -> None:
-        """Under the server lock: record and queue a state change."""
-        self._state = state
+        """Under the server lock: record and queue a state change (every one, in the
+        server's order: the loop's change check is not the reference's to make)."""
+        self._loop.record(state)
         self._server._seq += 1
-        self._queue.put(_StateItem(self._server._seq, state))
+        self._post(_StateItem(self._server._seq, state))
 
     def _enqueue(self, item: _EventItem) -> None:
         """Under the server lock: queue a watch event (held back while suspended)."""
         if self._suspended:
             self._backlog.append(item)
         else:
-            self._queue.put(item)
+            self._post(item)
+
+    def _post(self, item: _Item) -> None:
+        if isinstance(item, _StateItem):
+            self._loop.post(functools.partial(self._deliver_state, item))
+        else:
+            self._loop.post(functools.partial(self._deliver_event, item))
 
     def _cancel_expiry(self) -> None:
         timer, self._expiry = self._expiry, None
@@ -456,34 +457,24 @@ class MemoryStore(CoordinationStore):
                 server._end_session(self)
                 self._set_state(ConnectionState.LOST)
 
-    def _run_events(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            if isinstance(item, _StateItem):
-                with self._lock:
-                    listeners = [
-                        f for f, since in self._state_listeners.values() if since < item.seq
-                    ]
-                for listener in listeners:
-                    try:
-                        listener(item.state)
-                    except Exception:
-                        _log.exception("state listener %r failed", listener)
-                continue
-            seq, event = item.seq, item.event
-            with self._lock:
-                watches = list(self._watches)
-            for w in watches:
-                if w.cancelled or seq <= w.since or not _under(event.path, w.prefix):
-                    continue
-                try:
-                    if is_excluded(event.path, w.exclude):
-                        continue
-                except Exception:
-                    _log.exception("watch %s: exclude filter failed on %s", w.prefix, event.path)
-                try:
-                    w.listener(event)
-                except Exception:
-                    _log.exception("watch listener %r failed on %s", w.listener, event)
+    # -- on the event thread ------------------------------------------------------------
+
+    def _deliver_state(self, item: _StateItem) -> None:
+        # only the listeners added before the change (see add_state_listener)
+        with self._lock:
+            listeners = [f for f, since in self._state_listeners.values() if since < item.seq]
+        for listener in listeners:
+            try:
+                listener(item.state)
+            except Exception:
+                _log.exception("state listener %r failed", listener)
+
+    def _deliver_event(self, item: _EventItem) -> None:
+        seq, event = item.seq, item.event
+        with self._lock:
+            watches = list(self._watches)
+        for w in watches:
+            if seq > w.since and _under(event.path, w.prefix):
+                # cancelled, excluded (a filter that raises excludes nothing), listener
+                # failures: the loop's rules, as for the real backends
+                self._loop.deliver_watch(w, event)
