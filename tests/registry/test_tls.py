@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from shardkeeper.config import JobConfig
-from shardkeeper.errors import InvalidRegistryURLError, StoreUnavailableError
+from shardkeeper.errors import ConfigError, InvalidRegistryURLError, StoreUnavailableError
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry import (
     Check,
@@ -428,3 +428,25 @@ def test_a_tls_cluster_reattached_from_its_state_keeps_tls(tls_server: ServerClu
     assert again.hosts == tls_server.hosts
     assert again.url("x") == tls_server.url("x")
     assert all(s.serving for s in again.status()), again.status()
+
+
+def test_a_key_file_gone_after_parsing_fails_start_naming_the_option(
+    backend: str, pki: TLSFiles, tmp_path: Path
+) -> None:
+    """Files are checked when the URL is parsed; one removed before start() fails it
+    with ConfigError naming the option (the key by its file name), before any
+    connection is tried."""
+    key = tmp_path / "hidden-dir" / "client.key"
+    key.parent.mkdir()
+    key.write_bytes(pki.client_key.read_bytes())
+    scheme = "zk" if backend == "zookeeper" else "etcd"
+    settings = parse_registry_url(
+        f"{scheme}://127.0.0.1:1/ns?ca={pki.ca}&cert={pki.client_cert}&key={key}"
+    )
+    key.unlink()
+    store = open_store(settings)
+    with pytest.raises(ConfigError) as info:
+        store.start()
+    store.close()
+    assert "option key=.../client.key cannot be read now" in str(info.value)
+    assert "hidden-dir" not in str(info.value)

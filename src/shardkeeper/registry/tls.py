@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shardkeeper.errors import ConfigError
+
 if TYPE_CHECKING:
     import grpc
 
@@ -147,18 +149,29 @@ def check_tls_options(
     return None
 
 
-def _read(path: str | None) -> bytes | None:
-    return Path(path).read_bytes() if path is not None else None
+def _read(option: str, path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        # checked when the settings were made: the file went away or lost its rights since
+        raise ConfigError(
+            f"option {_shown(option, path)} cannot be read now ({exc.strerror}); "
+            f"give a readable file with {_WANTED[option][1]}"
+        ) from None
 
 
 def grpc_credentials(settings: RegistrySettings) -> grpc.ChannelCredentials:
-    """The channel credentials of an etcd store over TLS (the system's CAs without ca)."""
+    """The channel credentials of an etcd store over TLS (the system's CAs without ca).
+
+    Raises ConfigError naming the option when a file can no longer be read."""
     import grpc
 
     return grpc.ssl_channel_credentials(
-        root_certificates=_read(settings.tls_ca),
-        private_key=_read(settings.tls_key),
-        certificate_chain=_read(settings.tls_cert),
+        root_certificates=_read("ca", settings.tls_ca),
+        private_key=_read("key", settings.tls_key),
+        certificate_chain=_read("cert", settings.tls_cert),
     )
 
 
@@ -166,10 +179,18 @@ def kazoo_options(settings: RegistrySettings) -> dict[str, Any]:
     """The ``KazooClient`` keyword arguments for TLS (none without TLS).
 
     The host name is checked whenever the certificate is verified, as gRPC does for etcd
-    (kazoo itself checks only the certificate chain by default).
+    (kazoo itself checks only the certificate chain by default). Raises ConfigError
+    naming the option when a file can no longer be read (kazoo would only log it from
+    its connection thread, again at every attempt).
     """
     if not settings.tls:
         return {}
+    for option, path in (
+        ("ca", settings.tls_ca),
+        ("cert", settings.tls_cert),
+        ("key", settings.tls_key),
+    ):
+        _read(option, path)
     return {
         "use_ssl": True,
         "ca": settings.tls_ca,
@@ -204,8 +225,10 @@ def handshake_problem(settings: RegistrySettings, timeout: float = 1.0) -> str |
         return None
     try:
         context = ssl_context(settings)
-    except (OSError, ssl.SSLError) as exc:
-        return f"the TLS files cannot be loaded: {exc}"
+    except ssl.SSLError as exc:
+        return f"the TLS files cannot be loaded: {exc.reason or exc.strerror}"
+    except OSError as exc:  # (its text could name the key's path: only the reason)
+        return f"the TLS files cannot be loaded: {exc.strerror or type(exc).__name__}"
     deadline = time.monotonic() + timeout
     for host, port in settings.hosts:
         left = deadline - time.monotonic()
