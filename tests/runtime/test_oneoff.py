@@ -75,7 +75,7 @@ def _done(admin: MemoryStore) -> DoneRecord | None:
 
 
 def _wait_done(admin: MemoryStore) -> DoneRecord:
-    done = _wait_done(admin)
+    done = wait_until(lambda: _done(admin), 20, message="never done")
     assert done is not None
     return done
 
