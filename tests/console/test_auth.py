@@ -10,7 +10,9 @@ import pytest
 from shardkeeper.console.auth import AuthConfig, hash_password, load_auth
 from shardkeeper.console.context import ConsoleContext
 from shardkeeper.console.session import Signer
+from shardkeeper.console.throttle import LoginThrottle
 from shardkeeper.errors import ConfigError
+from shardkeeper.testing.faults import wait_until
 
 
 def test_accounts_from_env_and_file(tmp_path: Path) -> None:
@@ -118,3 +120,17 @@ def test_scrub_hides_every_secret() -> None:
         secrets=["pw", "user:pw", ""],
     )
     assert ctx.scrub("zk://user:pw@host failed (pw)") == "zk://***@host failed (***)"
+
+
+def test_login_throttle_counts_failures_per_name_within_the_window() -> None:
+    throttle = LoginThrottle(limit=2, window=0.3)
+    throttle.failed("bob")
+    assert throttle.wait_for("bob") == 0
+    throttle.failed("bob")
+    assert 0 < throttle.wait_for("bob") <= 0.3
+    assert throttle.wait_for("alice") == 0
+    wait_until(lambda: throttle.wait_for("bob") == 0, 5, message="the window did not pass")
+    throttle.failed("carol")
+    throttle.failed("carol")
+    throttle.succeeded("carol")
+    assert throttle.wait_for("carol") == 0

@@ -9,6 +9,7 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
+from shardkeeper.console.throttle import LoginThrottle
 from shardkeeper.ops import Operations
 from shardkeeper.registry import CoordinationStore
 from shardkeeper.testing.faults import wait_until
@@ -194,3 +195,18 @@ def test_instance_forms_shutdown_and_removal(
     assert 'id="remove-job"' in client.get(f"/jobs/{JOB}").text
     removed = post(client, f"/jobs/{JOB}/remove")
     assert flash(removed) == f"job {JOB} removed" and "No job is registered" in removed
+
+
+@pytest.mark.parametrize("backend", ["zookeeper"], ids=["zk"])
+def test_password_guessing_is_slowed_down(client: TestClient) -> None:
+    client.app.state.console.throttle = LoginThrottle(limit=3, window=60)  # type: ignore[attr-defined]
+    token = csrf_of(client.get("/login").text)
+    for _ in range(3):
+        wrong = client.post("/login", data={"username": "bob", "password": "x", "csrf": token})
+        assert wrong.status_code == 401
+    right = client.post("/login", data={"username": BOB[0], "password": BOB[1], "csrf": token})
+    assert right.status_code == 429 and "too many failed logins for &#39;bob&#39;" in right.text
+    basic = client.get("/api/whoami", auth=BOB)
+    assert basic.status_code == 429 and 0 < int(basic.headers["retry-after"]) <= 61
+    login(client, ALICE)  # another name is not affected
+    assert client.get("/api/whoami").json()["name"] == "alice"

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
-from shardkeeper.console.auth import AuthConfig
+from shardkeeper.console.auth import AuthConfig, Principal
 from shardkeeper.console.session import Signer
+from shardkeeper.console.throttle import LoginThrottle, TooManyLogins
 from shardkeeper.history import HistoryReader
 from shardkeeper.ops import Operations
 
@@ -32,6 +33,20 @@ class ConsoleContext:
     refresh_seconds: float = 5.0
     cookie_secure: bool = False
     title: str = "shardkeeper"
+    throttle: LoginThrottle = field(default_factory=LoginThrottle)
+
+    def check_password(self, user: str, password: str, via: str) -> Principal | None:
+        """The principal for a correct password, None for a wrong one; TooManyLogins
+        while the user name has too many recent failures (even for the right one)."""
+        wait = self.throttle.wait_for(user)
+        if wait > 0:
+            raise TooManyLogins(user, wait)
+        principal = self.auth.check_password(user, password, via)
+        if principal is None:
+            self.throttle.failed(user)
+        else:
+            self.throttle.succeeded(user)
+        return principal
 
     def scrub(self, text: str) -> str:
         """``text`` with every known secret replaced by ``***``."""

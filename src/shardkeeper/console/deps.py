@@ -23,6 +23,7 @@ from starlette.datastructures import FormData
 from shardkeeper.console.auth import Principal
 from shardkeeper.console.context import context_of
 from shardkeeper.console.session import SESSION_COOKIE, Session
+from shardkeeper.console.throttle import TooManyLogins
 
 __all__ = [
     "Forbidden",
@@ -73,10 +74,10 @@ def _header_principal(request: Request) -> Principal | None:
     header = request.headers.get("authorization")
     if not header:
         return None
-    auth = context_of(request).auth
+    ctx = context_of(request)
     scheme, _, value = header.partition(" ")
     if scheme.lower() == "bearer":
-        principal = auth.check_token(value.strip())
+        principal = ctx.auth.check_token(value.strip())
         if principal is None:
             raise _unauthorized("the bearer token is not valid")
         return principal
@@ -85,7 +86,11 @@ def _header_principal(request: Request) -> Principal | None:
             user, sep, password = base64.b64decode(value.strip()).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
             user, sep, password = "", "", ""
-        principal = auth.check_password(user, password, "basic") if sep else None
+        try:
+            principal = ctx.check_password(user, password, "basic") if sep else None
+        except TooManyLogins as exc:
+            headers = {"Retry-After": str(exc.retry_after)}
+            raise HTTPException(status_code=429, detail=str(exc), headers=headers) from None
         if principal is None:
             raise _unauthorized("wrong user name or password")
         return principal

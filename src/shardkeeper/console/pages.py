@@ -14,6 +14,7 @@ from shardkeeper.console.deps import page_principal, session_of
 from shardkeeper.console.forms import WHOLE, config_fields, history_query
 from shardkeeper.console.render import page, set_session
 from shardkeeper.console.session import SESSION_COOKIE
+from shardkeeper.console.throttle import TooManyLogins
 from shardkeeper.errors import ConfigError
 from shardkeeper.history import HistoryEntry, HistoryUnavailableError
 
@@ -101,9 +102,12 @@ async def login(request: Request) -> Response:
     if not ctx.signer.check_csrf(session_of(request), fields.get("csrf")):
         error = "the login form expired: try again"
         return page(request, "login.html", None, next=target, error=error, status_code=403)
-    principal = ctx.auth.check_password(
-        fields.get("username", ""), fields.get("password", ""), "session"
-    )
+    try:
+        principal = ctx.check_password(
+            fields.get("username", ""), fields.get("password", ""), "session"
+        )
+    except TooManyLogins as exc:
+        return page(request, "login.html", None, next=target, error=str(exc), status_code=429)
     if principal is None:
         error = "wrong user name or password"
         return page(request, "login.html", None, next=target, error=error, status_code=401)
