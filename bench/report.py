@@ -228,6 +228,23 @@ def tables(doc: Results) -> str:
             )
         out += _errors(doc, "jitter")
 
+    if "startup" in doc:
+        out += ["", "### Start-up (one instance registers N new jobs)", ""]
+        out.append(
+            "| backend | jobs | start() s | registration s | requests | per job | batch commits "
+            "| raw batched commit s (nodes) | ratio | registered / leading |"
+        )
+        out.append("|---|---|---|---|---|---|---|---|---|---|")
+        for b, r in _ok(doc, "startup"):
+            raw = r["baseline"]
+            out.append(
+                f"| {b} | {r['jobs']:,} | {_s(r['startup_s'])} | {_s(r.get('register_s'))} | "
+                f"{r['round_trips']:,} | {r['requests_per_job']:.1f} | "
+                f"{r.get('batch_commits', 'n/a')} | {_s(raw['seconds'])} ({raw['nodes']:,}) | "
+                f"{_num(r['ratio_to_baseline'], 1)} | {r['registered']:,} / {r['leading']:,} |"
+            )
+        out += _errors(doc, "startup")
+
     if "scale" in doc:
         out += ["", "### Scale (jobs registered per instance)", ""]
         out.append(
