@@ -161,6 +161,7 @@ def test_config_errors_are_shown_next_to_their_field(
         url, data={"csrf": token, "description": "nightly", "sharding_item_parameters": "0=x"}
     )
     assert flash(done.text) == f"config of {JOB} changed: description, sharding_item_parameters"
+    assert "(operator) at" in re.sub(r"\s+", " ", done.text.split('id="config-written"')[1])
     assert ops.job(JOB).config["description"] == "nightly"
     assert [i.parameter for i in ops.job(JOB).items] == ["x", "", ""]
 

@@ -7,9 +7,10 @@ operator), CSRF-checked forms and no registry credential in any page or answer.
 See docs/console.md.
 
 Modules: ``app`` (the factory), ``auth`` (accounts, tokens, roles), ``session``
-(signed cookies, CSRF tokens), ``throttle`` (failed logins), ``deps`` (request authentication), ``context`` (the
-shared state), ``render`` (templates), ``pages`` (GET pages, login), ``actions``
-(the pages' forms), ``api`` (REST), ``forms`` (form values to operations).
+(signed cookies, CSRF tokens), ``throttle`` (failed logins), ``deps`` (request
+authentication), ``context`` (the shared state), ``render`` (templates), ``pages``
+(GET pages, login), ``actions`` (the pages' forms), ``api`` (REST), ``forms`` (form
+values to operations).
 """
 
 from shardkeeper.console.app import create_app, open_console

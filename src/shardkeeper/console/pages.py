@@ -60,8 +60,10 @@ def job_page(
             history = ctx.history.query(history_query(name, filters))
         except (ConfigError, HistoryUnavailableError) as exc:
             history_error = ctx.scrub(str(exc))
+    stored = ctx.ops.stored_config(name)
     values: dict[str, Any] = {
         "job": detail,
+        "written": {"by": stored.by or "?", "writer": stored.writer, "at": stored.at or None},
         "fields": config_fields(detail.config, submitted=submitted, errors=errors),
         "config_error": (errors or {}).get(WHOLE),
         "filters": filters,
