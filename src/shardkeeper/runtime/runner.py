@@ -10,7 +10,8 @@ Parts (each in its own module, each testable over the reference MemoryStore):
 * ``repair.RepairPass``: the level-triggered housekeeping pass;
 * ``oneoff.OneOffDuties``: a one-off job's done marker and catch-ups (only when
   the config has ``at``);
-* ``events.classify``: registry events as typed hints.
+* ``reactions.Reactions``: connection states and registry events (typed hints
+  from ``events.classify``) turned into lane tasks and state changes.
 
 All coordination work of a job runs on the job's *lane* (``pool.Lanes``): one task
 at a time per job, in order, so a trigger, a claim and a repair pass of one job never
@@ -51,14 +52,13 @@ from shardkeeper.coordination.sharding import ShardingService
 from shardkeeper.errors import ShardkeeperError, StoreError
 from shardkeeper.job import JobListener, ShardedJob, ShardingContext
 from shardkeeper.observe import Observers
-from shardkeeper.registry.base import ConnectionState, EventKind, WatchEvent
-from shardkeeper.runtime import events as ev
 from shardkeeper.runtime.batches import Batch, Batches
 from shardkeeper.runtime.fires import FireQueue, SkipSink
 from shardkeeper.runtime.jobstate import JobState, SkipReason
 from shardkeeper.runtime.leader import LeaderDuties
 from shardkeeper.runtime.oneoff import OneOffDuties
 from shardkeeper.runtime.pool import Lanes, WorkerPool
+from shardkeeper.runtime.reactions import Reactions
 from shardkeeper.runtime.repair import RepairHooks, RepairPass
 from shardkeeper.runtime.services import JobServices
 from shardkeeper.runtime.trigger import (
@@ -76,7 +76,7 @@ def _log_skip(job: str, reason: SkipReason, ft: float, detail: str) -> None:
     log.warning("%s: trigger at %s skipped: %s%s", job, fmt_fire(ft), reason.value, detail)
 
 
-class JobRunner(FireQueue):
+class JobRunner(FireQueue, Reactions):
     """Coordinates one job for this instance (see module docstring)."""
 
     def __init__(
@@ -341,108 +341,6 @@ class JobRunner(FireQueue):
             # the batch may have completed the one-off job: record it now, not at
             # the next housekeeping pass
             self.submit("oneoff", self.oneoff.check)
-
-    # -- connection states ----------------------------------------------------------
-
-    def on_state(self, state: ConnectionState) -> None:
-        """Apply a connection-state change (store event thread: no store call here)."""
-        self.election.on_state(state)
-        if state is not ConnectionState.SUSPENDED:
-            # events may have been missed meanwhile: the next fire reads the assignment
-            # (and the reshard flag)
-            self.trigger.forget_assignment()
-        if state is ConnectionState.SUSPENDED:
-            self.state.suspended = True
-        elif state is ConnectionState.RECONNECTED:
-            self.state.suspended = False
-            self.request_repair()
-        elif state is ConnectionState.LOST:
-            # Our ephemeral nodes are gone; others may take our items: fence them off.
-            self.state.registered = False
-            self.state.marks_suspect = True
-            self.state.suspended = False
-            self.fence_all()
-            log.warning("%s: session lost; running executions are fenced off", self.name)
-        elif state is ConnectionState.CONNECTED:
-            self.state.suspended = False
-
-    # -- events ---------------------------------------------------------------------
-
-    def on_event(self, event: WatchEvent) -> None:
-        """A change of one of this job's nodes (store event thread): a hint."""
-        if event.path == self.paths.sharding:
-            self.trigger.forget_assignment()
-        elif event.path == self.paths.necessary:
-            self.sharding.note_flag_event(event.kind is EventKind.DELETED)
-        hint = ev.classify(event, self._me)
-        st = self.state
-        match hint:
-            case ev.Resync():
-                self.trigger.forget_assignment()
-                self.request_repair()
-            case ev.MemberLeft(instance=inst):
-                if self.leader.is_leader:
-                    self.submit(f"left:{inst}", lambda: self.leader.member_left(inst))
-            case ev.LeaderGone():
-                if st.registered:
-                    self.submit("elect", self.leader.elect)
-            case ev.FailoverQueued(item=item):
-                st.queue_hint.add(item)
-                if st.config.failover:
-                    self.submit("claim", self.try_claim)
-            case ev.FailoverTaken(item=item):
-                st.queue_hint.discard(item)
-            case ev.JobSwitched(on=on):
-                st.disabled_job = not on
-            case ev.ItemSwitched(item=item, on=on):
-                if on:
-                    st.disabled_items.discard(item)
-                else:
-                    st.disabled_items.add(item)
-            case ev.InstanceSwitched():
-                if self.leader.is_leader:
-                    self.submit(
-                        "switched", lambda: self.sharding.set_necessary("instance switched")
-                    )
-            case ev.RunNow():
-                self.submit("run-now", self._run_now)
-            case ev.ConfigChanged():
-                self.submit("config", self._reload_config)
-            case _:
-                pass
-
-    def _reload(self) -> None:
-        self._reload_switches()
-        self._reload_config()
-
-    def _reload_switches(self) -> None:
-        self.state.disabled_job = self._store.exists(self.paths.disabled_job)
-        self.state.disabled_items = {
-            int(n) for n in self._store.children(self.paths.disabled_items) if n.isdigit()
-        }
-
-    def _reload_config(self) -> None:
-        try:
-            stored = self.configs.load()
-        except ShardkeeperError as exc:
-            log.warning("%s: stored config unreadable; keeping the current one: %s", self.name, exc)
-            return
-        if stored is None:
-            if self.state.registered and not self._store.exists(self.paths.instance(self._me)):
-                # The job's whole subtree is gone, config included: an operator
-                # removed the job (``remove --force``). Registering again would undo
-                # that; stop running it here instead.
-                self.retire("the job was removed from the registry")
-            return
-        if stored == self.state.config:
-            return
-        old = self.state.config
-        self.state.set_config(stored)
-        log.info("%s: configuration changed in the registry", stored.name)
-        if old.sharding_total_count != stored.sharding_total_count and self.leader.is_leader:
-            self.sharding.set_necessary("count changed")
-        if self.on_config_change is not None:
-            self.on_config_change(self, old)
 
     def _launch(self, batch: Batch) -> None:
         self.batches.launch(batch, self._context)
