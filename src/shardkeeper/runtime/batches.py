@@ -19,9 +19,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from shardkeeper.coordination.model import DocumentError, FailoverEntry
@@ -30,66 +29,26 @@ from shardkeeper.errors import StoreError
 from shardkeeper.job import ClusterOnceListener, JobListener, ShardedJob, ShardingContext
 from shardkeeper.observe import ExecutionRecord, Observers, Outcome, format_traceback
 from shardkeeper.runtime.attempts import run_once
+from shardkeeper.runtime.batch import (
+    FAILED,
+    FENCED,
+    MAX_BACKOFF,
+    OK,
+    RAN_MEMORY,
+    TIMED_OUT,
+    ZOMBIE,
+    Batch,
+    _Unfinished,
+    execution_id,
+)
 from shardkeeper.runtime.jobstate import JobState
 from shardkeeper.runtime.pool import WorkerPool
 from shardkeeper.runtime.services import JobServices
 
+# Batch and execution_id live in batch.py; re-exported here for the runner and tests
 __all__ = ["Batch", "Batches", "execution_id"]
 
 log = logging.getLogger(__name__)
-
-OK, FAILED, FENCED, ZOMBIE, TIMED_OUT = "ok", "failed", "fenced", "zombie", "timed_out"
-#: longest wait between two attempts of a failed item, seconds
-MAX_BACKOFF = 300.0
-#: how many recent execution ids an instance remembers as run here
-RAN_MEMORY = 4096
-
-
-def execution_id(job: str, fire_time: float, item: int) -> str:
-    """Stable id of (job, fire time, item): the same for every re-run of it."""
-    return f"{job}@{round(fire_time * 1000)}#{item}"
-
-
-@dataclass
-class Batch:
-    """The items this instance runs for one trigger (or one failover claim)."""
-
-    fire_time: float
-    items: list[int]
-    #: fencing token of each item (one per commit: a large batch spans several)
-    tokens: dict[int, int]
-    execution_ids: dict[int, str]
-    #: fence child of each persistent mark (ExecutionService.finish)
-    fences: dict[int, str] = field(default_factory=dict)
-    contexts: dict[int, ShardingContext] = field(default_factory=dict)
-    #: one-off parameters of the run-now request this batch serves
-    params: dict[str, str] = field(default_factory=dict)
-    failover: bool = False
-    misfire: bool = False
-    fenced: bool = False
-    #: the store session the batch started in: another session means it is fenced
-    session: str = ""
-    pending: deque[int] = field(default_factory=deque)
-    running: int = 0
-    outcomes: dict[int, str] = field(default_factory=dict)
-    #: items that ran past the execution timeout (told to stop, no longer valid)
-    timed_out: set[int] = field(default_factory=set)
-    #: attempts each item took (retries)
-    attempts: dict[int, int] = field(default_factory=dict)
-    #: encoded last result of each item that ran to an end (written at completion)
-    results: dict[int, bytes] = field(default_factory=dict)
-
-
-@dataclass
-class _Unfinished:
-    """Marks a failed commit left behind: cleared (ran) or handed off (never started)."""
-
-    fire_time: float
-    ran: dict[int, int]  # item -> token
-    handoff: dict[int, int]  # item -> token
-    execution_ids: dict[int, str]
-    fences: dict[int, str]
-    results: dict[int, bytes] = field(default_factory=dict)
 
 
 class Batches:
