@@ -140,4 +140,7 @@ def test_leader_cost_once(zk_server: ZooKeeperCluster, tmp_path: Path) -> None:
     assert "get_tree" not in big["reshard_started_calls"]
     assert big["reshard_started_round_trips"]["median"] < big["reshard_round_trips"]["median"]
     parts = {k: v["median"] for k, v in big["parts_round_trips"].items()}
-    assert parts["listings"] >= 2 and parts["members"] >= 100 and parts["fired"] >= 100
+    # 100 member nodes and 100 fired marks are each read in one multiRead request
+    # after their listing (chunks of 512 nodes), not one request a node
+    assert parts["listings"] >= 2
+    assert 2 <= parts["members"] <= 3 and 2 <= parts["fired"] <= 3
