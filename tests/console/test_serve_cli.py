@@ -93,8 +93,10 @@ def test_serve_refuses_to_start_without_an_account() -> None:
 
 
 def test_hash_password() -> None:
-    result = cli("serve", "--hash-password", stdin="a-long-password\n")
+    # a narrow terminal width (COLUMNS) must not wrap the hash over two lines
+    result = cli("serve", "--hash-password", stdin="a-long-password\n", env={"COLUMNS": "40"})
     assert result.returncode == 0, result.stderr
+    assert result.stdout.count("\n") == 1, result.stdout
     hashed = result.stdout.strip()
     assert hashed.startswith("pbkdf2_sha256$") and "a-long-password" not in hashed
     from shardkeeper.console.auth import AuthConfig

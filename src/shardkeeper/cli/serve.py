@@ -41,7 +41,8 @@ def _hash_password() -> None:
     password = sys.stdin.readline().rstrip("\n")
     if len(password) < MIN_PASSWORD:
         raise ConfigError(f"the password needs at least {MIN_PASSWORD} characters")
-    out.print(hash_password(password), markup=False, highlight=False)
+    # one line whatever the terminal's width: the value is pasted into a users file
+    out.print(hash_password(password), markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
