@@ -143,6 +143,43 @@ class MembershipProbe(ShardedJob):
         self.runs.append((ctx.instance_id, ctx.fire_time.timestamp(), ctx.item, present))
 
 
+def test_graceful_stop_waits_for_the_completion_commit(server: MemoryServer) -> None:
+    """A graceful stop counted a batch as done once its items had returned, while its
+    completion commit (marks cleared, result written) was still in flight: the stop
+    closed the store under that commit, the marks stayed, and another instance ran
+    the items again as a failover (seen in a loaded test run). The stop waits for the
+    commit within the grace period; the marks are gone and the result is written."""
+    observer = server.store()
+    observer.start()
+    job = RecordingJob()
+    store = server.store()
+    rt = Runtime(store, shutdown_grace=10)
+    rt.add_job(job, JobConfig(name=JOB, interval=0.5, sharding_total_count=1, failover=True))
+    # the first completion commit (it writes the item's result) is held on the worker
+    held = server.pause("commit", path=P.result(0), store=store, thread="sk-worker")
+    stopper = threading.Thread(target=rt.stop, name="test-stop")
+    try:
+        rt.start()
+        assert held.wait_reached(10), "the item never completed"
+        stopper.start()
+        runner = rt.runners[JOB]
+        wait_until(lambda: runner.state.stopping, 5)
+        # the stop is still waiting for the held commit (it used to leave at once)
+        stopper.join(1.0)
+        assert stopper.is_alive(), "the stop left while a completion commit was in flight"
+        held.release()
+        stopper.join(30)
+        assert not stopper.is_alive(), "stop did not finish"
+    finally:
+        held.release()
+        rt.stop_now()
+        if stopper.ident is not None:
+            stopper.join(30)
+    assert observer.exists(P.result(0)), "the completion commit never landed"
+    assert observer.children(P.running_root) == [], "running marks left after the stop"
+    observer.close()
+
+
 def test_graceful_stop_still_runs_a_fire_that_waited_for_a_reshard(
     server: MemoryServer,
 ) -> None:

@@ -93,8 +93,9 @@ class FireQueue:
         raise NotImplementedError
 
     def stop_pending(self) -> bool:
-        """During a graceful stop: items still run here, or a fire from before the
-        stop is still to be decided (queued, waiting, or owed as a misfire re-run)."""
+        """During a graceful stop: items still run here, a batch whose items ended is
+        still committing its completion, or a fire from before the stop is still to
+        be decided (queued, waiting, or owed as a misfire re-run)."""
         st = self.state
         settled = not self.batches.unfinished()
         with st.lock:
@@ -104,7 +105,11 @@ class FireQueue:
                 and st.misfire_at is not None
                 and st.skip_reason(st.misfire_at) is None
             )
-        return owed or self.running_count() > 0 or self.pending_fires() > 0
+        # a batch leaves the set only after its completion commit: leaving before it
+        # closed the store under the commit, and the marks it was clearing were
+        # failed over and run again elsewhere
+        in_progress = not self.batches.idle
+        return owed or in_progress or self.running_count() > 0 or self.pending_fires() > 0
 
     def pending_fires(self) -> int:
         """Fires queued or in progress on the lane."""
