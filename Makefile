@@ -8,6 +8,9 @@ BACKEND ?= zookeeper
 STAMP := $(VENV)/.installed
 APT_PACKAGES := zookeeper etcd-server etcd-client default-jre-headless docker-compose iproute2 postgresql-15 openssl
 PYTEST_ARGS ?=
+# the suite mostly waits on real servers (session timeouts, processes): two xdist
+# workers halve its time on 2 cores; the CPU-heavy tests share one worker (xdist_group)
+PYTEST_WORKERS ?= 2
 
 .PHONY: demo test lint typecheck pytest system-deps venv chaos bench clean registry-up registry-down
 
@@ -24,7 +27,7 @@ typecheck: venv
 	$(VENV)/bin/mypy
 
 pytest: system-deps venv
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 chaos: system-deps venv
 	$(PY) -m pytest -q tests/chaos --chaos-duration $${DURATION:-600} -m chaos

@@ -18,6 +18,9 @@ from bench.common import BenchContext, Servers
 from bench import busy_failover, coordination_cost, overload, report, resharding
 from shardkeeper.testing.servers import EtcdCluster, ZooKeeperCluster
 
+# CPU-heavy: one xdist worker runs all of these, so they never compete with each other
+pytestmark = pytest.mark.xdist_group("cpu-heavy")
+
 
 @pytest.fixture
 def ctx(etcd_server: EtcdCluster, tmp_path: Path) -> BenchContext:

@@ -48,6 +48,9 @@ from shardkeeper.testing.servers import ClusterError, ServerCluster, cluster_cla
 from tests.chaos.checker import Params, Report, check, load_history
 from tests.jobs.cluster import Cluster, Instance
 
+# CPU-heavy: one xdist worker runs all of these, so they never compete with each other
+pytestmark = pytest.mark.xdist_group("cpu-heavy")
+
 JOB = "chaos"
 P = JobPaths(JOB)
 SESSION_TIMEOUT = 2.0

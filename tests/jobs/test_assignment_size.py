@@ -93,6 +93,10 @@ class _Counter(ShardedJob):
             self.items.add(ctx.item)
 
 
+# CPU-heavy (100,000 executions): on the worker of the other CPU-heavy tests, and a
+# test timeout above its own 120 s wait for the items
+@pytest.mark.xdist_group("cpu-heavy")
+@pytest.mark.timeout(300)
 def test_job_of_the_largest_count_runs_every_item(
     registry_url: str, store: CoordinationStore
 ) -> None:

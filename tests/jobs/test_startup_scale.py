@@ -24,7 +24,8 @@ from shardkeeper.registry import RegistrySettings
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import wait_until
 
-pytestmark = pytest.mark.timeout(240)
+# CPU-heavy: one xdist worker runs all of these, so they never compete with each other
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("cpu-heavy")]
 
 JOBS = int(os.environ.get("SK_STARTUP_JOBS", "150"))
 INTERVAL = float(os.environ.get("SK_STARTUP_INTERVAL", "2"))
