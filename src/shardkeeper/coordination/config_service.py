@@ -83,7 +83,8 @@ def _class_name(import_path: str) -> str:
 
 
 def _fields(config: JobConfig) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(config.to_json())
+    # the JSON-mode dump is what to_json() encodes: no encode and decode round trip
+    data: dict[str, Any] = config.model_dump(mode="json")
     return data
 
 

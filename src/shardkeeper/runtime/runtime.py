@@ -395,7 +395,7 @@ class Runtime:
             return  # a config this instance created at start-up: nothing changed
         parsed = parse_job_path(event.path)
         if parsed is not None:
-            runner = self.runners.get(parsed[0])
+            runner = self._runners.get(parsed[0])
             if runner is not None:
                 runner.on_event(event)
             return

@@ -21,9 +21,15 @@ import logging
 from abc import abstractmethod
 from typing import TYPE_CHECKING
 
-from kazoo.protocol.states import EventType, KazooState, WatchedEvent
+from kazoo.protocol.states import KazooState
 
-from shardkeeper.registry.base import ConnectionState, StateListener, Subscription
+from shardkeeper.registry.base import (
+    ConnectionState,
+    StateListener,
+    Subscription,
+    is_excluded,
+)
+from shardkeeper.registry.zookeeper import kazoo_private
 from shardkeeper.registry.zookeeper.session import _Session
 
 if TYPE_CHECKING:
@@ -31,6 +37,11 @@ if TYPE_CHECKING:
 
 #: the package's logger (one name for all its modules, as before the split)
 _log = logging.getLogger("shardkeeper.registry.zookeeper")
+
+#: the notifications of a persistent recursive watch (no child events in that mode)
+_CHANGES = frozenset(
+    {kazoo_private.NODE_CREATED, kazoo_private.NODE_DATA_CHANGED, kazoo_private.NODE_DELETED}
+)
 
 
 class _Events(_Session):
@@ -51,18 +62,40 @@ class _Events(_Session):
             sid = cid[0] if cid else None
         self._loop.post(functools.partial(self._handle_state, kstate, sid))
 
-    def _on_watch_fired(self, w: _TreeWatch, event: WatchedEvent) -> None:
-        # runs on kazoo's callback thread: never read here, only hand over
-        self._loop.post(functools.partial(self._handle_watch, w, event))
+    def _on_watch_tap(self, etype: int, path: str) -> None:
+        # runs on kazoo's connection thread: never read here, only note the path and
+        # its latest change, and hand over (one drain task per burst: the paths pile
+        # up until it runs)
+        if etype not in _CHANGES:
+            return
+        for w in list(self._watches):
+            if w.cancelled or not w.covers(path):
+                continue
+            with self._lock:
+                first = not w.pending
+                w.pending[path] = etype
+            if first:
+                self._loop.post(functools.partial(self._drain, w))
 
     # -- on the event thread ------------------------------------------------------------
 
-    def _handle_watch(self, w: _TreeWatch, event: WatchedEvent) -> None:
-        if w.cancelled or event.type == EventType.NONE:
-            # NONE: kazoo dropped its watches with the connection; the state
-            # event that follows triggers the re-sync
+    def _drain(self, w: _TreeWatch) -> None:
+        with self._lock:
+            noted, w.pending = w.pending, {}
+        if w.cancelled or w.void:
             return
-        self._sync(w, [event.path], full=False, data_only=event.type == EventType.CHANGED)
+        reread: list[str] = []
+        for path, etype in noted.items():
+            if is_excluded(path, w.exclude):
+                continue
+            if etype == kazoo_private.NODE_DELETED:
+                # Notifications arrive in store order, so a node whose latest one is a
+                # delete is gone now (a re-creation would have come after it): no read.
+                self._drop(w, path, 0, True)
+            else:
+                reread.append(path)
+        if reread:
+            self._sync(w, sorted(reread), full=False)
 
     def _handle_state(self, kstate: str, sid: int | None) -> None:
         if self._closed:
@@ -106,7 +139,10 @@ class _Events(_Session):
         *,
         full: bool,
         emit: bool = True,
-        data_only: bool = False,
         strict: bool = False,
     ) -> None:
         """Re-read ``paths`` of ``w`` (watch.py)."""
+
+    @abstractmethod
+    def _drop(self, w: _TreeWatch, path: str, revision: int, emit: bool) -> None:
+        """Forget ``path`` and its cached subtree, emitting DELETED (watch.py)."""

@@ -29,6 +29,20 @@ The read-only multi (:func:`submit_multi_read`, :func:`get_data_op`, :func:`get_
     in a multi. One request instead of one per node: a subtree of a hundred leaves is
     read in two requests, a commit's pre-reads in one.
 
+The persistent recursive watch (:func:`submit_add_watch`, :func:`install_watch_tap`)
+    ZooKeeper 3.6+ has ``addWatch`` (opcode 106) with mode ``PERSISTENT_RECURSIVE``:
+    one request, and the server notifies every create, data change and delete at or
+    below the path until the connection ends. kazoo 2.11 has no API for it, so the
+    backend sends the request record itself (path and mode, an empty reply). kazoo
+    dispatches a notification only to the one-shot watchers it keeps for that exact
+    path, so the backend also wraps the private ``ConnectionHandler._read_watch_event``
+    (on ``client._connection``, called by kazoo's connection thread for every
+    notification, in the order the server sent them): kazoo's own handling runs
+    unchanged, then the tap gets the event type and the path (chroot stripped, as
+    kazoo strips it). kazoo never re-sends watches after a reconnect (no
+    ``SetWatches``), and the server drops a connection's watches with it: the backend
+    sends ``addWatch`` again after each reconnect, then re-reads the subtree.
+
 The negotiated session timeout (:func:`capture_negotiated_timeout`)
     kazoo logs the session timeout the server negotiated but does not keep it. Its
     private ``ConnectionHandler._connect`` (on ``client._connection``) returns
@@ -43,7 +57,9 @@ The connection's socket (:func:`connection_socket`)
 
 from __future__ import annotations
 
+import logging
 import socket
+from collections import namedtuple
 from collections.abc import Callable
 from typing import Any
 
@@ -52,7 +68,10 @@ from kazoo.exceptions import EXCEPTIONS
 from kazoo.protocol import serialization as zkproto
 from kazoo.protocol.states import ZnodeStat
 
+_log = logging.getLogger("shardkeeper.registry.zookeeper")
+
 __all__ = [
+    "PERSISTENT_RECURSIVE",
     "capture_negotiated_timeout",
     "check_op",
     "connection_socket",
@@ -60,10 +79,17 @@ __all__ = [
     "delete_op",
     "get_children_op",
     "get_data_op",
+    "install_watch_tap",
     "set_data_op",
+    "submit_add_watch",
     "submit_multi",
     "submit_multi_read",
 ]
+
+#: ``addWatch`` mode: every change at or below the path, until the connection ends
+PERSISTENT_RECURSIVE = 1
+#: notification types (``Watcher.Event.EventType``) the tap passes on
+NODE_CREATED, NODE_DELETED, NODE_DATA_CHANGED = 1, 2, 3
 
 
 class _Multi(zkproto.Transaction):  # type: ignore[misc]
@@ -127,6 +153,54 @@ def submit_multi_read(client: KazooClient, ops: list[Any]) -> Any:
     async_result = client.handler.async_result()
     client._call(_MultiRead(ops), async_result)
     return async_result
+
+
+class _AddWatch(namedtuple("_AddWatch", "path mode")):
+    """An ``addWatch`` request (see the module docstring)."""
+
+    type = 106
+
+    def serialize(self) -> bytearray:
+        b = bytearray(zkproto.write_string(self.path))
+        b.extend(zkproto.int_struct.pack(self.mode))
+        return b
+
+    @classmethod
+    def deserialize(cls, data: bytes, offset: int) -> bool:
+        return True  # the reply has no body
+
+
+def submit_add_watch(client: KazooClient, path: str, mode: int = PERSISTENT_RECURSIVE) -> Any:
+    """Send ``addWatch`` for ``path`` (absolute) in ``mode``; the async result is True
+    once the server has set the watch (an error such as ``UnimplementedError`` from a
+    server older than 3.6 is raised by its ``get``)."""
+    async_result = client.handler.async_result()
+    client._call(_AddWatch(path, mode), async_result)
+    return async_result
+
+
+def install_watch_tap(client: KazooClient, tap: Callable[[int, str], None]) -> bool:
+    """Call ``tap(event type, path)`` on kazoo's connection thread for every watch
+    notification, after kazoo's own handling; False when kazoo lacks the private hook.
+
+    ``tap`` must be quick and must not raise (it runs where kazoo reads the socket);
+    an exception is logged and swallowed so the connection lives on."""
+    conn = getattr(client, "_connection", None)
+    original = getattr(conn, "_read_watch_event", None)
+    if conn is None or original is None:
+        return False
+
+    def _read_watch_event(buffer: bytes, offset: int) -> Any:
+        result = original(buffer, offset)
+        try:
+            watch, _ = zkproto.Watch.deserialize(buffer, offset)
+            tap(watch.type, client.unchroot(watch.path))
+        except Exception:
+            _log.exception("watch notification tap failed")
+        return result
+
+    conn._read_watch_event = _read_watch_event
+    return True
 
 
 def get_data_op(path: str) -> Any:

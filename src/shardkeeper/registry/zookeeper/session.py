@@ -36,6 +36,7 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 from shardkeeper.errors import (
     ConfigError,
     StoreAuthError,
+    StoreError,
     StoreLimitError,
     StoreUnavailableError,
 )
@@ -45,6 +46,7 @@ from shardkeeper.registry.base import ConnectionState, CoordinationStore
 from shardkeeper.registry.url import RegistrySettings
 from shardkeeper.registry.zookeeper import kazoo_private, security
 from shardkeeper.registry.zookeeper.errors import translate
+from shardkeeper.registry.zookeeper.handler import PollingHandler
 
 if TYPE_CHECKING:
     from shardkeeper.registry.zookeeper.watch import _TreeWatch
@@ -119,10 +121,17 @@ class _Session(CoordinationStore):
             ),
             auth_data=auth,
             default_acl=self._acl,
+            handler=PollingHandler(),
             **tls.kazoo_options(s),
         )
         kazoo_private.capture_negotiated_timeout(client, self._record_negotiated)
         client.add_listener(self._on_kazoo_state)
+        if not kazoo_private.install_watch_tap(client, self._on_watch_tap):
+            raise StoreError(
+                "this kazoo has no ConnectionHandler._read_watch_event, which the "
+                "ZooKeeper backend's watches need: install the kazoo version the "
+                "package requires"
+            )
         self._client = client
         self._loop.start()
         deadline = time.monotonic() + s.connection_timeout
@@ -324,6 +333,10 @@ class _Session(CoordinationStore):
     @abstractmethod
     def _on_kazoo_state(self, kstate: str) -> None:
         """kazoo's state listener (on kazoo's connection thread)."""
+
+    @abstractmethod
+    def _on_watch_tap(self, etype: int, path: str) -> None:
+        """Every watch notification (on kazoo's connection thread; must not block)."""
 
     @abstractmethod
     def _watches_dirty(self) -> bool:
