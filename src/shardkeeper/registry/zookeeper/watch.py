@@ -4,20 +4,20 @@ Watches
     Each :meth:`ZooKeeperStore.watch` sets one persistent recursive watch on its prefix
     (``addWatch``, ZooKeeper 3.6+; see ``kazoo_private``): the server then notifies
     every create, data change and delete at or below it, with no watch to re-arm per
-    node. The watcher keeps a cache ``{path: (czxid, mzxid)}``. Notifications only
-    note their path and kind (kazoo's connection thread); the store's single event
-    thread then re-reads all the paths noted so far in one ``multiRead`` (data and
-    children of each, chunked when large), diffs against the cache and emits
-    CREATED/CHANGED/DELETED. A path whose latest notification is a delete is not
-    read: notifications come in store order, so it is gone (a commit's absence
-    guard, a create and delete of one node, costs nothing). A burst of changes (a
-    registration of thousands of nodes, a reshard) costs a few requests, not two per
-    node. Consequences (the contract's Watches section, in ``base.py``, allows exactly
-    these): rapid changes to one node may be coalesced into one event carrying the latest value; a node
-    created and deleted between two reads gives no event; a delete + re-create seen
+    node. The watcher keeps a cache ``{path: (czxid, mzxid)}``. Notifications only note
+    their path and kind (kazoo's connection thread); the store's single event thread
+    then re-reads all the paths noted so far in one ``multiRead`` (data and children of
+    each, chunked when large), diffs against the cache and emits
+    CREATED/CHANGED/DELETED. A path whose latest notification is a delete is not read:
+    notifications come in store order, so it is gone (a commit's absence guard, a create
+    and delete of one node, costs nothing). A burst of changes (a registration of
+    thousands of nodes, a reshard) costs a few requests, not two per node. Consequences
+    (the contract's Watches section, in ``base.py``, allows exactly these): rapid
+    changes to one node may be coalesced into one event carrying the latest value; a
+    node created and deleted between two reads gives no event; a delete + re-create seen
     late is emitted as DELETED then CREATED (czxid differs); a re-read can discover a
-    change before older changes of other nodes whose events are still queued, so
-    events of different paths are not in store order.
+    change before older changes of other nodes whose events are still queued, so events
+    of different paths are not in store order.
 
     Per-path order holds: one session's reads are monotonic (ZooKeeper's guarantee),
     and an event is emitted only for a (czxid, mzxid) newer than the cached one, so
