@@ -209,8 +209,13 @@ def test_graceful_stop_still_runs_a_fire_that_waited_for_a_reshard(
         joiner.start()
         runner = joiner.runners[JOB]
         assert held.wait_reached(10), "the leader did not reshard for the joiner"
-        # the joiner's fire waits for that reshard (queued on its lane, not in a step)
-        wait_until(lambda: runner.pending_fires() >= 1, 5)
+        # the joiner's fire waits for that reshard (queued on its lane, not in a step);
+        # it may be queued ahead of its time (FIRE_LEAD): the stop comes once it is due
+        wait_until(
+            lambda: any(ft <= time.time() for ft in runner.pending_fire_times()),
+            5,
+            message="no fire of the joiner due and waiting for the reshard",
+        )
         stopper = threading.Thread(target=joiner.stop, name="test-stop")
         stopper.start()
         wait_until(lambda: runner.state.stopping, 5)

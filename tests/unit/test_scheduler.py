@@ -325,6 +325,81 @@ def test_threads_must_be_positive() -> None:
         TriggerScheduler(Recorder(), threads=0)
 
 
+def test_a_lead_delivers_fires_early_with_their_due_times(
+    make_scheduler: Callable[..., TriggerScheduler], recorder: Recorder
+) -> None:
+    """With a lead, each regular fire comes that much before it is due, carrying its
+    due time: the same multiples of the interval as without a lead, none skipped."""
+    s = make_scheduler(recorder, lead=0.1)
+    s.add_job("tick", interval_job("tick", 0.3))
+    s.start()
+    times = recorder.wait_for("tick", 4)
+    for a, b in itertools.pairwise(times):
+        assert round((b - a).total_seconds() / 0.3) >= 1
+    for t in times:
+        # due times are multiples of the interval since the epoch (not moved by the lead)
+        phase = t.timestamp() / 0.3
+        assert abs(phase - round(phase)) < 0.01, t
+    early = [(scheduled - called).total_seconds() for _, scheduled, called, _ in recorder.calls]
+    # never more than the lead ahead; ahead at all unless the machine delays every fire
+    assert max(early) <= 0.1 + 0.01, early
+    assert any(e > 0 for e in early), early
+    nxt = s.next_fire_time("tick")
+    assert nxt is not None and abs(nxt.timestamp() / 0.3 - round(nxt.timestamp() / 0.3)) < 0.01
+
+
+def test_a_lead_keeps_cron_times_and_one_off_jobs_on_time(
+    make_scheduler: Callable[..., TriggerScheduler], recorder: Recorder
+) -> None:
+    """A cron job's due times stay on the second; a one-off job and fire_now are
+    delivered on time, not ahead."""
+    s = make_scheduler(recorder, lead=0.2)
+    s.add_job("sec", cron_job("sec", "* * * * * *"))
+    s.add_job("manual", cron_job("manual", "0 0 1 1 *"))
+    at = datetime.now(UTC) + timedelta(seconds=1.5)
+    s.add_job("once", JobConfig.parse(name="once", at=at.isoformat(), sharding_total_count=1))
+    s.start()
+    s.fire_now("manual")
+    recorder.wait_for("once", 1)
+    recorder.wait_for("manual", 1)
+    secs = recorder.wait_for("sec", 3)
+    assert all(t.microsecond == 0 for t in secs), secs
+    for name in ("once", "manual"):
+        call = next(c for c in recorder.calls if c[0] == name)
+        assert call[1] <= call[2], name  # delivered at or after its time, not ahead
+    later = [c for c in recorder.calls if c[0] == "sec"][1:]
+    assert all(scheduled - called <= timedelta(seconds=0.21) for _, scheduled, called, _ in later)
+    assert any(scheduled > called for _, scheduled, called, _ in later)  # ahead of time
+
+
+def test_a_job_due_within_the_lead_fires_at_once_not_a_period_later(
+    make_scheduler: Callable[..., TriggerScheduler], recorder: Recorder
+) -> None:
+    """The first fire of a job added less than the lead before its due time is delivered
+    at once (an instance that just joined must not miss the fire it joined before)."""
+    s = make_scheduler(recorder, lead=0.5)
+    s.start()
+    period = 2.0
+
+    # wait on the clock until the next multiple of the period is 0.2-0.3 s away
+    def close_to_due() -> bool:
+        return 0.2 < period - time.time() % period < 0.3
+
+    deadline = time.monotonic() + 2 * period + 1
+    while not close_to_due():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    due = (time.time() // period + 1) * period
+    s.add_job("tick", interval_job("tick", period))
+    first = recorder.wait_for("tick", 1, timeout=1.0)[0]
+    assert abs(first.timestamp() - due) < 1e-3
+
+
+def test_lead_out_of_range_is_refused() -> None:
+    with pytest.raises(ValueError, match="lead=2"):
+        TriggerScheduler(lambda _n, _t: None, lead=2)
+
+
 def test_late_fire_policy(make_scheduler: Callable[..., TriggerScheduler]) -> None:
     """A fire later than the grace time is skipped with a warning; no grace means deliver."""
     rec = Recorder()

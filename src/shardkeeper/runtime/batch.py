@@ -11,6 +11,7 @@ from shardkeeper.job import ShardingContext
 __all__ = [
     "FAILED",
     "FENCED",
+    "FIRE_LEAD",
     "MAX_BACKOFF",
     "OK",
     "RAN_MEMORY",
@@ -25,6 +26,11 @@ OK, FAILED, FENCED, ZOMBIE, TIMED_OUT = "ok", "failed", "fenced", "zombie", "tim
 MAX_BACKOFF = 300.0
 #: how many recent execution ids an instance remembers as run here
 RAN_MEMORY = 4096
+#: seconds ahead of its due time that a scheduled fire is delivered and decided: the
+#: assignment read and the start commit (a few milliseconds, more under load) happen
+#: before the fire is due, and the items start at the due time itself, not a commit
+#: round trip after it. Items never start before their fire's time (batches.py).
+FIRE_LEAD = 0.025
 
 
 def execution_id(job: str, fire_time: float, item: int) -> str:

@@ -32,6 +32,7 @@ from shardkeeper.runtime.attempts import run_once
 from shardkeeper.runtime.batch import (
     FAILED,
     FENCED,
+    FIRE_LEAD,
     MAX_BACKOFF,
     OK,
     RAN_MEMORY,
@@ -163,6 +164,11 @@ class Batches:
             self._item_done(batch, item, FENCED)
 
     def _run_item(self, batch: Batch, item: int) -> None:
+        early = batch.fire_time - time.time()
+        if early > 0:
+            # a scheduled fire is decided FIRE_LEAD ahead (batch.py): its items start
+            # at its due time; bounded, so no fire time can hold a worker for long
+            time.sleep(min(early, FIRE_LEAD))
         outcome = OK
         started = time.time()
         error: BaseException | None = None

@@ -116,6 +116,12 @@ class FireQueue:
         with self._fires_lock:
             return len(self._fires)
 
+    def pending_fire_times(self) -> list[float]:
+        """The fire times of the fires queued or in progress on the lane, in order (a
+        scheduled fire is queued up to FIRE_LEAD before it is due)."""
+        with self._fires_lock:
+            return [f.fire_time for f in self._fires]
+
     # -- triggers -------------------------------------------------------------------
 
     def _run_now(self) -> None:

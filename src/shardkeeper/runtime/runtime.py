@@ -57,6 +57,7 @@ from shardkeeper.registry.base import (
     WatchEvent,
 )
 from shardkeeper.registry.url import RegistrySettings
+from shardkeeper.runtime.batch import FIRE_LEAD
 from shardkeeper.runtime.housekeeping import Housekeeper
 from shardkeeper.runtime.jobstate import SkipReason
 from shardkeeper.runtime.liveness import Liveness, check_session_timeout
@@ -184,7 +185,7 @@ class Runtime:
         self._workers = WorkerPool(self._worker_threads, "sk-worker")
         self._coordinator = WorkerPool(self._coordinator_threads, "sk-coord")
         self._lanes = Lanes(self._coordinator, on_store_error=self._lane_store_error)
-        self._scheduler = TriggerScheduler(self._on_fire, on_missed=self._on_missed)
+        self._scheduler = TriggerScheduler(self._on_fire, on_missed=self._on_missed, lead=FIRE_LEAD)
         try:
             if self.metrics_server is not None:
                 self.metrics_server.start()  # /healthz answers during start-up
@@ -371,13 +372,13 @@ class Runtime:
     # -- plumbing -----------------------------------------------------------------
 
     def _on_fire(self, job_name: str, fire_time: datetime) -> None:
-        runner = self.runners.get(job_name)
+        runner = self._runners.get(job_name)
         if runner is not None:
             runner.on_trigger(fire_time)
 
     def _on_missed(self, job_name: str, fire_time: datetime) -> None:
         """The scheduler dropped a late fire (misfire off): a skip like any other."""
-        runner = self.runners.get(job_name)
+        runner = self._runners.get(job_name)
         if runner is None:
             return
         runner.state.count("skipped")

@@ -222,8 +222,17 @@ class TriggerFlow:
             return Skipped(SkipReason.NO_ITEMS)
         held = self._local_items() & set(items)
         if held:
-            return Deferred(tuple(sorted(held)))
+            return self._not_due(fire) or Deferred(tuple(sorted(held)))
         return self._start(fire, items, version)
+
+    @staticmethod
+    def _not_due(fire: Fire) -> Wait | None:
+        """A Wait until ``fire`` is due, when it is decided ahead of its time (the
+        scheduler's lead): items still running then may end before it is due, and a
+        fire is called a misfire, or skipped as running elsewhere, only when they
+        still run at its due time."""
+        early = fire.fire_time - time.time()
+        return Wait(early, "items of an earlier fire still run; not due yet") if early > 0 else None
 
     def _mine(self, assignment: Assignment, fire: Fire) -> list[int]:
         cfg = self._state.config
@@ -279,6 +288,9 @@ class TriggerFlow:
         if result.reason in ("assignment", "unknown", "result"):
             return self._retry(fire, f"start commit: {result.reason}")
         # "running": some item is marked already
+        not_due = self._not_due(fire)
+        if not_due is not None:
+            return not_due
         held = self._local_items() & set(items)
         if held:
             return Deferred(tuple(sorted(held)))

@@ -10,6 +10,11 @@ Delivery rules, the contract the runtime relies on:
 
 * ``on_fire(job_name, scheduled_fire_time)`` is called once per fire, with the time the
   trigger was due (not the time it ran), timezone-aware, in the job's time zone.
+* With a ``lead`` (the runtime's ``FIRE_LEAD``), the regular fires of cron and interval
+  jobs are delivered that many seconds *before* they are due, still with their due
+  time, so that the caller can prepare the fire (the runtime commits its start) and
+  begin the work exactly at the due time. One-off jobs and :meth:`fire_now` are
+  delivered on time. Lateness (the misfire rule below) is measured from the due time.
 * Fires are coalesced: when the scheduler falls behind (the process was suspended, the
   machine slept, the pool was busy), the missed fires of a job collapse into ONE call
   with the latest missed time.
@@ -44,6 +49,7 @@ from zoneinfo import ZoneInfo
 from apscheduler.executors.base import BaseExecutor
 from apscheduler.jobstores.base import JobLookupError as _APJobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.base import BaseTrigger
 
 from shardkeeper.errors import JobLookupError
 from shardkeeper.scheduling.triggers import build_trigger, parse_cron, resolve_time_zone
@@ -86,6 +92,39 @@ class _Fire:
     run_times: list[datetime]
     grace: float | None
     counted: bool  # submitted through the executor, which counts running instances
+    #: what the run times are early by (the scheduler's lead, for regular fires)
+    early: timedelta = timedelta(0)
+
+
+class _Ahead(BaseTrigger):  # type: ignore[misc]
+    """``inner``'s fire times, each ``lead`` earlier (see ``TriggerScheduler``'s lead).
+
+    APScheduler asks for the next fire after a previous one and at or after now; the
+    answer is the inner trigger's next time after the previous one's due time and at or
+    after ``now + lead``, moved back by ``lead``, so the inner trigger's own times are
+    kept exactly. The first fire (no previous one: a job added, started or resumed) is
+    the inner trigger's next time at or after now, even when it is due in less than
+    ``lead``: it is then delivered at once, not skipped."""
+
+    __slots__ = ("inner", "lead", "timezone")
+
+    def __init__(self, inner: Any, lead: timedelta) -> None:
+        self.inner = inner
+        self.lead = lead
+        self.timezone = inner.timezone
+
+    def get_next_fire_time(
+        self, previous_fire_time: datetime | None, now: datetime
+    ) -> datetime | None:
+        """The next due time (see the class docstring), minus ``lead``."""
+        if previous_fire_time is None:
+            due: datetime | None = self.inner.get_next_fire_time(None, now)
+        else:
+            due = self.inner.get_next_fire_time(previous_fire_time + self.lead, now + self.lead)
+        return None if due is None else due - self.lead
+
+    def __str__(self) -> str:
+        return f"{self.inner} (delivered {self.lead.total_seconds():g}s ahead)"
 
 
 class _FireExecutor(BaseExecutor):  # type: ignore[misc]
@@ -97,7 +136,8 @@ class _FireExecutor(BaseExecutor):  # type: ignore[misc]
 
     def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
         # Called under APScheduler's job store lock: must not block.
-        self._enqueue(_Fire(job.id, list(run_times), job.misfire_grace_time, True))
+        early = job.trigger.lead if isinstance(job.trigger, _Ahead) else timedelta(0)
+        self._enqueue(_Fire(job.id, list(run_times), job.misfire_grace_time, True, early))
 
     def done(self, job_id: str) -> None:
         """Record that a counted fire of ``job_id`` has been delivered."""
@@ -119,10 +159,20 @@ class TriggerScheduler:
     """
 
     def __init__(
-        self, on_fire: FireCallback, *, threads: int = 2, on_missed: FireCallback | None = None
+        self,
+        on_fire: FireCallback,
+        *,
+        threads: int = 2,
+        on_missed: FireCallback | None = None,
+        lead: float = 0.0,
     ) -> None:
         if threads < 1:
             raise ValueError(f"threads={threads!r}: need at least 1 delivery thread")
+        if not 0 <= lead <= 1:
+            raise ValueError(f"lead={lead!r}: expected seconds from 0 to 1")
+        #: regular fires of cron and interval jobs are delivered this much before
+        #: they are due, with their due time (one-off jobs and fire_now: on time)
+        self._lead = timedelta(seconds=lead)
         self._on_fire = on_fire
         self._on_missed = on_missed
         self._threads = threads
@@ -196,6 +246,8 @@ class TriggerScheduler:
         Raises :class:`~shardkeeper.errors.JobConfigError` for an invalid trigger.
         """
         trigger = build_trigger(config)
+        if self._lead and config.at is None:
+            trigger = _Ahead(trigger, self._lead)
         with self._lock:
             if self._state == _STOPPED:
                 raise RuntimeError("TriggerScheduler was shut down; cannot add jobs")
@@ -266,9 +318,11 @@ class TriggerScheduler:
         if not hasattr(job, "next_run_time"):
             # Added before start: APScheduler computes it only when it starts.
             now = datetime.now(job.trigger.timezone)
-            result: datetime | None = job.trigger.get_next_fire_time(None, now)
-            return result
-        next_run: datetime | None = job.next_run_time
+            next_run: datetime | None = job.trigger.get_next_fire_time(None, now)
+        else:
+            next_run = job.next_run_time
+        if next_run is not None and isinstance(job.trigger, _Ahead):
+            next_run += job.trigger.lead  # when it is due, not when it is delivered
         return next_run
 
     def fire_now(self, name: str) -> None:
@@ -307,7 +361,8 @@ class TriggerScheduler:
             logger.exception("job %r: on_missed raised for the fire due at %s", job_name, run_time)
 
     def _deliver(self, fire: _Fire) -> None:
-        for run_time in fire.run_times:
+        for early_time in fire.run_times:
+            run_time = early_time + fire.early  # the time the fire is due
             if fire.grace is not None:
                 late = datetime.now(run_time.tzinfo) - run_time
                 if late > timedelta(seconds=fire.grace):
