@@ -48,7 +48,6 @@ from shardkeeper.runtime import Runtime
 #: a schedule that does not fire during a run (the harness fires by hand)
 NEVER = "0 0 1 1 *"
 SIZES = (1, 10, 100, 1000)
-COMMIT_LIMIT = 128
 
 
 class NoOpJob(ShardedJob):
@@ -92,6 +91,7 @@ def measure(
     observer.start()
     counting = CountingStore(open_store(url))
     rt = Runtime(counting, worker_threads=8)
+    limit = counting.max_ops_per_commit
     try:
         observer.watch("/", lambda _event: None, exclude=is_high_churn)
         rt.add_job(job, cfg)
@@ -170,11 +170,12 @@ def measure(
             "clients_per_trigger": summary(
                 [float(t + w) for t, w in zip(totals, watch, strict=True)]
             ),
-            # what the chunking rules predict: marks in chunks of 126 (+2 checks),
-            # clears in chunks of 64 (check + delete per item)
-            "start_commits": math.ceil(items / (COMMIT_LIMIT - 2)) if monitor else 1,
-            "finish_commits": math.ceil(items / (COMMIT_LIMIT // 2)) if monitor else 0,
+            # what the chunking rules predict: marks in chunks of the store's limit
+            # less the 2 checks, clears in chunks of half of it (check + delete)
+            "start_commits": math.ceil(items / (limit - 2)) if monitor else 1,
+            "finish_commits": math.ceil(items / (limit // 2)) if monitor else 0,
             "elasticjob_model": 7 * items + 10,
+            "commit_limit": limit,
         }
     finally:
         rt.stop(grace=1.0)
@@ -206,4 +207,4 @@ def run(
                 f"marks left {case['marks_left_after_trigger']}"
             )
             cases.append(case)
-    return {"cases": cases, "commit_limit": COMMIT_LIMIT}
+    return {"cases": cases, "commit_limit": cases[0]["commit_limit"] if cases else None}

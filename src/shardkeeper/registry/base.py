@@ -437,8 +437,9 @@ class CoordinationStore(ABC):
         transaction. Returns a falsy CommitResult when a check failed (nothing applied).
         More than :attr:`max_ops_per_commit` ops raises StoreLimitError."""
 
-    #: the largest number of operations one commit may carry on every backend
-    #: (etcd's default --max-txn-ops is 128)
+    #: the largest number of operations one commit may carry on this backend: 128 by
+    #: default (etcd's default --max-txn-ops, and the in-memory reference store's);
+    #: ZooKeeper's multi has no such limit and takes 1,024 (its stores say so)
     max_ops_per_commit: int = 128
 
     # -- watches and listeners ------------------------------------------------------

@@ -263,8 +263,9 @@ class _Session(CoordinationStore):
     def _check_payload(self, what: str, size: int) -> None:
         if size > _MAX_PAYLOAD:
             raise StoreLimitError(
-                f"{what}: {size} bytes of values exceed ZooKeeper's request limit; keep "
-                f"values under {_MAX_PAYLOAD} bytes in total"
+                f"{what}: {size} bytes (values, and paths and framing of a commit's "
+                f"operations) exceed ZooKeeper's request limit; keep them under "
+                f"{_MAX_PAYLOAD} bytes in total"
             )
 
     @contextmanager

@@ -40,9 +40,19 @@ _log = logging.getLogger("shardkeeper.registry.zookeeper")
 
 _T = TypeVar("_T")
 
+#: bytes an operation of a multi takes besides its path and value (header, digest ACL,
+#: flags), counted against the request limit
+_OP_FRAMING = 64
+
 
 class ZooKeeperStore(_Planner, _TreeWatcher):
     """The :class:`CoordinationStore` on a ZooKeeper ensemble (see the package docstring)."""
+
+    #: ZooKeeper has no operation limit for a multi, only its request size
+    #: (jute.maxbuffer, 1 MiB), which :meth:`commit` checks: 1,024 operations carry the
+    #: start or completion of a 1,000-item batch in one or two commits, where etcd's
+    #: default of 128 takes eight to sixteen
+    max_ops_per_commit = 1024
 
     # -- reads -----------------------------------------------------------------
 
@@ -194,6 +204,9 @@ class ZooKeeperStore(_Planner, _TreeWatcher):
         size = 0
         for op in ops:
             check_path(op.path)
+            # the path, the ACL and the framing of every operation count too: a
+            # thousand of them are about a tenth of the request limit
+            size += len(op.path) + _OP_FRAMING
             if isinstance(op, Create | Put):
                 size += len(op.value)
                 if op.ephemeral and op.path == "/":
