@@ -15,7 +15,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from shardkeeper.errors import StoreAuthError, StoreError
+from shardkeeper.errors import StoreAuthError, StoreError, StoreLimitError
 from shardkeeper.registry import (
     Check,
     ConnectionState,
@@ -373,3 +373,21 @@ def test_a_commits_pre_reads_are_one_request(store: CoordinationStore) -> None:
     refused = store.commit([Check("/jobs/j/running/3", value=b"mark"), Put("/jobs/j/x", b"1")])
     assert not refused and refused.failed_path == "/jobs/j/running/3"
     assert not store.exists("/jobs/j/x")
+
+
+def test_a_commit_of_1024_operations_is_one_multi_and_its_framing_counts(
+    store: CoordinationStore,
+) -> None:
+    """ZooKeeper's commit limit is 1,024 operations (its multi has none; its request
+    size does): 1,024 small creates are one multi (three requests with their missing
+    parent: the multi, the read that finds it missing, the multi again); 1,024 creates of 900 bytes, under
+    the limit by their values alone (921,600 bytes), are refused before anything is
+    sent once their paths and framing are counted."""
+    assert store.max_ops_per_commit == 1024
+    before = store.round_trips  # type: ignore[attr-defined]
+    assert store.commit([Create(f"/wide/n{i:04d}", b"v") for i in range(1024)])
+    assert store.round_trips - before <= 3  # type: ignore[attr-defined]
+    assert len(store.children("/wide")) == 1024
+    with pytest.raises(StoreLimitError, match="request limit"):
+        store.commit([Create(f"/fat/n{i:04d}", b"x" * 900) for i in range(1024)])
+    assert store.get("/fat") is None
