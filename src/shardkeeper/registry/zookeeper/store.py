@@ -40,9 +40,9 @@ _log = logging.getLogger("shardkeeper.registry.zookeeper")
 
 _T = TypeVar("_T")
 
-#: bytes an operation of a multi takes besides its path and value (header, digest ACL,
-#: flags), counted against the request limit
-_OP_FRAMING = 64
+#: bytes an operation of a multi takes besides its path and value, counted against the
+#: request limit: its header, the lengths, the flags and a digest ACL (about 80 bytes)
+_OP_FRAMING = 96
 
 
 class ZooKeeperStore(_Planner, _TreeWatcher):
@@ -206,7 +206,7 @@ class ZooKeeperStore(_Planner, _TreeWatcher):
             check_path(op.path)
             # the path, the ACL and the framing of every operation count too: a
             # thousand of them are about a tenth of the request limit
-            size += len(op.path) + _OP_FRAMING
+            size += len(self._full(op.path)) + _OP_FRAMING
             if isinstance(op, Create | Put):
                 size += len(op.value)
                 if op.ephemeral and op.path == "/":
