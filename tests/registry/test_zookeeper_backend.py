@@ -380,9 +380,9 @@ def test_a_commit_of_1024_operations_is_one_multi_and_its_framing_counts(
 ) -> None:
     """ZooKeeper's commit limit is 1,024 operations (its multi has none; its request
     size does): 1,024 small creates are one multi (three requests with their missing
-    parent: the multi, the read that finds it missing, the multi again); 1,024 creates of 900 bytes, under
-    the limit by their values alone (921,600 bytes), are refused before anything is
-    sent once their paths and framing are counted."""
+    parent: the multi, the read that finds it missing, the multi again); 1,024 creates
+    of 900 bytes, under the limit by their values alone (921,600 bytes), are refused
+    before anything is sent once their paths and framing are counted."""
     assert store.max_ops_per_commit == 1024
     before = store.round_trips  # type: ignore[attr-defined]
     assert store.commit([Create(f"/wide/n{i:04d}", b"v") for i in range(1024)])

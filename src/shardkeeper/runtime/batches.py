@@ -16,6 +16,7 @@ completion commit also writes each finished item's last result
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -67,8 +68,14 @@ class Batches:
         session: Callable[[], str] = lambda: "",
         on_idle: Callable[[], None],
         observers: Observers | None = None,
+        defer: Callable[[float, Callable[[], None]], None] | None = None,
     ) -> None:
         self._s = services
+        #: runs a function after a delay without holding a thread (the runtime's timer)
+        self._defer = defer
+        #: first items of batches waiting for their fire's due time, by deferral
+        self._deferred: dict[int, tuple[Batch, list[int]]] = {}
+        self._deferral = itertools.count()
         self._observers = observers if observers is not None else Observers()
         self._state = state
         self._job = job
@@ -155,7 +162,41 @@ class Batches:
         with self._lock:
             first = [batch.pending.popleft() for _ in range(min(limit, len(batch.pending)))]
             batch.running += len(first)
-        for item in first:
+        # A scheduled fire is decided FIRE_LEAD ahead of its due time (batch.py): its
+        # items go to the workers at that time, not before, and no thread waits for
+        # it meanwhile (the batch is in place already: fencing and stops see it).
+        early = min(batch.fire_time - time.time(), FIRE_LEAD)
+        if early > 0 and self._defer is not None:
+            with self._lock:
+                key = next(self._deferral)
+                self._deferred[key] = (batch, first)
+            self._defer(early, lambda: self._start_deferred(key))
+        else:
+            self._submit_items(batch, first)
+
+    def _start_deferred(self, key: int) -> None:
+        with self._lock:
+            entry = self._deferred.pop(key, None)
+        if entry is not None:
+            self._submit_items(*entry)
+
+    def waiting_for_due_time(self) -> list[float]:
+        """The fire times of the batches whose items wait for their due time."""
+        with self._lock:
+            return [batch.fire_time for batch, _items in self._deferred.values()]
+
+    def start_deferred_now(self) -> None:
+        """Hand the items waiting for their fire's due time to the workers now (a hard
+        stop or a fencing: they end as fenced at once, and their batch completes,
+        rather than wait on a timer that the stop may drop)."""
+        with self._lock:
+            entries = list(self._deferred.values())
+            self._deferred.clear()
+        for batch, items in entries:
+            self._submit_items(batch, items)
+
+    def _submit_items(self, batch: Batch, items: list[int]) -> None:
+        for item in items:
             self._submit_item(batch, item)
 
     def _submit_item(self, batch: Batch, item: int) -> None:
@@ -164,11 +205,6 @@ class Batches:
             self._item_done(batch, item, FENCED)
 
     def _run_item(self, batch: Batch, item: int) -> None:
-        early = batch.fire_time - time.time()
-        if early > 0:
-            # a scheduled fire is decided FIRE_LEAD ahead (batch.py): its items start
-            # at its due time; bounded, so no fire time can hold a worker for long
-            time.sleep(min(early, FIRE_LEAD))
         outcome = OK
         started = time.time()
         error: BaseException | None = None
@@ -351,6 +387,7 @@ class Batches:
             fresh = [b for b in self._batches if not b.fenced]
             for b in fresh:
                 b.fenced = True
+        self.start_deferred_now()  # they see the fence and end at once
         items = sorted(i for b in fresh for i in b.items)
         if items:
             self._state.count("fenced", len(items))

@@ -118,6 +118,10 @@ class JobRunner(FireQueue, Reactions):
             session=self._session,
             on_idle=self._after_batch,
             observers=self._observers,
+            # the items of a fire decided ahead of time start at its due time, handed
+            # to the workers by the lanes' timer, on a lane of their own (not queued
+            # behind this job's fires)
+            defer=lambda delay, fn: lanes.submit_after(f"{self.name}/start", None, fn, delay),
         )
         self.oneoff = OneOffDuties(services, self.state, self.leader)
         self.trigger = TriggerFlow(
@@ -297,6 +301,8 @@ class JobRunner(FireQueue, Reactions):
             self.state.stopping = True
             if hard:
                 self.state.hard_stop = True
+        if hard:
+            self.batches.start_deferred_now()  # they see the hard stop and end at once
 
     # -- lane plumbing --------------------------------------------------------------
 
