@@ -40,6 +40,7 @@ from shardkeeper.coordination.snapshot import JobSnapshot, read_instances, read_
 from shardkeeper.errors import StoreError
 from shardkeeper.localregistry import ServerCluster, local_cluster
 from shardkeeper.registry import CoordinationStore, open_store
+from shardkeeper.runtime.batch import FIRE_LEAD
 
 __all__ = ["FAST", "NORMAL", "DemoFailure", "Story", "Timing"]
 
@@ -268,10 +269,11 @@ class Story:
         """Check that the trigger at which ``a`` was written ran every item on its
         owner; a gap is recorded as a problem and the story waits for a later
         trigger that does run every item (failing if none comes)."""
-        # The leader writes the assignment inside the trigger's processing, and cron
-        # fires are aligned to multiples of the period: that trigger is the last
-        # multiple of the period at or before the write.
-        fire = math.floor(a.at / self.timing.period) * self.timing.period
+        # The leader writes the assignment inside the trigger's processing, which
+        # begins up to FIRE_LEAD before the trigger is due, and cron fires are aligned
+        # to multiples of the period: that trigger is the last multiple of the period
+        # at or before the write plus the lead.
+        fire = math.floor((a.at + FIRE_LEAD) / self.timing.period) * self.timing.period
         expected = {i: self._name(o) for i, o in a.owners.items()}
         # A follower waits up to sharding_wait_timeout for a reshard before it runs
         # its items: only after that can an item be said to be missing.

@@ -6,12 +6,16 @@ from collections import Counter
 
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.registry import open_store
 from shardkeeper.registry.base import CoordinationStore
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.jobs import RecordingJob
 
 COUNT = 300  # > 2 x 128: the running marks span three commits
+#: the commit limit the runtime is given here (etcd's default; ZooKeeper takes 1,024
+#: and would mark these 300 items in one commit)
+LIMIT = 128
 
 
 def _per_fire(job: RecordingJob) -> Counter[float]:
@@ -25,7 +29,9 @@ def test_items_beyond_one_commit_all_run_and_leave_no_marks(
     """300 items on one instance: every trigger runs all of them (marks written in
     chunks, each chunk with its own fencing token), and completion clears every mark."""
     job = RecordingJob()
-    rt = Runtime(registry_url, shutdown_grace=5)
+    capped = open_store(registry_url)
+    capped.max_ops_per_commit = LIMIT
+    rt = Runtime(capped, shutdown_grace=5)
     rt.add_job(job, JobConfig(name="big", interval=1, sharding_total_count=COUNT))
     with rt:
         wait_until(

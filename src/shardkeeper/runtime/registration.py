@@ -140,6 +140,18 @@ class Registrar:
         """Register the instance and every job at start-up. Raises JobConflictError or
         JobConfigError for a stored job this instance can never run; a store failure
         leaves the jobs concerned to the housekeeping pass."""
+        # Triggers are armed before this runs, and a fire is delivered ahead of its
+        # time: a fire of a job whose turn has not come yet waits for its registration
+        # (bounded by the fire's deadline) instead of being skipped as not registered.
+        for runner in runners:
+            runner.state.registering = True
+        try:
+            self._register_all(runners)
+        finally:
+            for runner in runners:
+                runner.state.registering = False
+
+    def _register_all(self, runners: Sequence[JobRunner]) -> None:
         began = time.monotonic()
         with contextlib.suppress(StoreError):
             self.put_instance()

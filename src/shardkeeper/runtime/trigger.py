@@ -166,6 +166,13 @@ class TriggerFlow:
         registering = reason is SkipReason.NOT_REGISTERED and self._state.registering
         if registering and time.monotonic() < fire.deadline:
             return Wait(POLL, "registration under way")
+        if reason is SkipReason.NOT_REGISTERED:
+            # A fire delivered ahead of its time (the scheduler's lead) may come before
+            # the registration at start-up has begun: it is skipped only if the job is
+            # still not registered when it is due.
+            not_due = self._not_due(fire)
+            if not_due is not None:
+                return not_due
         if reason is SkipReason.SUSPENDED and time.monotonic() < fire.deadline:
             # A connection that is merely suspended (a slow link, a store member
             # failing over) usually comes back within a moment, the session intact:
