@@ -170,7 +170,7 @@ class TriggerFlow:
             # A fire delivered ahead of its time (the scheduler's lead) may come before
             # the registration at start-up has begun: it is skipped only if the job is
             # still not registered when it is due.
-            not_due = self._not_due(fire)
+            not_due = self._not_due(fire, "not registered yet; not due yet")
             if not_due is not None:
                 return not_due
         if reason is SkipReason.SUSPENDED and time.monotonic() < fire.deadline:
@@ -229,17 +229,19 @@ class TriggerFlow:
             return Skipped(SkipReason.NO_ITEMS)
         held = self._local_items() & set(items)
         if held:
-            return self._not_due(fire) or Deferred(tuple(sorted(held)))
+            return self._not_due(fire, "earlier items still run; not due yet") or Deferred(
+                tuple(sorted(held))
+            )
         return self._start(fire, items, version)
 
     @staticmethod
-    def _not_due(fire: Fire) -> Wait | None:
+    def _not_due(fire: Fire, why: str) -> Wait | None:
         """A Wait until ``fire`` is due, when it is decided ahead of its time (the
         scheduler's lead): items still running then may end before it is due, and a
-        fire is called a misfire, or skipped as running elsewhere, only when they
-        still run at its due time."""
+        fire is called a misfire, skipped as running elsewhere or as not registered,
+        only when that still holds at its due time."""
         early = fire.fire_time - time.time()
-        return Wait(early, "items of an earlier fire still run; not due yet") if early > 0 else None
+        return Wait(early, why) if early > 0 else None
 
     def _mine(self, assignment: Assignment, fire: Fire) -> list[int]:
         cfg = self._state.config
@@ -295,7 +297,7 @@ class TriggerFlow:
         if result.reason in ("assignment", "unknown", "result"):
             return self._retry(fire, f"start commit: {result.reason}")
         # "running": some item is marked already
-        not_due = self._not_due(fire)
+        not_due = self._not_due(fire, "items marked running; not due yet")
         if not_due is not None:
             return not_due
         held = self._local_items() & set(items)
