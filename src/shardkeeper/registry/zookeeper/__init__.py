@@ -8,7 +8,10 @@ part in the docstring of the module that does it:
 * ``planner.py``: commits, one ``multi`` each (the table of how each operation is sent);
 * ``session.py``: connecting, the namespace node, credentials, request plumbing;
 * ``events.py``: the event thread and connection states;
-* ``watch.py``: the tree watch behind :meth:`ZooKeeperStore.watch`;
+* ``watch.py``: the tree watch behind :meth:`ZooKeeperStore.watch` (one persistent
+  recursive watch per prefix);
+* ``reads.py``: reads of many nodes in one ``multiRead``;
+* ``handler.py``: kazoo's threading handler with a ``poll``-based ``select``;
 * ``errors.py``: the one translation of kazoo's exceptions, and timeouts;
 * ``security.py``: the credential filter on kazoo's logs, ACL checks and repair;
 * ``kazoo_private.py``: every use of kazoo's private API (nothing else touches it);
