@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -36,16 +35,6 @@ class Starts(ShardedJob):
             return list(self.starts)
 
 
-@pytest.fixture
-def runtimes() -> Iterator[list[Runtime]]:
-    started: list[Runtime] = []
-    try:
-        yield started
-    finally:
-        for rt in started:
-            rt.stop_now()
-
-
 def test_items_start_at_their_fire_time_never_before(
     registry_url: str, runtimes: list[Runtime]
 ) -> None:
@@ -66,17 +55,8 @@ def test_items_start_at_their_fire_time_never_before(
     assert any(late < FIRE_LEAD for _, late in starts), starts
 
 
-@pytest.fixture
-def memory() -> Iterator[MemoryServer]:
-    srv = MemoryServer()
-    try:
-        yield srv
-    finally:
-        srv.shutdown()
-
-
 def test_a_fire_decided_early_waits_for_the_earlier_batch_instead_of_a_misfire(
-    memory: MemoryServer, runtimes: list[Runtime]
+    memory_server: MemoryServer, runtimes: list[Runtime]
 ) -> None:
     """Items of the previous fire that end within the lead, before the next fire is
     due, do not turn that fire into a misfire (it waits until it is due to decide).
@@ -98,7 +78,7 @@ def test_a_fire_decided_early_waits_for_the_earlier_batch_instead_of_a_misfire(
 
     job = EndsJustBeforeTheNextFire()
     cfg = JobConfig.parse(name="edge", interval=0.5, sharding_total_count=1, misfire=True)
-    rt = Runtime(memory.store(), shutdown_grace=2)
+    rt = Runtime(memory_server.store(), shutdown_grace=2)
     rt.add_job(job, cfg)
     rt.start()
     runtimes.append(rt)
@@ -119,14 +99,14 @@ def test_a_fire_decided_early_waits_for_the_earlier_batch_instead_of_a_misfire(
 
 
 def test_a_hard_stop_ends_items_still_waiting_for_their_due_time(
-    memory: MemoryServer, runtimes: list[Runtime]
+    memory_server: MemoryServer, runtimes: list[Runtime]
 ) -> None:
     """Items committed ahead of their fire's due time and waiting for it are handed
     over by a hard stop, which ends them as fenced (they never run), instead of being
     left on a timer that the stop drops."""
     job = Starts()
     cfg = JobConfig.parse(name="halt", interval=0.5, sharding_total_count=2)
-    rt = Runtime(memory.store(), shutdown_grace=2)
+    rt = Runtime(memory_server.store(), shutdown_grace=2)
     rt.add_job(job, cfg)
     rt.start()
     runtimes.append(rt)

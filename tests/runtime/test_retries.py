@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 
@@ -55,16 +54,6 @@ class FailsFirst(ShardedJob):
             n = self.runs[ctx.fire_time.timestamp()]
         if n <= self.failures:
             raise ConnectionError(f"flaky dependency (run {n})")
-
-
-@pytest.fixture
-def runtimes() -> Iterator[list[Runtime]]:
-    started: list[Runtime] = []
-    try:
-        yield started
-    finally:
-        for rt in started:
-            rt.stop_now()
 
 
 def _start(

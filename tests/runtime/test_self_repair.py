@@ -71,16 +71,6 @@ def server() -> Iterator[MemoryServer]:
         srv.shutdown()
 
 
-@pytest.fixture
-def runtimes() -> Iterator[list[Runtime]]:
-    started: list[Runtime] = []
-    try:
-        yield started
-    finally:
-        for rt in started:
-            rt.stop_now()
-
-
 def start(
     runtimes: list[Runtime],
     store: MemoryStore,
