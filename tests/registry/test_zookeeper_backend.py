@@ -25,6 +25,7 @@ from shardkeeper.registry import (
     EventKind,
     Put,
     RegistrySettings,
+    WatchEvent,
     open_store,
 )
 from shardkeeper.registry.zookeeper import ZooKeeperStore
@@ -373,6 +374,69 @@ def test_a_commits_pre_reads_are_one_request(store: CoordinationStore) -> None:
     refused = store.commit([Check("/jobs/j/running/3", value=b"mark"), Put("/jobs/j/x", b"1")])
     assert not refused and refused.failed_path == "/jobs/j/running/3"
     assert not store.exists("/jobs/j/x")
+
+
+def test_our_ephemeral_nodes_are_checked_without_a_pre_read_while_a_watch_covers_them(
+    store: CoordinationStore, store_factory: StoreFactory
+) -> None:
+    """A created-revision check of an ephemeral node this store created (or read as
+    its own) is an existence check in the multi, no pre-read, while a watch covers the
+    node; a delete of the node by anyone, or a connection change, voids that
+    knowledge, so a node deleted and re-created by another client still fails the
+    check."""
+    assert isinstance(store, ZooKeeperStore)
+    # no watch yet: the check needs its pre-read
+    t0 = store.put("/jobs/j/instances/me", b"m", ephemeral=True).created_revision
+    before = store.round_trips
+    assert store.commit([Check("/jobs/j/instances/me", created_revision=t0), Put("/jobs/j/a", b"")])
+    assert store.round_trips - before == 2
+    seen = Events()
+    # the watch reads only the way to running/1 (below): its re-reads of our own
+    # writes elsewhere would count in round_trips (it still gets every notification)
+    store.watch("/jobs", seen, exclude=lambda p: not "/jobs/j/running/1".startswith(p))
+    # created by a commit of ours: a start commit, then the completion that clears it
+    made = store.commit([Create("/jobs/j/running/0", b"mark", ephemeral=True)])
+    assert made
+    before = store.round_trips
+    assert store.commit([Check("/jobs/j/running/0", created_revision=made.revision)])
+    assert store.commit(
+        [Check("/jobs/j/running/0", created_revision=made.revision), Delete("/jobs/j/running/0")]
+    )
+    assert store.round_trips - before == 2
+    assert not store.exists("/jobs/j/running/0")
+    # learned from one pre-read (created before the watch): the next check is native
+    assert store.commit([Check("/jobs/j/instances/me", created_revision=t0), Create("/jobs/j/b")])
+    before = store.round_trips
+    assert store.commit([Check("/jobs/j/instances/me", created_revision=t0), Create("/jobs/j/c")])
+    assert store.round_trips - before == 1
+    # another client replaces our node: the check fails, as with a pre-read
+    t1 = store.put("/jobs/j/running/1", b"ours", ephemeral=True).created_revision
+    other = store_factory()
+    other.delete("/jobs/j/running/1")
+    theirs = other.put("/jobs/j/running/1", b"theirs", ephemeral=True)
+    wait_until(
+        lambda: any(
+            isinstance(e, WatchEvent)
+            and e.path == "/jobs/j/running/1"
+            and e.revision >= theirs.created_revision
+            for e in seen.snapshot()
+        ),
+        10.0,
+    )
+    refused = store.commit(
+        [Check("/jobs/j/running/1", created_revision=t1), Put("/jobs/j/after", b"")]
+    )
+    assert not refused and refused.failed_path == "/jobs/j/running/1"
+    assert not store.exists("/jobs/j/after")
+    # a connection change voids every record (white-box: the watch's re-sync after
+    # the reconnect makes the request count of the next commit racy)
+    t2 = store.put("/jobs/j/running/2", b"ours", ephemeral=True).created_revision
+    assert store._owned.knows("/jobs/j/running/2", t2)
+    store.add_state_listener(seen)
+    store.drop_connection()
+    wait_until(lambda: ConnectionState.RECONNECTED in seen.snapshot(), 15.0)
+    assert not store._owned.knows("/jobs/j/running/2", t2)
+    assert store.commit([Check("/jobs/j/running/2", created_revision=t2)])
 
 
 def test_a_commit_of_1024_operations_is_one_multi_and_its_framing_counts(

@@ -11,6 +11,7 @@ part in the docstring of the module that does it:
 * ``watch.py``: the tree watch behind :meth:`ZooKeeperStore.watch` (one persistent
   recursive watch per prefix);
 * ``reads.py``: reads of many nodes in one ``multiRead``;
+* ``owned.py``: our own ephemeral nodes of known incarnation (checked with no pre-read);
 * ``handler.py``: kazoo's threading handler with a ``poll``-based ``select``;
 * ``errors.py``: the one translation of kazoo's exceptions, and timeouts;
 * ``security.py``: the credential filter on kazoo's logs, ACL checks and repair;

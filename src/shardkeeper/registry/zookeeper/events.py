@@ -56,6 +56,8 @@ class _Events(_Session):
 
     def _on_kazoo_state(self, kstate: str) -> None:
         # runs on kazoo's connection thread: record the session id, hand over, return
+        # (known incarnations hold for one connection only: see owned.py)
+        self._owned.reset()
         sid = None
         if kstate == KazooState.CONNECTED and self._client is not None:
             cid = self._client.client_id
@@ -66,6 +68,8 @@ class _Events(_Session):
         # runs on kazoo's connection thread: never read here, only note the path and
         # its latest change, and hand over (one drain task per burst: the paths pile
         # up until it runs)
+        if etype == kazoo_private.NODE_DELETED:
+            self._owned.deleted(path)
         if etype not in _CHANGES:
             return
         for w in list(self._watches):

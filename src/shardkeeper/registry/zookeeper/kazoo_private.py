@@ -218,6 +218,19 @@ def create_op(path: str, value: bytes, acl: list[Any], ephemeral: bool) -> Any:
     return zkproto.Create(path, value, acl, 1 if ephemeral else 0)
 
 
+def ephemeral_create_path(op: Any) -> str | None:
+    """The absolute path ``op`` creates when it is a multi operation creating an
+    ephemeral node, else None."""
+    if isinstance(op, zkproto.Create) and op.flags & 1:
+        return str(op.path)
+    return None
+
+
+def deleted_path(op: Any) -> str | None:
+    """The absolute path ``op`` deletes when it is a multi delete operation, else None."""
+    return str(op.path) if isinstance(op, zkproto.Delete) else None
+
+
 def delete_op(path: str, version: int) -> Any:
     """A multi operation deleting ``path`` (absolute) at data ``version`` (-1: any)."""
     return zkproto.Delete(path, version)

@@ -12,6 +12,9 @@ Commits
     ``Check(value/created_        if the pre-read satisfies the condition:
     revision)``                    ``check(path, pre-read version)``; else the
                                    commit fails without sending anything
+    ``Check(created_revision)``    no pre-read when the node is our own ephemeral
+    of our own ephemeral node      node of known incarnation (``owned.py``):
+                                   ``check(path, -1)``
     ``Check(exists=False)``        *absence guard*, no pre-read: ``create(g)`` +
                                    ``delete(g)`` where ``g`` is the path (or, when
                                    its parent is missing, the first missing
@@ -47,6 +50,11 @@ Commits
     and the multi, a derived ``value``/``created_revision`` check passes against the
     new incarnation. An ephemeral node of our own session is immune (it can only be
     deleted explicitly, or by expiry, which also kills the multi).
+
+    The created-revision check of an ephemeral node this client created (or read as
+    its own) while a watch covers it is an existence check with no pre-read: its
+    incarnation is known until a delete notification or a connection change says
+    otherwise (``owned.py`` has the argument).
 """
 
 from __future__ import annotations
@@ -110,6 +118,21 @@ class _Planner(_Reads):
     def _create_node(
         self, deadline: float, path: str, value: bytes, ephemeral: bool
     ) -> Node | None:
+        """Create ``path`` (see ``_create_plain``); an ephemeral node created is
+        recorded as ours (``owned.py``)."""
+        if not ephemeral:
+            return self._create_plain(deadline, path, value, ephemeral)
+        ticket = self._learn([path])
+        node: Node | None = None
+        try:
+            node = self._create_plain(deadline, path, value, ephemeral)
+            return node
+        finally:
+            self._owned.end(ticket, {path: node.created_revision} if node is not None else None)
+
+    def _create_plain(
+        self, deadline: float, path: str, value: bytes, ephemeral: bool
+    ) -> Node | None:
         """Create ``path``, with its missing parents in the same multi; None if it existed.
 
         Parents are created in the transaction that creates their first child, so they
@@ -154,12 +177,16 @@ class _Planner(_Reads):
             if isinstance(plan, CommitResult):
                 return plan
             zk_ops, origins = plan
-            results, zxid = self._multi(deadline, zk_ops)
+            results, zxid = self._multi_learning(deadline, zk_ops, origins)
             failed = _first_error(results)
             if failed is None:
                 return CommitResult(True, revision=zxid)
             index, exc = failed
             kind, op, zk_path = origins[index]
+            if kind == "owned":
+                # the existence check that stood for the created revision: it is gone
+                self._owned.forget([zk_path])
+                return CommitResult(False, failed_path=op.path)
             if kind == "guard" and isinstance(exc, kz.NoChildrenForEphemeralsError):
                 # nothing can live below an ephemeral node: its existence is the guard
                 _mode, g = guards.get(op.path, ("pair", op.path))
@@ -196,6 +223,44 @@ class _Planner(_Reads):
             last_contended = op.path
         return CommitResult(False, failed_path=last_contended)
 
+    def _read_many_learning(
+        self, deadline: float, paths: list[str], ops: list[Op]
+    ) -> dict[str, tuple[bytes, Any] | None]:
+        """The pre-reads; a created-revision check's node found to be an ephemeral of
+        our session is recorded as ours (the next check of it needs no pre-read)."""
+        wanted = sorted({op.path for op in ops if _revision_check(op)} & set(paths))
+        ticket = self._learn(wanted)
+        learned: dict[str, int] | None = None
+        try:
+            seen = self._read_many(deadline, paths)
+            sid = self._own_session()
+            learned = {}
+            for p in wanted:
+                got = seen.get(p)
+                if got is not None and sid is not None and got[1].ephemeralOwner == sid:
+                    learned[p] = got[1].czxid
+            return seen
+        finally:
+            self._owned.end(ticket, learned)
+
+    def _multi_learning(
+        self, deadline: float, zk_ops: list[Any], origins: list[tuple[str, Op, str]]
+    ) -> tuple[list[Any], int]:
+        """Send the multi; when it applies, record the ephemeral nodes it created as
+        ours (their czxid is the multi's zxid) and forget those it deleted."""
+        pairs = list(zip(zk_ops, origins, strict=True))
+        made = [o[2] for z, o in pairs if kazoo_private.ephemeral_create_path(z)]
+        ticket = self._learn(made)
+        learned: dict[str, int] | None = None
+        try:
+            results, zxid = self._multi(deadline, zk_ops)
+            if _first_error(results) is None:
+                learned = dict.fromkeys(made, zxid)
+                self._owned.forget(o[2] for z, o in pairs if _is_delete(z))
+            return results, zxid
+        finally:
+            self._owned.end(ticket, learned)
+
     def _absent_guard(self, deadline: float, path: str) -> str:
         """The path whose create+delete proves ``path`` absent when its parent is missing:
         the first missing ancestor segment (nothing can be below a missing node)."""
@@ -225,6 +290,18 @@ class _Planner(_Reads):
         # the path or on one of its descendants (it comes first in the multi and
         # fails it otherwise). Deleting them needs no pre-read.
         known = {op.path for op in ops if _bare_exists(op)}
+        # created-revision checks of our own ephemeral nodes whose incarnation is known
+        # (owned.py): an existence check says the same, natively
+        mine = {
+            op.path
+            for op in ops
+            if isinstance(op, Check)
+            and _revision_check(op)
+            and op.created_revision is not None
+            and self._owned.knows(op.path, op.created_revision)
+            and self._covered(op.path)
+        }
+        known |= mine
         present = known | {a for p in known for a in _ancestors(p)}
 
         def native_delete(op: Op) -> bool:
@@ -240,10 +317,11 @@ class _Planner(_Reads):
                 and op.version is None
                 and not _bare_exists(op)
                 and op.exists is not False
+                and op.path not in mine
             )
         }
         # one request for all the pre-reads (a multiRead), whatever their number
-        seen = self._read_many(deadline, sorted(need)) if need else {}
+        seen = self._read_many_learning(deadline, sorted(need), ops) if need else {}
         checks: list[tuple[Any, tuple[str, Op, str]]] = []
         writes: list[tuple[Any, tuple[str, Op, str]]] = []
         made: set[str] = set()
@@ -275,6 +353,9 @@ class _Planner(_Reads):
                 if _bare_exists(op):
                     # version -1 checks existence only: native, no pre-read
                     checks.append((kazoo_private.check_op(full, -1), ("user", op, op.path)))
+                    continue
+                if op.path in mine:
+                    checks.append((kazoo_private.check_op(full, -1), ("owned", op, op.path)))
                     continue
                 if op.exists is False:
                     # the guard itself fails when the node exists: no pre-read
@@ -328,6 +409,21 @@ class _Planner(_Reads):
                 writes.append((kazoo_private.delete_op(full, -1), ("derived", op, op.path)))
         both = checks + writes
         return [z for z, _ in both], [o for _, o in both]
+
+
+def _revision_check(op: Op) -> bool:
+    """A check of the created revision alone (no value, no version)."""
+    return (
+        isinstance(op, Check)
+        and op.created_revision is not None
+        and op.value is None
+        and op.version is None
+        and op.exists is not False
+    )
+
+
+def _is_delete(zk_op: Any) -> bool:
+    return kazoo_private.deleted_path(zk_op) is not None
 
 
 def _bare_exists(op: Op) -> bool:

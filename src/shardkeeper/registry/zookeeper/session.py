@@ -47,6 +47,7 @@ from shardkeeper.registry.url import RegistrySettings
 from shardkeeper.registry.zookeeper import kazoo_private, security
 from shardkeeper.registry.zookeeper.errors import translate
 from shardkeeper.registry.zookeeper.handler import PollingHandler
+from shardkeeper.registry.zookeeper.owned import OwnedEphemerals, Ticket
 
 if TYPE_CHECKING:
     from shardkeeper.registry.zookeeper.watch import _TreeWatch
@@ -90,6 +91,9 @@ class _Session(CoordinationStore):
         self._negotiated: float | None = None
         self._round_trips = 0
         self._watches: list[_TreeWatch] = []
+        #: our ephemeral nodes whose incarnation is known (owned.py): their
+        #: created-revision checks need no pre-read
+        self._owned = OwnedEphemerals()
         self._acl: list[Any] | None = None
         if settings.username:
             self._acl = [make_digest_acl(settings.username, settings.password or "", all=True)]
@@ -248,6 +252,24 @@ class _Session(CoordinationStore):
         async_result = self._send(kazoo_private.submit_multi, self._zk, ops)
         results, zxid = self._wait(async_result, deadline)
         return list(results), int(zxid)
+
+    def _covered(self, path: str) -> bool:
+        """Whether a recursive watch armed on the current connection covers ``path``:
+        then every delete of it reaches the tap (see ``owned.py``)."""
+        epoch = self._owned.epoch
+        return any(
+            w.armed == epoch and not w.cancelled and w.covers(path) for w in list(self._watches)
+        )
+
+    def _learn(self, paths: list[str]) -> Ticket:
+        """Start learning the incarnation of those ``paths`` a watch covers (see
+        ``owned.py``); hand the ticket to ``self._owned.end``."""
+        return self._owned.begin([p for p in paths if self._covered(p)])
+
+    def _own_session(self) -> int | None:
+        """The session id requests are sent on now (None between sessions)."""
+        cid = self._zk.client_id
+        return cid[0] if cid else None
 
     def _create_op(self, path: str, value: bytes, ephemeral: bool) -> Any:
         return kazoo_private.create_op(

@@ -101,6 +101,9 @@ class _TreeWatch(WatchDelivery):
     dirty: bool = False
     #: the prefix itself is excluded: nothing to read, nothing to report
     void: bool = False
+    #: the connection epoch (``owned.py``) in which the server-side watch was last set;
+    #: -1 before that
+    armed: int = -1
 
     def covers(self, path: str) -> bool:
         """Whether ``path`` is at or below the prefix."""
@@ -195,12 +198,15 @@ class _TreeWatcher(_Events, _Reads):
         whole = full and paths == [w.prefix]
         try:
             if whole and not w.void:
+                # read before sending: a connection change meanwhile leaves it stale
+                epoch = self._owned.epoch
                 self._call(
                     self._deadline(),
                     kazoo_private.submit_add_watch,
                     self._zk,
                     self._full(w.prefix),
                 )
+                w.armed = epoch
             self._sync_levels(w, paths, full=full, emit=emit)
         except (kz.KazooException, KazooTimeoutError, StoreError):
             if strict:
