@@ -46,6 +46,11 @@ BACKENDS = ("zookeeper", "etcd")
 #: gigabytes
 BENCH_ZK_HEAP_MB = 1024
 
+#: the bench's etcd server allows this many operations per transaction
+#: (``--max-txn-ops``); clients use etcd's default 128 unless their URL says
+#: ``max_txn_ops`` (the coordination-cost case measures both)
+BENCH_ETCD_TXN_OPS = 4096
+
 T = TypeVar("T")
 
 
@@ -132,7 +137,9 @@ class Servers:
         cluster: ServerCluster = (
             ZooKeeperCluster(size=1, base_dir=self.base_dir / backend, heap_mb=BENCH_ZK_HEAP_MB)
             if backend == "zookeeper"
-            else EtcdCluster(size=1, base_dir=self.base_dir / backend)
+            else EtcdCluster(
+                size=1, base_dir=self.base_dir / backend, max_txn_ops=BENCH_ETCD_TXN_OPS
+            )
         )
         cluster.start()
         self.clusters[backend] = cluster

@@ -180,8 +180,9 @@ def tables(doc: Results) -> str:
         out.append("|---|---|---|---|---|---|---|---|---|---|")
         for b, r in _ok(doc, "coordination_cost"):
             for c in r["cases"]:
+                shown = "".join(f", {k}={v}" for k, v in c.get("url_options", {}).items())
                 out.append(
-                    f"| {b} | {'on' if c['monitor'] else 'off'} | {c['items']:,} | "
+                    f"| {b}{shown} | {'on' if c['monitor'] else 'off'} | {c['items']:,} | "
                     f"{_num(c.get('calls_per_trigger', {}).get('median'))} "
                     f"({_num(c.get('commits_per_trigger', {}).get('median'))}) | "
                     f"{_num(c['total_per_trigger']['median'])} | "
@@ -310,20 +311,25 @@ def plots(doc: Results, img_dir: Path) -> None:
     if _ok(doc, "coordination_cost"):
         fig, ax = plt.subplots(figsize=(6, 4))
         for b, r in _ok(doc, "coordination_cost"):
-            cases = [c for c in r["cases"] if c["monitor"]]
-            xs = [c["items"] for c in cases]
-            ax.plot(
-                xs,
-                [c["total_per_trigger"]["median"] for c in cases],
-                "o-",
-                label=f"{b} requests sent",
-            )
-            ax.plot(
-                xs,
-                [c.get("calls_per_trigger", c["flow_per_trigger"])["median"] for c in cases],
-                "s--",
-                label=f"{b} store calls",
-            )
+            variants: dict[str, list[dict[str, Any]]] = {}
+            for c in r["cases"]:
+                if c["monitor"]:
+                    opts = "".join(f", {k}={v}" for k, v in c.get("url_options", {}).items())
+                    variants.setdefault(b + opts, []).append(c)
+            for name, cases in variants.items():
+                xs = [c["items"] for c in cases]
+                ax.plot(
+                    xs,
+                    [c["total_per_trigger"]["median"] for c in cases],
+                    "o-",
+                    label=f"{name} requests sent",
+                )
+                ax.plot(
+                    xs,
+                    [c.get("calls_per_trigger", c["flow_per_trigger"])["median"] for c in cases],
+                    "s--",
+                    label=f"{name} store calls",
+                )
         if xs:
             ax.plot(xs, [7 * x + 10 for x in xs], ":", color="grey", label="ElasticJob 7N+10")
         ax.set_xscale("log")

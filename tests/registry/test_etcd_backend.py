@@ -369,6 +369,34 @@ def test_commit_over_the_limit_is_refused_before_sending(store: CoordinationStor
     assert store.commit([Create(f"/lim/d{i}/k", b"") for i in range(128)])
 
 
+def test_max_txn_ops_raises_the_client_limit_with_the_servers(tmp_path: Path) -> None:
+    """With the server's --max-txn-ops raised to 512 and ``max_txn_ops=512`` in the
+    URL, a commit of 250 creates (250 compares and 250 puts) is one transaction (one
+    request) and applies; 513 operations are refused before sending. A client left at the default still stops at 128."""
+    cluster = EtcdCluster(size=1, base_dir=tmp_path / "etcd", max_txn_ops=512)
+    cluster.start()
+    try:
+        wide = open_store(cluster.url("wide", max_txn_ops=512))
+        narrow = open_store(cluster.url("wide"))
+        wide.start()
+        narrow.start()
+        try:
+            assert wide.max_ops_per_commit == 512
+            before = wide.round_trips
+            assert wide.commit([Create(f"/many/k{i}", b"v") for i in range(250)])
+            assert wide.round_trips - before == 1
+            assert len(wide.children("/many")) == 250
+            with pytest.raises(StoreLimitError, match="513 operations"):
+                wide.commit([Put(f"/many/k{i}", b"") for i in range(513)])
+            with pytest.raises(StoreLimitError, match="129 operations"):
+                narrow.commit([Put(f"/many/k{i}", b"") for i in range(129)])
+        finally:
+            wide.close()
+            narrow.close()
+    finally:
+        cluster.stop()
+
+
 def test_round_trips_count_one_per_request(store: CoordinationStore) -> None:
     """get, exists, children, get_tree, put, create, delete and commit cost one request."""
     store.put("/rt/a", b"")

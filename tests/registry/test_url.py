@@ -119,6 +119,17 @@ def test_url_round_trips_and_hides_credentials_by_default() -> None:
     assert parse_registry_url(settings.url(with_credentials=True)) == settings
 
 
+def test_max_txn_ops_is_an_etcd_count_kept_in_the_url() -> None:
+    """``max_txn_ops`` (etcd only) defaults to etcd's 128, is parsed as a count and
+    survives ``url()``; the default is left out of it."""
+    assert parse_registry_url("etcd://h:1/ns").max_txn_ops == 128
+    settings = parse_registry_url("etcd://h:1/ns?max_txn_ops=4096")
+    assert settings.max_txn_ops == 4096
+    assert "max_txn_ops=4096" in settings.url()
+    assert parse_registry_url(settings.url()) == settings
+    assert "max_txn_ops" not in parse_registry_url("etcd://h:1/ns").url()
+
+
 def test_from_env_reads_the_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     """RegistrySettings.from_env() reads SHARDKEEPER_REGISTRY when no URL is given."""
     monkeypatch.setenv(ENV_VAR, "etcd://e1:2379,e2/envns?session_timeout=3")
@@ -216,6 +227,10 @@ def test_open_store_rejects_a_bad_url_without_connecting() -> None:
         ("etcd://h:1/ns?tlz=1", "unknown option 'tlz'"),
         ("zk://h:1/ns?password=x", "password was given without a user name"),
         ("zk://h:1/ns?username=", "username is empty"),
+        ("etcd://h:1/ns?max_txn_ops=many", "max_txn_ops='many' is not a whole number"),
+        ("etcd://h:1/ns?max_txn_ops=64", "max_txn_ops=64 is out of range; give 128 to 65536"),
+        ("etcd://h:1/ns?max_txn_ops=70000", "max_txn_ops=70000 is out of range"),
+        ("zk://h:1/ns?max_txn_ops=4096", "max_txn_ops applies to etcd only"),
         # ports
         ("zk://h:abc/ns", "invalid port 'abc'"),
         ("zk://h:/ns", "invalid port ''"),

@@ -19,6 +19,15 @@ Credentials go in the user-info part (``zk://user:secret@host:2181/ns``) or as
 * ``connection_timeout`` (default 5): how long :meth:`start` waits for a session.
 * ``operation_timeout`` (default 5): how long one request may take.
 
+One count, etcd only:
+
+* ``max_txn_ops`` (default 128, etcd's own default): the most operations the client
+  puts in one transaction; a commit with more is split by the runtime (the start or
+  completion of a large batch). Raise it only together with the server's
+  ``--max-txn-ops`` (the server refuses larger transactions): with 4096 on both, the
+  start and the completion of a 1,000-item batch are one transaction each. Integer from
+  128 to 65536.
+
 One switch (``true``/``false``), ZooKeeper with credentials only:
 
 * ``acl_repair`` (default false): when the store's ``start()`` finds nodes of an existing
@@ -61,6 +70,12 @@ ENV_VAR = "SHARDKEEPER_REGISTRY"
 MAX_TIMEOUT_SECONDS = 3600
 """The longest session, connection or operation timeout a URL may give."""
 
+DEFAULT_TXN_OPS = 128
+"""etcd's default ``--max-txn-ops``, and the least ``max_txn_ops`` a URL may give."""
+
+MAX_TXN_OPS = 65536
+"""The most ``max_txn_ops`` a URL may give."""
+
 _SCHEMES = {"zk": "zookeeper", "zookeeper": "zookeeper", "etcd": "etcd", "memory": "memory"}
 _NS_SEGMENT = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _HOST = re.compile(r"^[A-Za-z0-9.\-]+$|^\[[0-9A-Fa-f:]+\]$")
@@ -76,6 +91,7 @@ _OPTIONS = {
     "cert",
     "key",
     "verify",
+    "max_txn_ops",
 }
 _BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 _DEFAULT_PORT = {"zookeeper": 2181, "etcd": 2379}
@@ -123,6 +139,8 @@ class RegistrySettings(BaseModel):
     tls_key: str | None = Field(default=None, repr=False)
     #: verify the server's certificate and host name (only ZooKeeper may turn it off)
     tls_verify: bool = True
+    #: etcd: operations per transaction, as the server's --max-txn-ops allows
+    max_txn_ops: int = Field(default=DEFAULT_TXN_OPS, ge=DEFAULT_TXN_OPS, le=MAX_TXN_OPS)
 
     @model_validator(mode="before")
     @classmethod
@@ -182,6 +200,8 @@ class RegistrySettings(BaseModel):
             f"&connection_timeout={self.connection_timeout:g}"
             f"&operation_timeout={self.operation_timeout:g}"
         )
+        if self.max_txn_ops != DEFAULT_TXN_OPS:
+            q += f"&max_txn_ops={self.max_txn_ops}"
         if self.acl_repair and auth:
             q += "&acl_repair=true"  # meaningless (and refused) without credentials
         q += self._tls_query(with_credentials)
@@ -216,6 +236,23 @@ def _positive(url: str, name: str, raw: str) -> float:
         # start() that never gives up); no store needs more than an hour anyway.
         raise InvalidRegistryURLError(
             url, f"option {name}={raw!r} is too long; give at most {MAX_TIMEOUT_SECONDS} seconds"
+        )
+    return value
+
+
+def _txn_ops(url: str, raw: str) -> int:
+    if not raw.strip().isdigit():
+        raise InvalidRegistryURLError(
+            url,
+            f"option max_txn_ops={raw!r} is not a whole number; give {DEFAULT_TXN_OPS} to "
+            f"{MAX_TXN_OPS}, no more than the server's --max-txn-ops",
+        )
+    value = int(raw)
+    if not DEFAULT_TXN_OPS <= value <= MAX_TXN_OPS:
+        raise InvalidRegistryURLError(
+            url,
+            f"option max_txn_ops={value} is out of range; give {DEFAULT_TXN_OPS} to "
+            f"{MAX_TXN_OPS}, no more than the server's --max-txn-ops",
         )
     return value
 
@@ -328,6 +365,7 @@ def _parse(url: str) -> RegistrySettings:
             )
     options: dict[str, float] = {}
     acl_repair = False
+    max_txn_ops = DEFAULT_TXN_OPS
     tls: bool | None = None
     tls_verify = True
     files: dict[str, str] = {}
@@ -351,6 +389,8 @@ def _parse(url: str) -> RegistrySettings:
             tls_verify = _boolean(url, name, raw)
         elif name in ("ca", "cert", "key"):
             files[name] = raw
+        elif name == "max_txn_ops":
+            max_txn_ops = _txn_ops(url, raw)
         else:
             options[name] = _positive(url, name, raw)
     if backend == "memory" and (username is not None or password is not None):
@@ -362,6 +402,12 @@ def _parse(url: str) -> RegistrySettings:
             url,
             "option acl_repair applies to ZooKeeper only; etcd access is granted by "
             "roles (see docs/registry-backends.md)",
+        )
+    if max_txn_ops != DEFAULT_TXN_OPS and backend != "etcd":
+        raise InvalidRegistryURLError(
+            url,
+            f"option max_txn_ops applies to etcd only; a {backend} commit's limit is the "
+            "store's own",
         )
     if acl_repair and not username:
         raise InvalidRegistryURLError(
@@ -391,5 +437,6 @@ def _parse(url: str) -> RegistrySettings:
         tls_cert=files.get("cert"),
         tls_key=files.get("key"),
         tls_verify=tls_verify,
+        max_txn_ops=max_txn_ops,
         **options,
     )

@@ -58,6 +58,8 @@ class EtcdCore(CoordinationStore):
         #: the settings this store was built from (also used by test fault helpers)
         self.settings = settings
         self.namespace = settings.namespace
+        #: the URL's max_txn_ops (etcd's --max-txn-ops, default 128)
+        self.max_ops_per_commit = settings.max_txn_ops
         # '/' inside a namespace is escaped so that namespace X never sees X/sub
         self._root = "/" + settings.namespace.strip("/").replace("/", "%2F")
         self._ttl_wanted = max(1, math.ceil(settings.session_timeout))

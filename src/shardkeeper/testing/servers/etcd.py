@@ -64,6 +64,8 @@ class EtcdCluster(ServerCluster):
     a ``root`` user with :attr:`password` is created and authentication enabled;
     :attr:`credentials` and :meth:`url` then carry them. ``tls``: serve https client
     URLs with these certificates; ``client_cert_auth``: require a client certificate.
+    ``max_txn_ops``: the server's ``--max-txn-ops`` (etcd's default 128); a client may
+    use as many with the URL option of the same name.
     """
 
     backend: ClassVar[Backend] = "etcd"
@@ -85,6 +87,7 @@ class EtcdCluster(ServerCluster):
         prefixes: Sequence[Sequence[str]] | None = None,
         tls: TLSFiles | None = None,
         client_cert_auth: bool = True,
+        max_txn_ops: int = 128,
     ) -> None:
         super().__init__(
             size,
@@ -107,6 +110,8 @@ class EtcdCluster(ServerCluster):
         #: the certificates of the https client URLs (None: http)
         self.tls = tls
         self.client_cert_auth = client_cert_auth
+        #: the server's --max-txn-ops
+        self.max_txn_ops = max_txn_ops
 
     @property
     def _scheme(self) -> str:
@@ -184,6 +189,7 @@ class EtcdCluster(ServerCluster):
             "election_ms": self.election_ms,
             "tls_dir": str(self.tls.ca.parent) if self.tls is not None else None,
             "client_cert_auth": self.client_cert_auth,
+            "max_txn_ops": self.max_txn_ops,
         }
 
     def _load_extra_state(self, extra: Mapping[str, Any]) -> None:
@@ -194,6 +200,7 @@ class EtcdCluster(ServerCluster):
         self.cluster_token = str(extra.get("cluster_token") or self.cluster_token)
         self.heartbeat_ms = int(extra.get("heartbeat_ms") or self.heartbeat_ms)
         self.election_ms = int(extra.get("election_ms") or self.election_ms)
+        self.max_txn_ops = int(extra.get("max_txn_ops") or self.max_txn_ops)
         if extra.get("tls_dir"):
             from shardkeeper.testing.certs import load_certificates
 
@@ -223,6 +230,7 @@ class EtcdCluster(ServerCluster):
             # small WAL/snapshot footprint for short-lived test servers
             "--snapshot-count=10000",
             "--quota-backend-bytes=268435456",
+            f"--max-txn-ops={self.max_txn_ops}",
             *self._tls_flags(),
         ]
 
