@@ -13,7 +13,7 @@ from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.jobs import RecordingJob
 
 COUNT = 300  # > 2 x 128: the running marks span three commits
-#: the commit limit the runtime is given here (etcd's default; ZooKeeper takes 1,024
+#: the commit limit the runtime is given here (etcd's default; ZooKeeper takes 4,096
 #: and would mark these 300 items in one commit)
 LIMIT = 128
 
@@ -43,6 +43,28 @@ def test_items_beyond_one_commit_all_run_and_leave_no_marks(
         assert len(set(tokens.values())) >= 3  # one token per chunk
         assert all(n == COUNT for n in list(_per_fire(job).values())[1:-1])
     assert store.children(JobPaths("big").running_root) == []
+
+
+def test_marks_beyond_one_commits_bytes_are_cut_by_size(
+    registry_url: str, store: CoordinationStore
+) -> None:
+    """A store whose byte limit holds fewer marks than its operation limit: the start
+    and completion are cut by size (several chunks, each with its own fencing token),
+    every item of every trigger runs, and no mark is left."""
+    job = RecordingJob()
+    capped = open_store(registry_url)
+    capped.max_commit_bytes = 20_000  # about 80 marks a commit
+    rt = Runtime(capped, shutdown_grace=5)
+    rt.add_job(job, JobConfig(name="wide", interval=1, sharding_total_count=COUNT))
+    with rt:
+        wait_until(
+            lambda: sum(1 for n in _per_fire(job).values() if n == COUNT) >= 2,
+            30,
+            message=lambda: f"runs per fire: {dict(_per_fire(job))}",
+        )
+        tokens = {r.item: r.fencing_token for r in job.runs}
+        assert len(set(tokens.values())) >= 3
+    assert store.children(JobPaths("wide").running_root) == []
 
 
 def test_job_with_misfire_off_runs(registry_url: str) -> None:

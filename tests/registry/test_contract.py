@@ -730,9 +730,9 @@ def test_commit_create_of_existing_node_fails(store: CoordinationStore) -> None:
 
 def test_commit_of_max_ops_works_and_one_more_raises(store: CoordinationStore) -> None:
     """The backend's limit of ops commits fine (128 on etcd and memory, etcd's default,
-    1,024 on ZooKeeper); one more raises StoreLimitError and writes nothing."""
+    4,096 on ZooKeeper); one more raises StoreLimitError and writes nothing."""
     limit = store.max_ops_per_commit
-    assert limit == (1024 if isinstance(store, ZooKeeperStore) else 128)
+    assert limit == (4096 if isinstance(store, ZooKeeperStore) else 128)
     assert store.commit([Put(f"/many/k{i:03d}", b"1") for i in range(limit)])
     assert len(store.children("/many")) == limit
     with pytest.raises(StoreLimitError):

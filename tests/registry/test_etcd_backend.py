@@ -372,7 +372,8 @@ def test_commit_over_the_limit_is_refused_before_sending(store: CoordinationStor
 def test_max_txn_ops_raises_the_client_limit_with_the_servers(tmp_path: Path) -> None:
     """With the server's --max-txn-ops raised to 512 and ``max_txn_ops=512`` in the
     URL, a commit of 250 creates (250 compares and 250 puts) is one transaction (one
-    request) and applies; 513 operations are refused before sending. A client left at the default still stops at 128."""
+    request) and applies; 513 operations are refused before sending. A client left at
+    the default still stops at 128."""
     cluster = EtcdCluster(size=1, base_dir=tmp_path / "etcd", max_txn_ops=512)
     cluster.start()
     try:

@@ -439,19 +439,23 @@ def test_our_ephemeral_nodes_are_checked_without_a_pre_read_while_a_watch_covers
     assert store.commit([Check("/jobs/j/running/2", created_revision=t2)])
 
 
-def test_a_commit_of_1024_operations_is_one_multi_and_its_framing_counts(
+def test_a_commit_of_4096_operations_is_one_multi_and_its_framing_counts(
     store: CoordinationStore,
 ) -> None:
-    """ZooKeeper's commit limit is 1,024 operations (its multi has none; its request
-    size does): 1,024 small creates are one multi (three requests with their missing
+    """ZooKeeper's commit limit is 4,096 operations (its multi has none; its request
+    size does): 4,096 small creates are one multi (three requests with their missing
     parent: the multi, the read that finds it missing, the multi again); 1,024 creates
     of 900 bytes, under the limit by their values alone (921,600 bytes), are refused
-    before anything is sent once their paths and framing are counted."""
-    assert store.max_ops_per_commit == 1024
+    before anything is sent once their paths and framing are counted, and
+    ``commit_bytes`` says so beforehand."""
+    assert store.max_ops_per_commit == 4096
     before = store.round_trips  # type: ignore[attr-defined]
-    assert store.commit([Create(f"/wide/n{i:04d}", b"v") for i in range(1024)])
+    assert store.commit([Create(f"/wide/n{i:04d}", b"v") for i in range(4096)])
     assert store.round_trips - before <= 3  # type: ignore[attr-defined]
-    assert len(store.children("/wide")) == 1024
+    assert len(store.children("/wide")) == 4096
+    fat = [Create(f"/fat/n{i:04d}", b"x" * 900) for i in range(1024)]
+    assert store.max_commit_bytes is not None
+    assert store.commit_bytes(fat) > store.max_commit_bytes
     with pytest.raises(StoreLimitError, match="request limit"):
-        store.commit([Create(f"/fat/n{i:04d}", b"x" * 900) for i in range(1024)])
+        store.commit(fat)
     assert store.get("/fat") is None

@@ -20,6 +20,7 @@ from shardkeeper.coordination.model import DocumentError, RunningMark
 from shardkeeper.coordination.paths import FENCE_PREFIX, JobPaths
 from shardkeeper.errors import StoreError
 from shardkeeper.registry.base import Check, CoordinationStore, Create, Delete, Op, Put
+from shardkeeper.registry.packing import pack_groups
 
 __all__ = ["FENCE_PREFIX", "ExecutionService", "StartResult", "clear_mark_ops", "new_fence"]
 
@@ -177,21 +178,10 @@ class ExecutionService:
     def _pack(
         self, groups: list[list[Op]], fixed: Sequence[Op]
     ) -> list[tuple[list[int], list[Op]]]:
-        """Chunks of whole op groups (one group per item) under the per-commit limit,
-        each with the ``fixed`` ops first. Returns (group indexes, ops) per chunk."""
-        room = max(1, self._store.max_ops_per_commit - len(fixed))
-        chunks: list[tuple[list[int], list[Op]]] = []
-        members: list[int] = []
-        ops: list[Op] = []
-        for n, group in enumerate(groups):
-            if members and len(ops) + len(group) > room:
-                chunks.append((members, [*fixed, *ops]))
-                members, ops = [], []
-            members.append(n)
-            ops.extend(group)
-        if members or not chunks:
-            chunks.append((members, [*fixed, *ops]))
-        return chunks
+        """Chunks of whole op groups (one group per item) under the store's per-commit
+        limits, each with the ``fixed`` ops first. Returns (group indexes, ops) per
+        chunk."""
+        return pack_groups(self._store, groups, fixed)
 
     def fence_of(self, item: int) -> str:
         """The fence child of ``item``'s mark ("" for an ephemeral mark or none)."""

@@ -315,6 +315,11 @@ class Delete:
 
 Op = Check | Create | Put | Delete
 
+#: bytes an operation of a commit takes besides its path and value, as
+#: :meth:`CoordinationStore.commit_bytes` counts them by default (a header, lengths,
+#: flags and an ACL or compares)
+OP_FRAMING_BYTES = 96
+
 
 @dataclass(frozen=True)
 class CommitResult:
@@ -439,8 +444,21 @@ class CoordinationStore(ABC):
 
     #: the largest number of operations one commit may carry on this backend: 128 by
     #: default (etcd's default --max-txn-ops, and the in-memory reference store's);
-    #: ZooKeeper's multi has no such limit and takes 1,024 (its stores say so)
+    #: ZooKeeper's multi has no such limit and takes 4,096 (its stores say so)
     max_ops_per_commit: int = 128
+
+    #: the largest :meth:`commit_bytes` one commit may have on this backend (None: no
+    #: limit besides :attr:`max_ops_per_commit`); a larger commit raises
+    #: StoreLimitError before anything is sent
+    max_commit_bytes: int | None = None
+
+    def commit_bytes(self, ops: Sequence[Op]) -> int:
+        """The size of a commit of ``ops`` as this backend counts it against
+        :attr:`max_commit_bytes`: values, paths and a per-operation framing."""
+        return sum(
+            len(op.path) + OP_FRAMING_BYTES + (len(op.value) if isinstance(op, Create | Put) else 0)
+            for op in ops
+        )
 
     # -- watches and listeners ------------------------------------------------------
 

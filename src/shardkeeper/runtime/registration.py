@@ -9,7 +9,8 @@ all known, so the registrar asks the store once which jobs exist (one listing of
 ``/jobs``) and then:
 
 * a job that is **not stored yet** joins in a batched commit of
-  ``max_ops_per_commit // 6`` jobs (21), 5 operations each::
+  ``max_ops_per_commit // 6`` jobs (21 on etcd, 682 on ZooKeeper; fewer when their
+  config documents would pass the store's ``max_commit_bytes``), 5 operations each::
 
       Check(/jobs/{job}, exists=False)        nothing of the job exists (no config,
                                               switch, mark, assignment or member)
@@ -75,6 +76,7 @@ from shardkeeper.registry.base import (
     Put,
     WatchEvent,
 )
+from shardkeeper.registry.packing import pack_groups
 from shardkeeper.runtime.fires import SkipSink
 from shardkeeper.runtime.pool import Lanes, WorkerPool
 from shardkeeper.runtime.runner import JobRunner
@@ -118,6 +120,8 @@ class Registrar:
         self._by = instance_writer()  # asked once: gethostname() is slow on some hosts
         #: config path -> hash of the document a batch created there (until its event)
         self._own_docs: dict[str, int] = {}
+        #: job -> the config document its batch writes (during register_all only)
+        self._docs: dict[str, bytes] = {}
         #: commits and jobs of :meth:`register_all` (logs, tests, benchmarks)
         self.stats: dict[str, int] = {"batch_commits": 0, "batched": 0, "one_by_one": 0}
         #: seconds :meth:`register_all` took
@@ -172,7 +176,8 @@ class Registrar:
         failed_in_row = 0
         at = 0
         while at < len(new):
-            chunk = new[at : at + (first if at == 0 else size)]
+            # as many as the count allows, fewer when their documents are large
+            chunk = self._fitting(new[at : at + (first if at == 0 else size)])
             at += len(chunk)
             if failed_in_row >= _FAILED_BATCHES:
                 self._leave(chunk, "the store did not answer the earlier batches")
@@ -186,6 +191,7 @@ class Registrar:
             failed_in_row = 0
             for runner in aside:
                 self._register_one(runner)
+        self._docs.clear()
         self.seconds = time.monotonic() - began
         log.info(
             "%s registered %d jobs in %.1fs: %d in %d batch commits, %d one by one",
@@ -225,6 +231,23 @@ class Registrar:
         for runner in runners:
             runner.state.register_error = why
 
+    def _doc(self, runner: JobRunner) -> bytes:
+        """The config document a batch writes for ``runner`` (made once: a batch that
+        is cut to fit, or retried, reuses it)."""
+        doc = self._docs.get(runner.name)
+        if doc is None:
+            doc = self._docs[runner.name] = ConfigService.initial_document(runner.config, self._by)
+        return doc
+
+    def _fitting(self, runners: Sequence[JobRunner]) -> Sequence[JobRunner]:
+        """The leading ``runners`` whose registration fits in one commit by the store's
+        byte limit as well (large config documents: item parameters, descriptions)."""
+        if self._store.max_commit_bytes is None or len(runners) <= 1:
+            return runners
+        member = encode(dataclasses.replace(self.info, jobs=[], started_at=time.time()))
+        groups = [self._ops(r, self._doc(r), member) for r in runners]
+        return runners[: len(pack_groups(self._store, groups)[0][0])]
+
     def _register_batch(self, runners: Sequence[JobRunner]) -> list[JobRunner]:
         """Register new jobs in one commit; returns the jobs that turned out to exist
         (to register one by one). Raises StoreError when a commit's outcome is unknown."""
@@ -235,7 +258,7 @@ class Registrar:
                 return aside
             joined_at = time.time()
             member = encode(dataclasses.replace(self.info, jobs=[], started_at=joined_at))
-            docs = {r.name: ConfigService.initial_document(r.config, self._by) for r in pending}
+            docs = {r.name: self._doc(r) for r in pending}
             ops: list[Op] = []
             for r in pending:
                 ops += self._ops(r, docs[r.name], member)

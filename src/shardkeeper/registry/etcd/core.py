@@ -60,6 +60,9 @@ class EtcdCore(CoordinationStore):
         self.namespace = settings.namespace
         #: the URL's max_txn_ops (etcd's --max-txn-ops, default 128)
         self.max_ops_per_commit = settings.max_txn_ops
+        #: under etcd's default request limit (--max-request-bytes, 1.5 MiB), with
+        #: room for the compares and the keys' namespace prefix
+        self.max_commit_bytes = 1_400_000
         # '/' inside a namespace is escaped so that namespace X never sees X/sub
         self._root = "/" + settings.namespace.strip("/").replace("/", "%2F")
         self._ttl_wanted = max(1, math.ceil(settings.session_timeout))

@@ -286,6 +286,14 @@ class EtcdStore(SessionMixin, PlannerMixin):
                 f"{self.max_ops_per_commit} (etcd --max-txn-ops); split the work or write "
                 "fewer, larger nodes"
             )
+        size = self.commit_bytes(ops)
+        if self.max_commit_bytes is not None and size > self.max_commit_bytes:
+            raise StoreLimitError(
+                f"a commit of {len(ops)} operations and about {size} bytes exceeds the "
+                f"{self.max_commit_bytes} bytes kept under etcd's request limit "
+                "(--max-request-bytes, 1.5 MiB by default); split the work or write "
+                "fewer, smaller nodes"
+            )
         resp, failed_path = self._write(f"commit of {len(ops)} operations", ops)
         if resp is not None and resp.succeeded:
             return CommitResult(True, int(resp.header.revision))

@@ -31,6 +31,7 @@ from shardkeeper.registry.zookeeper import kazoo_private
 from shardkeeper.registry.zookeeper.errors import _first_error
 from shardkeeper.registry.zookeeper.nodes import _node
 from shardkeeper.registry.zookeeper.planner import _COMMIT_ATTEMPTS, _Planner
+from shardkeeper.registry.zookeeper.session import _MAX_PAYLOAD
 from shardkeeper.registry.zookeeper.watch import _TreeWatcher
 
 __all__ = ["ZooKeeperStore"]
@@ -49,10 +50,25 @@ class ZooKeeperStore(_Planner, _TreeWatcher):
     """The :class:`CoordinationStore` on a ZooKeeper ensemble (see the package docstring)."""
 
     #: ZooKeeper has no operation limit for a multi, only its request size
-    #: (jute.maxbuffer, 1 MiB), which :meth:`commit` checks: 1,024 operations carry the
-    #: start or completion of a 1,000-item batch in one or two commits, where etcd's
-    #: default of 128 takes eight to sixteen
-    max_ops_per_commit = 1024
+    #: (jute.maxbuffer, 1 MiB), which :meth:`commit` checks (``max_commit_bytes``): 4,096
+    #: operations carry the start or the completion of a 1,000-item batch (a check, a
+    #: delete and a result write per item) in one commit, where etcd's default of 128
+    #: takes 8 and 24; the runtime packs by both limits (``registry/packing.py``)
+    max_ops_per_commit = 4096
+
+    #: the request limit, with room for the multi's own header
+    max_commit_bytes = _MAX_PAYLOAD
+
+    def commit_bytes(self, ops: Sequence[Op]) -> int:
+        """What :meth:`commit` counts against the request limit: every operation's
+        full path (the namespace node included), its value and its framing (the
+        header, lengths, flags and a digest ACL)."""
+        return sum(
+            len(self._full(op.path))
+            + _OP_FRAMING
+            + (len(op.value) if isinstance(op, Create | Put) else 0)
+            for op in ops
+        )
 
     # -- reads -----------------------------------------------------------------
 
@@ -201,16 +217,12 @@ class ZooKeeperStore(_Planner, _TreeWatcher):
             raise StoreLimitError(
                 f"a commit carries at most {self.max_ops_per_commit} operations; got {len(ops)}"
             )
-        size = 0
         for op in ops:
             check_path(op.path)
-            # the path, the ACL and the framing of every operation count too: a
-            # thousand of them are about a tenth of the request limit
-            size += len(self._full(op.path)) + _OP_FRAMING
-            if isinstance(op, Create | Put):
-                size += len(op.value)
-                if op.ephemeral and op.path == "/":
-                    raise ConfigError("the namespace root '/' cannot be ephemeral")
-        self._check_payload("commit", size)
+            if isinstance(op, Create | Put) and op.ephemeral and op.path == "/":
+                raise ConfigError("the namespace root '/' cannot be ephemeral")
+        # the path, the ACL and the framing of every operation count too: a thousand
+        # of them are about a seventh of the request limit
+        self._check_payload("commit", self.commit_bytes(ops))
         with self._errors("commit"):
             return self._commit(self._deadline(), ops)

@@ -1,0 +1,48 @@
+"""Cutting a large piece of work into commits the store accepts.
+
+A commit is atomic, but a store takes only so much in one: at most
+:attr:`~shardkeeper.registry.base.CoordinationStore.max_ops_per_commit` operations and,
+where the backend has a request-size limit, at most
+:attr:`~shardkeeper.registry.base.CoordinationStore.max_commit_bytes` as
+:meth:`~shardkeeper.registry.base.CoordinationStore.commit_bytes` counts them. Work that
+is atomic per *group* of operations (one item's mark and its check, one job's
+registration) is packed here into as few commits as both limits allow, never splitting
+a group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from shardkeeper.registry.base import CoordinationStore, Op
+
+__all__ = ["pack_groups"]
+
+
+def pack_groups(
+    store: CoordinationStore, groups: Sequence[Sequence[Op]], fixed: Sequence[Op] = ()
+) -> list[tuple[list[int], list[Op]]]:
+    """Chunks of whole ``groups``, each led by the ``fixed`` operations, within the
+    store's operation and byte limits. Returns (group indexes, operations) per chunk;
+    no groups gives one chunk of the fixed operations alone. A group too large for a
+    commit of its own still gets one (the store then refuses it, naming the limit)."""
+    room_ops = max(1, store.max_ops_per_commit - len(fixed))
+    limit = store.max_commit_bytes
+    room_bytes = None if limit is None else limit - store.commit_bytes(fixed)
+    chunks: list[tuple[list[int], list[Op]]] = []
+    members: list[int] = []
+    ops: list[Op] = []
+    size = 0
+    for n, group in enumerate(groups):
+        weight = store.commit_bytes(group) if room_bytes is not None else 0
+        over_ops = len(ops) + len(group) > room_ops
+        over_bytes = room_bytes is not None and size + weight > room_bytes
+        if members and (over_ops or over_bytes):
+            chunks.append((members, [*fixed, *ops]))
+            members, ops, size = [], [], 0
+        members.append(n)
+        ops.extend(group)
+        size += weight
+    if members or not chunks:
+        chunks.append((members, [*fixed, *ops]))
+    return chunks
