@@ -129,6 +129,18 @@ def measure(
         # the first trigger computes the assignment and creates parent nodes: warm-up
         fire(0)
         _quiet([rt.store, observer])
+        # Background work, not caused by triggers: the liveness probe (every T/3) and
+        # the job's repair pass (each job at least once per sweep; with one job, every
+        # tick). Measured here, idle, as requests per second ...
+        idle = 4.0 if ctx.quick else 10.0
+        bg0 = request_count(rt.store)
+        time.sleep(idle)  # a measuring window, not a synchronisation
+        background = (request_count(rt.store) - bg0) / idle
+        # ... and kept out of the triggers' windows: no repair pass meanwhile, and the
+        # probes that fall inside a window are counted and taken off
+        request_repair, reconcile_due = runner.request_repair, runner.leader.reconcile_due
+        runner.request_repair = lambda: None  # type: ignore[method-assign]
+        runner.leader.reconcile_due = lambda: False  # type: ignore[method-assign]
         executed.clear()
         left_marked.clear()
         calls: list[int] = []
@@ -138,13 +150,16 @@ def measure(
         served: list[int] = []
         seconds: list[float] = []
         cluster = ctx.servers.get(backend)
+        own: list[int] = []
         for n in range(1, triggers + 1):
             rt0, ob0 = request_count(rt.store), request_count(observer)
             server0 = server_requests(cluster)
             calls0, commits0 = counting.total_calls, counting.calls.get("commit", 0)
+            probes0 = counting.probes
             seconds.append(fire(n))
             _quiet([rt.store, observer])
             totals.append(request_count(rt.store) - rt0)
+            own.append(totals[-1] - (counting.probes - probes0))
             calls.append(counting.total_calls - calls0)
             commits.append(counting.calls.get("commit", 0) - commits0)
             watch.append(request_count(observer) - ob0)
@@ -152,8 +167,16 @@ def measure(
             # read after the counters: this read is the harness's, not the runtime's
             snap = read_snapshot(observer, "cost")
             left_marked.append(len(snap.running) if snap is not None else -1)
+        runner.request_repair = request_repair  # type: ignore[method-assign]
+        runner.leader.reconcile_due = reconcile_due  # type: ignore[method-assign]
         flow = [t - w for t, w in zip(totals, watch, strict=True)]
         return {
+            # the trigger's own requests: sent in its window, less the liveness probes
+            # that fell into it (repair passes were held off meanwhile)
+            "own_per_trigger": summary([float(x) for x in own]),
+            "raw_own": own,
+            # the idle instance's background (probes and repair passes), per second
+            "background_per_s": background,
             "items": items,
             "monitor": monitor,
             "triggers": triggers,
@@ -213,7 +236,9 @@ def run(
                 f"  cost {backend}{shown} items={items} monitor={monitor}: "
                 f"{case['calls_per_trigger']['median']:.0f} calls "
                 f"({case['commits_per_trigger']['median']:.0f} commits), "
-                f"{case['total_per_trigger']['median']:.0f} round trips/trigger "
+                f"{case['total_per_trigger']['median']:.0f} round trips/trigger, "
+                f"{case['own_per_trigger']['median']:.0f} its own "
+                f"(background {case['background_per_s']:.1f}/s idle) "
                 f"(watch {case['watch_per_trigger']['median']:.0f}); "
                 f"server counted {case['server_per_trigger']['median']:.0f} for "
                 f"{case['clients_per_trigger']['median']:.0f} sent by both clients; "

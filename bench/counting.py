@@ -39,6 +39,9 @@ class CountingStore(CoordinationStore):
         #: calls per method name (get, exists, children, get_tree, put, create,
         #: delete, commit)
         self.calls: dict[str, int] = {}
+        #: of the ``exists`` calls, those of an instance node: the runtime's liveness
+        #: probe (one request every T/3, whatever the jobs do)
+        self.probes = 0
 
     def _count(self, name: str) -> None:
         with self._lock:
@@ -81,6 +84,9 @@ class CountingStore(CoordinationStore):
     def exists(self, path: str) -> bool:
         """Counted delegate."""
         self._count("exists")
+        if path.startswith("/instances/"):
+            with self._lock:
+                self.probes += 1
         return self.inner.exists(path)
 
     def children(self, path: str) -> list[str]:

@@ -174,10 +174,11 @@ def tables(doc: Results) -> str:
         out += ["", "### Coordination cost per trigger (round trips, one instance)", ""]
         out.append(
             "| backend | monitor | local items | store calls (commits) | requests sent p50 | "
+            "the trigger's own p50 | background, idle (requests/s) | "
             "watch re-reads (observer) | server counted (both clients: sent) | "
             "ElasticJob model (7N+10) | items run / trigger | marks left after trigger |"
         )
-        out.append("|---|---|---|---|---|---|---|---|---|---|")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for b, r in _ok(doc, "coordination_cost"):
             for c in r["cases"]:
                 shown = "".join(f", {k}={v}" for k, v in c.get("url_options", {}).items())
@@ -186,6 +187,8 @@ def tables(doc: Results) -> str:
                     f"{_num(c.get('calls_per_trigger', {}).get('median'))} "
                     f"({_num(c.get('commits_per_trigger', {}).get('median'))}) | "
                     f"{_num(c['total_per_trigger']['median'])} | "
+                    f"{_num(c.get('own_per_trigger', {}).get('median'))} | "
+                    f"{c.get('background_per_s', math.nan):.1f} | "
                     f"{_num(c['watch_per_trigger']['median'])} | "
                     f"{_num(c.get('server_per_trigger', {}).get('median'))} "
                     f"({_num(c.get('clients_per_trigger', {}).get('median'))}) | "
