@@ -376,6 +376,28 @@ def test_a_commits_pre_reads_are_one_request(store: CoordinationStore) -> None:
     assert not store.exists("/jobs/j/x")
 
 
+def test_a_multi_grown_past_the_request_limit_by_its_parents_is_refused_unsent(
+    store: CoordinationStore,
+) -> None:
+    """A commit within ``max_commit_bytes`` whose multi, once the missing parents of
+    its nodes are added, would pass ZooKeeper's request limit is refused with
+    StoreLimitError before it is sent (the server would drop the connection): nothing
+    is written and the session carries on."""
+    assert isinstance(store, ZooKeeperStore)
+    mid = "/".join(c * 40 for c in "stuv")
+    ops = [Create(f"/deep/{i:04d}/{mid}/leaf", b"x" * 450) for i in range(1000)]
+    assert store.max_commit_bytes is not None
+    assert store.commit_bytes(ops) <= store.max_commit_bytes
+    states = Events()
+    store.add_state_listener(states)
+    with pytest.raises(StoreLimitError, match="request limit"):
+        store.commit(ops)
+    assert store.get("/deep") is None
+    store.put("/after", b"ok")
+    assert store.get("/after") is not None
+    assert ConnectionState.SUSPENDED not in states.snapshot()
+
+
 def test_our_ephemeral_nodes_are_checked_without_a_pre_read_while_a_watch_covers_them(
     store: CoordinationStore, store_factory: StoreFactory
 ) -> None:

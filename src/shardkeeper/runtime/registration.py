@@ -245,6 +245,8 @@ class Registrar:
         if self._store.max_commit_bytes is None or len(runners) <= 1:
             return runners
         member = encode(dataclasses.replace(self.info, jobs=[], started_at=time.time()))
+        # the batch encodes its own start time: a float may take a few more digits
+        member += b" " * 24
         groups = [self._ops(r, self._doc(r), member) for r in runners]
         return runners[: len(pack_groups(self._store, groups)[0][0])]
 

@@ -226,6 +226,19 @@ def ephemeral_create_path(op: Any) -> str | None:
     return None
 
 
+def multi_size(ops: list[Any]) -> int:
+    """About the bytes ``ops`` (this module's multi operations) take in a request: each
+    path and value, 96 bytes for a create's header, flags and ACL, 24 for any other."""
+    size = 0
+    for op in ops:
+        size += len(op.path)
+        if isinstance(op, zkproto.Create):
+            size += 96 + len(op.data or b"")
+        else:
+            size += 24 + len(getattr(op, "data", None) or b"")
+    return size
+
+
 def deleted_path(op: Any) -> str | None:
     """The absolute path ``op`` deletes when it is a multi delete operation, else None."""
     return str(op.path) if isinstance(op, zkproto.Delete) else None

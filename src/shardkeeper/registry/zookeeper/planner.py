@@ -66,6 +66,7 @@ from kazoo.security import OPEN_ACL_UNSAFE
 
 from shardkeeper.errors import (
     StoreError,
+    StoreLimitError,
 )
 from shardkeeper.registry.base import (
     Check,
@@ -80,6 +81,7 @@ from shardkeeper.registry.zookeeper import kazoo_private
 from shardkeeper.registry.zookeeper.errors import _first_error
 from shardkeeper.registry.zookeeper.nodes import _ancestors, _node, _parent
 from shardkeeper.registry.zookeeper.reads import _Reads
+from shardkeeper.registry.zookeeper.session import _MULTI_LIMIT
 
 #: how often a commit re-reads and retries when a pre-read node changed under it
 _COMMIT_ATTEMPTS = 8
@@ -248,6 +250,15 @@ class _Planner(_Reads):
     ) -> tuple[list[Any], int]:
         """Send the multi; when it applies, record the ephemeral nodes it created as
         ours (their czxid is the multi's zxid) and forget those it deleted."""
+        size = kazoo_private.multi_size(zk_ops)
+        if size > _MULTI_LIMIT:
+            # jute.maxbuffer would make the server drop the connection, suspending
+            # every user of the session: refuse before sending
+            raise StoreLimitError(
+                f"commit: the multi would be {size} bytes with its guards and parents, "
+                f"over ZooKeeper's request limit ({_MULTI_LIMIT}); commit fewer or "
+                "smaller nodes at once"
+            )
         pairs = list(zip(zk_ops, origins, strict=True))
         made = [o[2] for z, o in pairs if kazoo_private.ephemeral_create_path(z)]
         ticket = self._learn(made)

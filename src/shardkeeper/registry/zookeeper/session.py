@@ -59,6 +59,10 @@ _log = logging.getLogger("shardkeeper.registry.zookeeper")
 #: connection, which would suspend every user of the session: refuse earlier
 _MAX_PAYLOAD = 1_000_000
 
+#: a multi as sent (guards and missing parents included) stays under jute.maxbuffer
+#: (1,048,575 bytes) with room for its header: a larger one is refused before sending
+_MULTI_LIMIT = 1_040_000
+
 #: how often a dirty watcher is retried while its re-sync keeps failing
 _DIRTY_RETRY = 0.25
 

@@ -20,6 +20,7 @@ from shardkeeper.errors import (
     StoreLimitError,
 )
 from shardkeeper.registry.base import (
+    Check,
     CommitResult,
     Create,
     Node,
@@ -31,7 +32,6 @@ from shardkeeper.registry.zookeeper import kazoo_private
 from shardkeeper.registry.zookeeper.errors import _first_error
 from shardkeeper.registry.zookeeper.nodes import _node
 from shardkeeper.registry.zookeeper.planner import _COMMIT_ATTEMPTS, _Planner
-from shardkeeper.registry.zookeeper.session import _MAX_PAYLOAD
 from shardkeeper.registry.zookeeper.watch import _TreeWatcher
 
 __all__ = ["ZooKeeperStore"]
@@ -45,6 +45,10 @@ _T = TypeVar("_T")
 #: request limit: its header, the lengths, the flags and a digest ACL (about 80 bytes)
 _OP_FRAMING = 96
 
+#: the same for a check, a delete or a data write without a value: header, path
+#: length, version
+_SMALL_OP_FRAMING = 24
+
 
 class ZooKeeperStore(_Planner, _TreeWatcher):
     """The :class:`CoordinationStore` on a ZooKeeper ensemble (see the package docstring)."""
@@ -56,19 +60,27 @@ class ZooKeeperStore(_Planner, _TreeWatcher):
     #: takes 8 and 24; the runtime packs by both limits (``registry/packing.py``)
     max_ops_per_commit = 4096
 
-    #: the request limit, with room for the multi's own header
-    max_commit_bytes = _MAX_PAYLOAD
+    #: what the runtime packs a commit's operations to (``registry/packing.py``): the
+    #: multi itself may add missing parents, unknown before it is planned, so the
+    #: budget leaves a fifth of the request limit for them; the multi as sent is
+    #: checked against the request limit itself (``planner.py``)
+    max_commit_bytes = 800_000
 
     def commit_bytes(self, ops: Sequence[Op]) -> int:
-        """What :meth:`commit` counts against the request limit: every operation's
-        full path (the namespace node included), its value and its framing (the
-        header, lengths, flags and a digest ACL)."""
-        return sum(
-            len(self._full(op.path))
-            + _OP_FRAMING
-            + (len(op.value) if isinstance(op, Create | Put) else 0)
-            for op in ops
-        )
+        """What :meth:`commit` counts against ``max_commit_bytes``: every operation's
+        full path (the namespace node included), its value and its framing (a create's
+        header, lengths, flags and digest ACL; less for a check or delete; an absence
+        check is sent as a guard create and delete)."""
+        size = 0
+        for op in ops:
+            full = len(self._full(op.path))
+            if isinstance(op, Create | Put):
+                size += full + _OP_FRAMING + len(op.value)
+            elif isinstance(op, Check) and op.exists is False:
+                size += 2 * full + _OP_FRAMING + _SMALL_OP_FRAMING
+            else:
+                size += full + _SMALL_OP_FRAMING
+        return size
 
     # -- reads -----------------------------------------------------------------
 
@@ -222,7 +234,13 @@ class ZooKeeperStore(_Planner, _TreeWatcher):
             if isinstance(op, Create | Put) and op.ephemeral and op.path == "/":
                 raise ConfigError("the namespace root '/' cannot be ephemeral")
         # the path, the ACL and the framing of every operation count too: a thousand
-        # of them are about a seventh of the request limit
-        self._check_payload("commit", self.commit_bytes(ops))
+        # creates are about a seventh of the request limit
+        size = self.commit_bytes(ops)
+        if size > self.max_commit_bytes:
+            raise StoreLimitError(
+                f"commit: {size} bytes (values, and paths and framing of its "
+                f"operations) exceed what a commit may carry under ZooKeeper's request "
+                f"limit; keep them under {self.max_commit_bytes} bytes in total"
+            )
         with self._errors("commit"):
             return self._commit(self._deadline(), ops)
