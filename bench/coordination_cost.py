@@ -86,9 +86,11 @@ def measure(
     monitor: bool,
     triggers: int,
     options: dict[str, int] | None = None,
+    idle: float = 4.0,
 ) -> dict[str, Any]:
     """Round trips per trigger for one job of ``items`` local items; ``options`` go
-    in the registry URL (etcd's ``max_txn_ops``)."""
+    in the registry URL (etcd's ``max_txn_ops``); ``idle`` seconds measure the
+    background."""
     url = ctx.url(backend, "cost", **(options or {}))
     job = NoOpJob()
     cfg = JobConfig.parse(
@@ -132,7 +134,6 @@ def measure(
         # Background work, not caused by triggers: the liveness probe (every T/3) and
         # the job's repair pass (each job at least once per sweep; with one job, every
         # tick). Measured here, idle, as requests per second ...
-        idle = 4.0 if ctx.quick else 10.0
         bg0 = request_count(rt.store)
         time.sleep(idle)  # a measuring window, not a synchronisation
         background = (request_count(rt.store) - bg0) / idle
@@ -218,8 +219,10 @@ def run(
     backend: str,
     sizes: Sequence[int] | None = None,
     triggers: int | None = None,
+    idle: float | None = None,
 ) -> dict[str, Any]:
-    """Round trips per trigger for each size, monitor_execution on and off."""
+    """Round trips per trigger for each size, monitor_execution on and off (on etcd
+    also with ``max_txn_ops`` raised); ``idle``: seconds of each background window."""
     sizes = tuple(sizes or SIZES)
     triggers = triggers or (3 if ctx.quick else 8)
     cases: list[dict[str, Any]] = []

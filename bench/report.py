@@ -239,14 +239,18 @@ def tables(doc: Results) -> str:
             "| raw batched commit s (nodes) | ratio | registered / leading |"
         )
         out.append("|---|---|---|---|---|---|---|---|---|---|")
-        for b, r in _ok(doc, "startup"):
-            raw = r["baseline"]
-            out.append(
-                f"| {b} | {r['jobs']:,} | {_s(r['startup_s'])} | {_s(r.get('register_s'))} | "
-                f"{r['round_trips']:,} | {r['requests_per_job']:.1f} | "
-                f"{r.get('batch_commits', 'n/a')} | {_s(raw['seconds'])} ({raw['nodes']:,}) | "
-                f"{_num(r['ratio_to_baseline'], 1)} | {r['registered']:,} / {r['leading']:,} |"
-            )
+        for b, top in _ok(doc, "startup"):
+            for r in [top, *top.get("variants", [])]:
+                raw = r["baseline"]
+                shown = "".join(f", {k}={v}" for k, v in r.get("url_options", {}).items())
+                out.append(
+                    f"| {b}{shown} | {r['jobs']:,} | {_s(r['startup_s'])} | "
+                    f"{_s(r.get('register_s'))} | "
+                    f"{r['round_trips']:,} | {r['requests_per_job']:.1f} | "
+                    f"{r.get('batch_commits', 'n/a')} | {_s(raw['seconds'])} "
+                    f"({raw['nodes']:,}) | {_num(r['ratio_to_baseline'], 1)} | "
+                    f"{r['registered']:,} / {r['leading']:,} |"
+                )
         out += _errors(doc, "startup")
 
     if "scale" in doc:

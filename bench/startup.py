@@ -13,8 +13,9 @@ thousands of jobs is not what is measured.
 The baseline, in the same run against the same server: one client writes the nodes a
 registration ends up with (the job's node and its ``instances`` parent, config,
 membership, leader, reshard flag: 6 nodes a job, with values of the same size) as
-``Create`` commits of ``max_ops_per_commit`` operations each, the fastest the store
-takes them.
+``Create`` commits as large as the store's operation and byte limits allow, the
+fastest the store takes them. On etcd both are measured again with ``max_txn_ops`` as
+high as the bench's server allows.
 """
 
 from __future__ import annotations
@@ -29,13 +30,20 @@ import sys
 import time
 from typing import Any
 
-from bench.common import BenchContext, BenchTimeoutError, proc_threads, repo_pythonpath
+from bench.common import (
+    BENCH_ETCD_TXN_OPS,
+    BenchContext,
+    BenchTimeoutError,
+    proc_threads,
+    repo_pythonpath,
+)
 from bench.scale import YEARLY, IdleJob, _last_error, _read_line
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.config_service import encode_document
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.registry.base import Create, Op
 from shardkeeper.registry.counting import request_count
+from shardkeeper.registry.packing import pack_groups
 
 #: jobs registered by the instance (quick and full run alike: the issue's figure)
 JOBS = 5000
@@ -77,44 +85,51 @@ def child(url: str, jobs: int) -> int:
     os._exit(0)  # the parent kills us anyway
 
 
-def baseline(ctx: BenchContext, backend: str, jobs: int) -> dict[str, Any]:
+def baseline(
+    ctx: BenchContext, backend: str, jobs: int, options: dict[str, int] | None = None
+) -> dict[str, Any]:
     """The raw batched commit of the nodes ``jobs`` registrations write."""
-    url = ctx.url(backend, f"startup-raw{jobs}")
+    url = ctx.url(backend, f"startup-raw{jobs}", **(options or {}))
     config = encode_document(_config(0), writer="instance", by="bench@1", revision=1)
     member = b'{"instance_id":"bench@1@x","host":"bench","pid":1,"version":"0","labels":{}}'
     with ctx.store(url) as store:
         me = "bench@1@x"
-        ops: list[Op] = []
+        groups: list[list[Op]] = []
         for n in range(jobs):
             p = JobPaths(f"idle-{n:05d}")
-            ops += [
-                # the parents: ZooKeeper needs real ones (a commit makes the missing
-                # parents of few paths only), etcd stores them as keys
-                Create(p.root),
-                Create(p.instances),
-                Create(p.config, config),
-                Create(p.instance(me), member, ephemeral=True),
-                Create(p.leader, me.encode(), ephemeral=True),
-                Create(p.necessary, b"instance joined"),
-            ]
-        size = store.max_ops_per_commit
+            groups.append(
+                [
+                    # the parents: ZooKeeper needs real ones (a commit makes the missing
+                    # parents of few paths only), etcd stores them as keys
+                    Create(p.root),
+                    Create(p.instances),
+                    Create(p.config, config),
+                    Create(p.instance(me), member, ephemeral=True),
+                    Create(p.leader, me.encode(), ephemeral=True),
+                    Create(p.necessary, b"instance joined"),
+                ]
+            )
+        # as many jobs a commit as the store's operation and byte limits allow
+        chunks = pack_groups(store, groups)
         rt0 = request_count(store)
         t0 = time.monotonic()
-        for i in range(0, len(ops), size):
-            if not store.commit(ops[i : i + size]):
-                raise RuntimeError(f"baseline commit {i // size} failed")
+        for n, (_, ops) in enumerate(chunks):
+            if not store.commit(ops):
+                raise RuntimeError(f"baseline commit {n} failed")
         seconds = time.monotonic() - t0
         return {
             "seconds": seconds,
             "round_trips": request_count(store) - rt0,
-            "nodes": len(ops),
-            "commits": -(-len(ops) // size),
+            "nodes": sum(len(g) for g in groups),
+            "commits": len(chunks),
         }
 
 
-def instance(ctx: BenchContext, backend: str, jobs: int) -> dict[str, Any]:
+def instance(
+    ctx: BenchContext, backend: str, jobs: int, options: dict[str, int] | None = None
+) -> dict[str, Any]:
     """The child instance's start-up (see module docstring)."""
-    url = ctx.url(backend, f"startup{jobs}")
+    url = ctx.url(backend, f"startup{jobs}", **(options or {}))
     scratch = ctx.scratch(f"startup-{backend}")
     with open(scratch / "child.log", "wb") as err:
         proc = subprocess.Popen(
@@ -141,29 +156,42 @@ def instance(ctx: BenchContext, backend: str, jobs: int) -> dict[str, Any]:
     return started
 
 
-def run(ctx: BenchContext, backend: str, jobs: int = JOBS) -> dict[str, Any]:
-    """The raw baseline, then the instance, on ``backend``."""
-    raw = baseline(ctx, backend, jobs)
+def measure(
+    ctx: BenchContext, backend: str, jobs: int, options: dict[str, int] | None = None
+) -> dict[str, Any]:
+    """The raw baseline, then the instance, with ``options`` in both registry URLs."""
+    shown = "".join(f" {k}={v}" for k, v in (options or {}).items())
+    raw = baseline(ctx, backend, jobs, options)
     ctx.log(
-        f"  startup {backend} baseline: {raw['nodes']:,} nodes in {raw['commits']} commits, "
-        f"{raw['seconds']:.2f}s, {raw['round_trips']:,} requests"
+        f"  startup {backend}{shown} baseline: {raw['nodes']:,} nodes in {raw['commits']} "
+        f"commits, {raw['seconds']:.2f}s, {raw['round_trips']:,} requests"
     )
-    started = instance(ctx, backend, jobs)
+    started = instance(ctx, backend, jobs, options)
     result = {
         "jobs": jobs,
         "baseline": raw,
         **started,
+        "url_options": dict(options or {}),
         "requests_per_job": started["round_trips"] / jobs,
         "ratio_to_baseline": started["startup_s"] / raw["seconds"] if raw["seconds"] else None,
     }
     ctx.log(
-        f"  startup {backend} jobs={jobs}: {started['startup_s']:.2f}s "
+        f"  startup {backend}{shown} jobs={jobs}: {started['startup_s']:.2f}s "
         f"(baseline {raw['seconds']:.2f}s, x{result['ratio_to_baseline']:.1f}), "
         f"{started['round_trips']:,} requests ({result['requests_per_job']:.1f}/job), "
         f"registration alone {started['register_s']:.2f}s in {started['batch_commits']} batch "
         f"commits, registered {started['registered']:,}, leading {started['leading']:,}, "
         f"stored {started['stored_jobs']:,}"
     )
+    return result
+
+
+def run(ctx: BenchContext, backend: str, jobs: int = JOBS) -> dict[str, Any]:
+    """:func:`measure` at the store's defaults; on etcd also with ``max_txn_ops`` as
+    high as the bench's server allows (``variants``)."""
+    result = measure(ctx, backend, jobs)
+    if backend == "etcd":
+        result["variants"] = [measure(ctx, backend, jobs, {"max_txn_ops": BENCH_ETCD_TXN_OPS})]
     return result
 
 

@@ -31,14 +31,18 @@ def ctx(etcd_server: EtcdCluster, tmp_path: Path) -> BenchContext:
 
 
 def test_coordination_cost_smallest_case(ctx: BenchContext, tmp_path: Path) -> None:
-    result = coordination_cost.run(ctx, "etcd", sizes=(1, 10), triggers=2)
+    result = coordination_cost.run(ctx, "etcd", sizes=(1, 10), triggers=2, idle=0.5)
     cases = result["cases"]
-    assert [(c["items"], c["monitor"]) for c in cases] == [
-        (1, True),
-        (10, True),
-        (1, False),
-        (10, False),
+    raised = {"max_txn_ops": 4096}
+    assert [(c["items"], c["monitor"], c["url_options"]) for c in cases] == [
+        (1, True, {}),
+        (10, True, {}),
+        (1, False, {}),
+        (10, False, {}),
+        (1, True, raised),
+        (10, True, raised),
     ]
+    assert cases[-1]["commit_limit"] == 4096
     for case in cases:
         assert len(case["raw_total"]) == 2
         for key in (
@@ -51,8 +55,11 @@ def test_coordination_cost_smallest_case(ctx: BenchContext, tmp_path: Path) -> N
             stats = case[key]
             assert stats["n"] == 2
             assert math.isfinite(stats["median"]) and stats["median"] >= 0
-        # every trigger costs at least one request, and every item ran
+        # every trigger costs at least one request, and every item ran; its own
+        # requests are those less the liveness probes that fell in its window
         assert case["total_per_trigger"]["min"] >= 1
+        assert 1 <= case["own_per_trigger"]["min"] <= case["total_per_trigger"]["min"]
+        assert case["background_per_s"] >= 0
         assert case["commits_per_trigger"]["min"] >= 1
         assert case["executed_per_trigger"] == [case["items"]] * 2
         assert case["marks_left_after_trigger"] == [0, 0]
