@@ -412,6 +412,7 @@ def test_our_ephemeral_nodes_are_checked_without_a_pre_read_while_a_watch_covers
     before = store.round_trips
     assert store.commit([Check("/jobs/j/instances/me", created_revision=t0), Put("/jobs/j/a", b"")])
     assert store.round_trips - before == 2
+    store.put("/jobs/j/running", b"")  # made now: its creation would be re-read below
     seen = Events()
     # the watch reads only the way to running/1 (below): its re-reads of our own
     # writes elsewhere would count in round_trips (it still gets every notification)

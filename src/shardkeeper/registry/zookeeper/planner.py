@@ -349,7 +349,8 @@ class _Planner(_Reads):
             checks.append((kazoo_private.delete_op(self._full(g), -1), ("guard", op, g)))
 
         def create(op: Create | Put, kind: str) -> None:
-            for a in _ancestors(op.path):
+            # (no missing parents known: the common first attempt skips the walk)
+            for a in _ancestors(op.path) if parents else ():
                 if a in parents and a not in made:
                     made.add(a)
                     writes.append((self._create_op(a, b"", False), ("parent", op, a)))
