@@ -251,6 +251,8 @@ def tables(doc: Results) -> str:
                     f"({raw['nodes']:,}) | {_num(r['ratio_to_baseline'], 1)} | "
                     f"{r['registered']:,} / {r['leading']:,} |"
                 )
+            if top.get("variant_error"):
+                out.append(f"| {b}, {top['variant_error'][:120]} | | | | | | | | | |")
         out += _errors(doc, "startup")
 
     if "scale" in doc:

@@ -37,12 +37,14 @@ from shardkeeper.registry import (
     CoordinationStore,
     Create,
     EventKind,
+    Op,
     Put,
     RegistrySettings,
     WatchEvent,
     open_store,
 )
 from shardkeeper.registry.etcd import EtcdStore
+from shardkeeper.registry.packing import pack_groups
 from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.servers import EtcdCluster, free_ports
 
@@ -394,6 +396,30 @@ def test_max_txn_ops_raises_the_client_limit_with_the_servers(tmp_path: Path) ->
         finally:
             wide.close()
             narrow.close()
+    finally:
+        cluster.stop()
+
+
+def test_commits_packed_by_bytes_fit_etcds_request_limit(tmp_path: Path) -> None:
+    """With 4,096 operations a transaction allowed, the operation count no longer
+    bounds a commit's size: 4,000 creates of 700 bytes packed by ``pack_groups`` go in
+    commits under the server's default request limit (1.5 MiB), each accepted."""
+    cluster = EtcdCluster(size=1, base_dir=tmp_path / "etcd", max_txn_ops=4096)
+    cluster.start()
+    try:
+        store = open_store(cluster.url("bytes", max_txn_ops=4096))
+        store.start()
+        try:
+            groups: list[list[Op]] = [
+                [Create(f"/big/n{i:04d}/config", b"x" * 700)] for i in range(4000)
+            ]
+            chunks = pack_groups(store, groups)
+            assert len(chunks) > 1  # by size: the count alone would allow one
+            for _, ops in chunks:
+                assert store.commit(ops)
+            assert len(store.children("/big")) == 4000
+        finally:
+            store.close()
     finally:
         cluster.stop()
 

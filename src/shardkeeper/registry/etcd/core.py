@@ -13,11 +13,20 @@ import contextlib
 import logging
 import math
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from shardkeeper.errors import ConfigError, StoreError
 from shardkeeper.registry._events import EventLoop
-from shardkeeper.registry.base import ConnectionState, CoordinationStore, Node, check_path
+from shardkeeper.registry.base import (
+    ConnectionState,
+    CoordinationStore,
+    Create,
+    Node,
+    Op,
+    Put,
+    check_path,
+)
 from shardkeeper.registry.etcd.errors import translated
 from shardkeeper.registry.url import RegistrySettings
 
@@ -60,8 +69,8 @@ class EtcdCore(CoordinationStore):
         self.namespace = settings.namespace
         #: the URL's max_txn_ops (etcd's --max-txn-ops, default 128)
         self.max_ops_per_commit = settings.max_txn_ops
-        #: under etcd's default request limit (--max-request-bytes, 1.5 MiB), with
-        #: room for the compares and the keys' namespace prefix
+        #: under etcd's default request limit (--max-request-bytes, 1.5 MiB), as
+        #: commit_bytes counts (generously): room for the request's own framing
         self.max_commit_bytes = 1_400_000
         # '/' inside a namespace is escaped so that namespace X never sees X/sub
         self._root = "/" + settings.namespace.strip("/").replace("/", "%2F")
@@ -133,6 +142,16 @@ class EtcdCore(CoordinationStore):
         return self._round_trips
 
     # -- internals: keys and nodes ----------------------------------------------------
+
+    def commit_bytes(self, ops: Sequence[Op]) -> int:
+        """What a commit's transaction takes, about, against ``max_commit_bytes``: each
+        operation's key (namespace included) up to three times (an absence check is
+        two compares, then the write), its value and 96 bytes of framing."""
+        root = len(self._root)
+        return sum(
+            3 * (root + len(op.path)) + 96 + (len(op.value) if isinstance(op, Create | Put) else 0)
+            for op in ops
+        )
 
     def _key(self, path: str) -> bytes:
         check_path(path)
