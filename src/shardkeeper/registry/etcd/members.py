@@ -36,7 +36,7 @@ from typing import Any
 import etcd3.etcdrpc as rpc
 import grpc
 
-from shardkeeper.errors import OperationTimeoutError, StoreUnavailableError
+from shardkeeper.errors import OperationTimeoutError, StoreLimitError, StoreUnavailableError
 from shardkeeper.registry.etcd.client_private import (
     forget_failure,
     set_token,
@@ -45,6 +45,10 @@ from shardkeeper.registry.etcd.client_private import (
 )
 from shardkeeper.registry.etcd.core import RETRY_DELAY, EtcdCore
 from shardkeeper.registry.etcd.errors import cannot_serve, during_election, is_stale_token
+
+#: a transaction larger than this is refused before sending: etcd's default
+#: --max-request-bytes is 1,572,864, and the gRPC envelope takes a little
+_MAX_TXN_BYTES = 1_560_000
 
 __all__ = ["REQUIRE_LEADER", "MembersMixin", "attempt_timeout"]
 
@@ -229,6 +233,14 @@ class MembersMixin(EtcdCore):
         failure: Sequence[Any] = (),
     ) -> Any:
         req = rpc.TxnRequest(compare=compare, success=success, failure=failure)
+        size = req.ByteSize()
+        if size > _MAX_TXN_BYTES:
+            # the server would refuse it anyway: say so without sending it
+            raise StoreLimitError(
+                f"{what}: the transaction would be {size} bytes, over etcd's request "
+                f"limit (--max-request-bytes, 1.5 MiB by default); commit fewer or "
+                "smaller nodes at once"
+            )
         with self._translated(what):
             return self._send("kvstub", "Txn", req, counted=True)
 
