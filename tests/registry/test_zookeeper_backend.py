@@ -337,6 +337,35 @@ def test_an_absence_check_is_a_guard_without_a_pre_read(store: CoordinationStore
     assert store.commit([Check("/jobs/nothing/here", exists=False), Create("/jobs/j/z")])
 
 
+def test_parents_below_an_absence_check_are_made_without_a_failed_multi(
+    store: CoordinationStore,
+) -> None:
+    """A registration-shaped commit (the job's node checked absent, nodes created two
+    levels below it) creates the job's node and its ``instances`` node in its one
+    multi, and its Put of the membership needs no pre-read (nothing can exist below
+    an absent node): one request, not a pre-read, a multi that fails on the missing
+    parents, a read and the multi again. A job node that exists still fails the
+    check, and writes nothing."""
+    store.put("/jobs/other/config", b"x")  # /jobs exists; /jobs/j does not
+
+    def register(job: str) -> list[Check | Create | Put]:
+        return [
+            Check(f"/jobs/{job}", exists=False),
+            Create(f"/jobs/{job}/config", b"doc"),
+            Put(f"/jobs/{job}/instances/me", b"member", ephemeral=True),
+            Create(f"/jobs/{job}/leader", b"me", ephemeral=True),
+        ]
+
+    before = store.round_trips
+    assert store.commit(register("j"))
+    assert store.round_trips - before == 1
+    assert store.get("/jobs/j/instances/me") is not None
+    assert store.children("/jobs/j") == ["config", "instances", "leader"]
+    refused = store.commit(register("other"))
+    assert not refused and refused.failed_path == "/jobs/other"
+    assert store.children("/jobs/other") == ["config"]
+
+
 def test_a_subtree_is_read_one_level_per_request(store: CoordinationStore) -> None:
     """``get_tree`` reads each level of a subtree with one read-only multi: a parent
     with 150 children (one of them with a child) costs 3 requests, not one or two per

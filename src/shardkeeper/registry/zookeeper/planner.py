@@ -170,7 +170,9 @@ class _Planner(_Reads):
         # path -> guard to use instead of create+delete of the path itself:
         # ("pair", first missing ancestor) or ("exists", ephemeral ancestor)
         guards: dict[str, tuple[str, str]] = {}
-        parents: set[str] = set()  # missing parents of created nodes, made in the multi
+        # missing parents of created nodes, made in the multi; known at once below a
+        # path the commit checks absent, otherwise found after a multi fails on them
+        parents: set[str] = _implied_parents(ops, targets)
         # Put(existing=True) paths found missing: pre-read like any Put from now on
         reread: set[str] = set()
         last_contended = ops[0].path if ops else None
@@ -318,10 +320,22 @@ class _Planner(_Reads):
         def native_delete(op: Op) -> bool:
             return isinstance(op, Delete) and op.path in present and op.path != "/"
 
+        # Puts below a path the commit checks absent: if it applies, they do not
+        # exist yet, so they are creates and need no pre-read (a registration's
+        # membership node)
+        absent = {op.path for op in ops if isinstance(op, Check) and op.exists is False}
+
+        def fresh(op: Op) -> bool:
+            return (
+                isinstance(op, Put)
+                and op.path not in reread
+                and any(a in absent for a in _ancestors(op.path))
+            )
+
         need = {
             op.path
             for op in ops
-            if (isinstance(op, Put) and not blind(op))
+            if (isinstance(op, Put) and not blind(op) and not fresh(op))
             or (isinstance(op, Delete) and not native_delete(op))
             or (
                 isinstance(op, Check)
@@ -390,6 +404,8 @@ class _Planner(_Reads):
                 writes.append(
                     (kazoo_private.set_data_op(full, op.value, -1), ("existing", op, op.path))
                 )
+            elif isinstance(op, Put) and fresh(op):
+                create(op, "create")
             elif isinstance(op, Put):
                 got = seen[op.path]
                 if got is None:
@@ -421,6 +437,27 @@ class _Planner(_Reads):
                 writes.append((kazoo_private.delete_op(full, -1), ("derived", op, op.path)))
         both = checks + writes
         return [z for z, _ in both], [o for _, o in both]
+
+
+def _implied_parents(ops: list[Op], targets: set[str]) -> set[str]:
+    """The parents a commit must create if it applies at all: the nodes from a path it
+    checks absent down to a node it creates below that path (a registration's job
+    node and its ``instances`` node). Known without a read, they spare a multi that
+    would fail on them first."""
+    absent = {op.path for op in ops if isinstance(op, Check) and op.exists is False}
+    absent.discard("/")
+    if not absent:
+        return set()
+    implied: set[str] = set()
+    for op in ops:
+        if not isinstance(op, Create | Put):
+            continue
+        below = False
+        for a in _ancestors(op.path):
+            below = below or a in absent
+            if below and a not in targets:
+                implied.add(a)
+    return implied
 
 
 def _revision_check(op: Op) -> bool:
