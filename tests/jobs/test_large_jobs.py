@@ -23,16 +23,13 @@ def _per_fire(job: RecordingJob) -> Counter[float]:
     return Counter(r.fire_time for r in job.runs)
 
 
-def test_items_beyond_one_commit_all_run_and_leave_no_marks(
-    registry_url: str, store: CoordinationStore
-) -> None:
-    """300 items on one instance: every trigger runs all of them (marks written in
-    chunks, each chunk with its own fencing token), and completion clears every mark."""
+def _run_chunked(capped: CoordinationStore, store: CoordinationStore, name: str) -> None:
+    """Run a job of COUNT items on ``capped`` (a store given a small commit limit)
+    until two whole fires ran: the marks span several chunks (each with its own
+    fencing token), every fire in between runs every item, and no mark is left."""
     job = RecordingJob()
-    capped = open_store(registry_url)
-    capped.max_ops_per_commit = LIMIT
     rt = Runtime(capped, shutdown_grace=5)
-    rt.add_job(job, JobConfig(name="big", interval=1, sharding_total_count=COUNT))
+    rt.add_job(job, JobConfig(name=name, interval=1, sharding_total_count=COUNT))
     with rt:
         wait_until(
             lambda: sum(1 for n in _per_fire(job).values() if n == COUNT) >= 2,
@@ -42,29 +39,27 @@ def test_items_beyond_one_commit_all_run_and_leave_no_marks(
         tokens = {r.item: r.fencing_token for r in job.runs}  # each item's latest
         assert len(set(tokens.values())) >= 3  # one token per chunk
         assert all(n == COUNT for n in list(_per_fire(job).values())[1:-1])
-    assert store.children(JobPaths("big").running_root) == []
+    assert store.children(JobPaths(name).running_root) == []
+
+
+def test_items_beyond_one_commit_all_run_and_leave_no_marks(
+    registry_url: str, store: CoordinationStore
+) -> None:
+    """300 items on one instance at 128 operations a commit: every trigger runs all of
+    them (marks written in chunks), and completion clears every mark."""
+    capped = open_store(registry_url)
+    capped.max_ops_per_commit = LIMIT
+    _run_chunked(capped, store, "big")
 
 
 def test_marks_beyond_one_commits_bytes_are_cut_by_size(
     registry_url: str, store: CoordinationStore
 ) -> None:
     """A store whose byte limit holds fewer marks than its operation limit: the start
-    and completion are cut by size (several chunks, each with its own fencing token),
-    every item of every trigger runs, and no mark is left."""
-    job = RecordingJob()
+    and completion are cut by size, every item of every trigger runs, no mark is left."""
     capped = open_store(registry_url)
     capped.max_commit_bytes = 20_000  # about 80 marks a commit
-    rt = Runtime(capped, shutdown_grace=5)
-    rt.add_job(job, JobConfig(name="wide", interval=1, sharding_total_count=COUNT))
-    with rt:
-        wait_until(
-            lambda: sum(1 for n in _per_fire(job).values() if n == COUNT) >= 2,
-            30,
-            message=lambda: f"runs per fire: {dict(_per_fire(job))}",
-        )
-        tokens = {r.item: r.fencing_token for r in job.runs}
-        assert len(set(tokens.values())) >= 3
-    assert store.children(JobPaths("wide").running_root) == []
+    _run_chunked(capped, store, "wide")
 
 
 def test_job_with_misfire_off_runs(registry_url: str) -> None:
