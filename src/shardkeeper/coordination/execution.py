@@ -126,7 +126,7 @@ class ExecutionService:
         token = 0
         marked: list[int] = []
         tokens: dict[int, int] = {}
-        for n, (members, chunk) in enumerate(self._pack(groups, fixed)):
+        for n, (members, chunk) in enumerate(pack_groups(self._store, groups, fixed)):
             chunk_items = [items[m] for m in members]
             try:
                 result = self._store.commit(chunk)
@@ -174,14 +174,6 @@ class ExecutionService:
         return StartResult(
             tuple(marked), tokens=tokens, fences={i: fences[i] for i in marked if i in fences}
         )
-
-    def _pack(
-        self, groups: list[list[Op]], fixed: Sequence[Op]
-    ) -> list[tuple[list[int], list[Op]]]:
-        """Chunks of whole op groups (one group per item) under the store's per-commit
-        limits, each with the ``fixed`` ops first. Returns (group indexes, ops) per
-        chunk."""
-        return pack_groups(self._store, groups, fixed)
 
     def fence_of(self, item: int) -> str:
         """The fence child of ``item``'s mark ("" for an ephemeral mark or none)."""
@@ -279,7 +271,7 @@ class ExecutionService:
             for item, ops in zip(items, clears, strict=True)
         ]
         fenced: list[int] = []
-        for members, chunk in self._pack(groups, []):
+        for members, chunk in pack_groups(self._store, groups, []):
             if self._store.commit(chunk):
                 continue
             # Some mark is not ours any more: clear ours one by one, never theirs.
@@ -305,13 +297,13 @@ class ExecutionService:
     def mark_misfire(self, items: Sequence[int], fire_time: float) -> None:
         """Record that a trigger was missed while ``items`` ran (for operators)."""
         ops: list[Op] = [Put(self._paths.misfire(i), str(fire_time).encode()) for i in items]
-        for _members, chunk in self._pack([[op] for op in ops], []):
+        for _members, chunk in pack_groups(self._store, [[op] for op in ops], []):
             if chunk:
                 self._store.commit(chunk)
 
     def clear_misfire(self, items: Sequence[int]) -> None:
         """Remove misfire marks once the re-run has started."""
         ops: list[Op] = [Delete(self._paths.misfire(i)) for i in items]
-        for _members, chunk in self._pack([[op] for op in ops], []):
+        for _members, chunk in pack_groups(self._store, [[op] for op in ops], []):
             if chunk:
                 self._store.commit(chunk)

@@ -218,30 +218,35 @@ def create_op(path: str, value: bytes, acl: list[Any], ephemeral: bool) -> Any:
     return zkproto.Create(path, value, acl, 1 if ephemeral else 0)
 
 
-def ephemeral_create_path(op: Any) -> str | None:
-    """The absolute path ``op`` creates when it is a multi operation creating an
-    ephemeral node, else None."""
-    if isinstance(op, zkproto.Create) and op.flags & 1:
-        return str(op.path)
-    return None
+def is_ephemeral_create(op: Any) -> bool:
+    """Whether ``op`` is a multi operation creating an ephemeral node."""
+    return isinstance(op, zkproto.Create) and bool(op.flags & 1)
+
+
+#: bytes a create in a multi takes besides its path and value: its header, the
+#: lengths, the flags and a digest ACL (about 80 bytes)
+CREATE_FRAMING = 96
+
+#: the same for a check, a delete or a data write: header, path length, version
+SMALL_OP_FRAMING = 24
 
 
 def multi_size(ops: list[Any]) -> int:
     """About the bytes ``ops`` (this module's multi operations) take in a request: each
-    path and value, 96 bytes for a create's header, flags and ACL, 24 for any other."""
+    path and value, and the framing of its kind."""
     size = 0
     for op in ops:
         size += len(op.path)
         if isinstance(op, zkproto.Create):
-            size += 96 + len(op.data or b"")
+            size += CREATE_FRAMING + len(op.data or b"")
         else:
-            size += 24 + len(getattr(op, "data", None) or b"")
+            size += SMALL_OP_FRAMING + len(getattr(op, "data", None) or b"")
     return size
 
 
-def deleted_path(op: Any) -> str | None:
-    """The absolute path ``op`` deletes when it is a multi delete operation, else None."""
-    return str(op.path) if isinstance(op, zkproto.Delete) else None
+def is_delete(op: Any) -> bool:
+    """Whether ``op`` is a multi delete operation."""
+    return isinstance(op, zkproto.Delete)
 
 
 def delete_op(path: str, version: int) -> Any:

@@ -104,7 +104,3 @@ class OwnedEphemerals:
         with self._lock:
             self.epoch += 1
             self._known.clear()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._known)

@@ -66,7 +66,6 @@ from kazoo.security import OPEN_ACL_UNSAFE
 
 from shardkeeper.errors import (
     StoreError,
-    StoreLimitError,
 )
 from shardkeeper.registry.base import (
     Check,
@@ -81,7 +80,6 @@ from shardkeeper.registry.zookeeper import kazoo_private
 from shardkeeper.registry.zookeeper.errors import _first_error
 from shardkeeper.registry.zookeeper.nodes import _ancestors, _node, _parent
 from shardkeeper.registry.zookeeper.reads import _Reads
-from shardkeeper.registry.zookeeper.session import _MULTI_LIMIT
 
 #: how often a commit re-reads and retries when a pre-read node changed under it
 _COMMIT_ATTEMPTS = 8
@@ -172,12 +170,12 @@ class _Planner(_Reads):
         guards: dict[str, tuple[str, str]] = {}
         # missing parents of created nodes, made in the multi; known at once below a
         # path the commit checks absent, otherwise found after a multi fails on them
-        parents: set[str] = _implied_parents(ops, targets)
+        parents, fresh = _under_absence(ops, targets)
         # Put(existing=True) paths found missing: pre-read like any Put from now on
         reread: set[str] = set()
         last_contended = ops[0].path if ops else None
         for _ in range(_COMMIT_ATTEMPTS):
-            plan = self._plan(deadline, ops, guards, parents, reread)
+            plan = self._plan(deadline, ops, guards, parents, reread, fresh)
             if isinstance(plan, CommitResult):
                 return plan
             zk_ops, origins = plan
@@ -252,24 +250,15 @@ class _Planner(_Reads):
     ) -> tuple[list[Any], int]:
         """Send the multi; when it applies, record the ephemeral nodes it created as
         ours (their czxid is the multi's zxid) and forget those it deleted."""
-        size = kazoo_private.multi_size(zk_ops)
-        if size > _MULTI_LIMIT:
-            # jute.maxbuffer would make the server drop the connection, suspending
-            # every user of the session: refuse before sending
-            raise StoreLimitError(
-                f"commit: the multi would be {size} bytes with its guards and parents, "
-                f"over ZooKeeper's request limit ({_MULTI_LIMIT}); commit fewer or "
-                "smaller nodes at once"
-            )
         pairs = list(zip(zk_ops, origins, strict=True))
-        made = [o[2] for z, o in pairs if kazoo_private.ephemeral_create_path(z)]
+        made = [o[2] for z, o in pairs if kazoo_private.is_ephemeral_create(z)]
         ticket = self._learn(made)
         learned: dict[str, int] | None = None
         try:
             results, zxid = self._multi(deadline, zk_ops)
             if _first_error(results) is None:
                 learned = dict.fromkeys(made, zxid)
-                self._owned.forget(o[2] for z, o in pairs if _is_delete(z))
+                self._owned.forget(o[2] for z, o in pairs if kazoo_private.is_delete(z))
             return results, zxid
         finally:
             self._owned.end(ticket, learned)
@@ -287,10 +276,12 @@ class _Planner(_Reads):
         guards: dict[str, tuple[str, str]],
         parents: set[str],
         reread: set[str] | None = None,
+        below_absent: frozenset[str] = frozenset(),
     ) -> CommitResult | tuple[list[Any], list[tuple[str, Op, str]]]:
         """Pre-read what the conditions need and build the multi, checks first; or a
         failed result when a condition is already false. Origins say, per multi
-        operation, why it is there: (kind, user op, path)."""
+        operation, why it is there: (kind, user op, path). ``below_absent``: paths
+        below a path the commit checks absent (see ``_under_absence``)."""
         reread = reread or set()
 
         def blind(op: Op) -> bool:
@@ -323,14 +314,8 @@ class _Planner(_Reads):
         # Puts below a path the commit checks absent: if it applies, they do not
         # exist yet, so they are creates and need no pre-read (a registration's
         # membership node)
-        absent = {op.path for op in ops if isinstance(op, Check) and op.exists is False}
-
         def fresh(op: Op) -> bool:
-            return (
-                isinstance(op, Put)
-                and op.path not in reread
-                and any(a in absent for a in _ancestors(op.path))
-            )
+            return isinstance(op, Put) and op.path in below_absent and op.path not in reread
 
         need = {
             op.path
@@ -439,25 +424,29 @@ class _Planner(_Reads):
         return [z for z, _ in both], [o for _, o in both]
 
 
-def _implied_parents(ops: list[Op], targets: set[str]) -> set[str]:
-    """The parents a commit must create if it applies at all: the nodes from a path it
-    checks absent down to a node it creates below that path (a registration's job
-    node and its ``instances`` node). Known without a read, they spare a multi that
-    would fail on them first."""
+def _under_absence(ops: list[Op], targets: set[str]) -> tuple[set[str], frozenset[str]]:
+    """What a commit's absence checks tell before anything is read, if it applies at
+    all: (the parents it must create: the nodes from a path it checks absent down to a
+    node it creates below that path, a registration's job node and its ``instances``
+    node; the paths it writes below such a path, which cannot exist yet). Known
+    without a read, they spare a pre-read and a multi that would fail on the parents."""
     absent = {op.path for op in ops if isinstance(op, Check) and op.exists is False}
     absent.discard("/")
-    if not absent:
-        return set()
     implied: set[str] = set()
+    below: set[str] = set()
+    if not absent:
+        return implied, frozenset()
     for op in ops:
         if not isinstance(op, Create | Put):
             continue
-        below = False
+        under = False
         for a in _ancestors(op.path):
-            below = below or a in absent
-            if below and a not in targets:
+            under = under or a in absent
+            if under and a not in targets:
                 implied.add(a)
-    return implied
+        if under:
+            below.add(op.path)
+    return implied, frozenset(below)
 
 
 def _revision_check(op: Op) -> bool:
@@ -469,10 +458,6 @@ def _revision_check(op: Op) -> bool:
         and op.version is None
         and op.exists is not False
     )
-
-
-def _is_delete(zk_op: Any) -> bool:
-    return kazoo_private.deleted_path(zk_op) is not None
 
 
 def _bare_exists(op: Op) -> bool:

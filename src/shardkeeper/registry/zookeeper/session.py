@@ -253,6 +253,15 @@ class _Session(CoordinationStore):
         return self._chroot if path == "/" else self._chroot + path
 
     def _multi(self, deadline: float, ops: list[Any]) -> tuple[list[Any], int]:
+        size = kazoo_private.multi_size(ops)
+        if size > _MULTI_LIMIT:
+            # jute.maxbuffer would make the server drop the connection, suspending
+            # every user of the session: refuse before sending
+            raise StoreLimitError(
+                f"commit: the multi would be {size} bytes with its guards and parents, "
+                f"over ZooKeeper's request limit ({_MULTI_LIMIT}); commit fewer or "
+                "smaller nodes at once"
+            )
         async_result = self._send(kazoo_private.submit_multi, self._zk, ops)
         results, zxid = self._wait(async_result, deadline)
         return list(results), int(zxid)
@@ -281,10 +290,7 @@ class _Session(CoordinationStore):
         )
 
     def _wanted_owner(self, ephemeral: bool) -> int | None:
-        if not ephemeral:
-            return 0
-        cid = self._zk.client_id
-        return cid[0] if cid else None
+        return self._own_session() if ephemeral else 0
 
     def _check_payload(self, what: str, size: int) -> None:
         if size > _MAX_PAYLOAD:

@@ -41,14 +41,6 @@ _log = logging.getLogger("shardkeeper.registry.zookeeper")
 
 _T = TypeVar("_T")
 
-#: bytes an operation of a multi takes besides its path and value, counted against the
-#: request limit: its header, the lengths, the flags and a digest ACL (about 80 bytes)
-_OP_FRAMING = 96
-
-#: the same for a check, a delete or a data write without a value: header, path
-#: length, version
-_SMALL_OP_FRAMING = 24
-
 
 class ZooKeeperStore(_Planner, _TreeWatcher):
     """The :class:`CoordinationStore` on a ZooKeeper ensemble (see the package docstring)."""
@@ -63,7 +55,7 @@ class ZooKeeperStore(_Planner, _TreeWatcher):
     #: what the runtime packs a commit's operations to (``registry/packing.py``): the
     #: multi itself may add missing parents, unknown before it is planned, so the
     #: budget leaves a fifth of the request limit for them; the multi as sent is
-    #: checked against the request limit itself (``planner.py``)
+    #: checked against the request limit itself (``session.py``, ``_multi``)
     max_commit_bytes = 800_000
 
     def commit_bytes(self, ops: Sequence[Op]) -> int:
@@ -75,11 +67,11 @@ class ZooKeeperStore(_Planner, _TreeWatcher):
         for op in ops:
             full = len(self._full(op.path))
             if isinstance(op, Create | Put):
-                size += full + _OP_FRAMING + len(op.value)
+                size += full + kazoo_private.CREATE_FRAMING + len(op.value)
             elif isinstance(op, Check) and op.exists is False:
-                size += 2 * full + _OP_FRAMING + _SMALL_OP_FRAMING
+                size += 2 * full + kazoo_private.CREATE_FRAMING + kazoo_private.SMALL_OP_FRAMING
             else:
-                size += full + _SMALL_OP_FRAMING
+                size += full + kazoo_private.SMALL_OP_FRAMING
         return size
 
     # -- reads -----------------------------------------------------------------
