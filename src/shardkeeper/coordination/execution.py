@@ -84,12 +84,15 @@ class ExecutionService:
         monitor: bool,
         membership: Check | None = None,
         item_checks: dict[int, Check] | None = None,
+        clear_misfire: bool = False,
     ) -> StartResult:
         """Mark ``items`` running for this instance, if no reshard is pending, the
         assignment is unchanged and (``membership``) this instance is still the member
         it registered as. With ``monitor`` off only the checks are committed.
         ``item_checks`` are further conditions, one per item, committed with that
         item's mark (a one-off job: "its result is still the one read").
+        ``clear_misfire`` (a misfire re-run): the misfire marks of the items marked
+        running are deleted in the same commit.
 
         A commit whose reply is lost may have been applied: the marks are then read
         back, and those that carry this instance and the execution ids it wrote are
@@ -123,6 +126,10 @@ class ExecutionService:
                 groups.append(group)
         else:
             groups = [[] for _ in items]
+        if clear_misfire:
+            # in the commit that starts the re-run, not one of its own after it
+            for item, group in zip(items, groups, strict=True):
+                group.append(Delete(self._paths.misfire(item)))
         token = 0
         marked: list[int] = []
         tokens: dict[int, int] = {}
@@ -297,13 +304,6 @@ class ExecutionService:
     def mark_misfire(self, items: Sequence[int], fire_time: float) -> None:
         """Record that a trigger was missed while ``items`` ran (for operators)."""
         ops: list[Op] = [Put(self._paths.misfire(i), str(fire_time).encode()) for i in items]
-        for _members, chunk in pack_groups(self._store, [[op] for op in ops], []):
-            if chunk:
-                self._store.commit(chunk)
-
-    def clear_misfire(self, items: Sequence[int]) -> None:
-        """Remove misfire marks once the re-run has started."""
-        ops: list[Op] = [Delete(self._paths.misfire(i)) for i in items]
         for _members, chunk in pack_groups(self._store, [[op] for op in ops], []):
             if chunk:
                 self._store.commit(chunk)

@@ -270,10 +270,16 @@ class FireQueue:
                 with st.lock:
                     if st.misfire_at is None or fire.fire_time < st.misfire_at:
                         st.misfire_at = fire.fire_time
+                    # a mark written for an earlier missed fire of the same run
+                    # stays until the re-run starts: one commit per run, not per miss
+                    unmarked = [i for i in result.items if i not in st.misfire_marked]
                 st.count("misfires")
                 try:
                     # operators' view only: the re-run is recorded locally already
-                    self.execution.mark_misfire(list(result.items), fire.fire_time)
+                    if unmarked:
+                        self.execution.mark_misfire(unmarked, fire.fire_time)
+                        with st.lock:
+                            st.misfire_marked.update(unmarked)
                 except StoreError as exc:
                     log.info("%s: could not record the misfire: %s", self.name, exc)
                 if self.batches.idle:  # the holder ended meanwhile

@@ -83,6 +83,9 @@ class JobState:
     marks_suspect: bool = True
     #: earliest fire missed while items ran here (under ``lock``)
     misfire_at: float | None = None
+    #: items whose misfire marks this instance wrote and has not deleted yet (under
+    #: ``lock``): a later missed fire of the same run needs no commit of its own
+    misfire_marked: set[int] = field(default_factory=set)
     #: triggers and claims between their check of ``stopping`` and their batch
     starting: int = 0
     stats: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STAT_KEYS, 0))

@@ -269,10 +269,12 @@ class TriggerFlow:
             monitor=cfg.monitor_execution,
             membership=membership,
             item_checks=self._oneoff.guards(self._s.paths, items) if self._oneoff else None,
+            clear_misfire=fire.misfire,
         )
         if result.marked:
             if fire.misfire:
-                self._s.execution.clear_misfire(list(result.marked))
+                with self._state.lock:  # their misfire marks went with the commit
+                    self._state.misfire_marked.difference_update(result.marked)
             batch = Batch(
                 fire_time=ft,
                 items=list(result.marked),

@@ -1,0 +1,110 @@
+"""Misfire marks: one commit per missed run, cleared by the re-run's own start commit."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from shardkeeper.config import JobConfig
+from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.job import ShardedJob, ShardingContext
+from shardkeeper.registry.base import EventKind, WatchEvent
+from shardkeeper.registry.memory import MemoryServer
+from shardkeeper.runtime import Runtime
+from shardkeeper.runtime.trigger import Fire
+from shardkeeper.testing.faults import wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+JOB = "mis"
+P = JobPaths(JOB)
+ITEMS = (0, 1)
+
+
+@pytest.fixture
+def server() -> Iterator[MemoryServer]:
+    srv = MemoryServer()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+
+
+class Held(ShardedJob):
+    """Items of the first run wait for ``release``; later runs end at once."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.runs: list[tuple[float, int, bool]] = []
+        self._lock = threading.Lock()
+
+    def execute(self, ctx: ShardingContext) -> None:
+        with self._lock:
+            self.runs.append((ctx.fire_time.timestamp(), ctx.item, ctx.is_misfire))
+        if not ctx.is_misfire:
+            self.release.wait(20)
+
+
+def test_missed_fires_of_one_run_write_the_marks_once_and_the_rerun_start_clears_them(
+    server: MemoryServer,
+) -> None:
+    """Three fires missed while the items run write the misfire marks once (they keep
+    the first missed fire's time, not a commit per miss); the re-run's start commit
+    deletes them together with writing its running marks (one revision)."""
+    observer = server.store()
+    observer.start()
+    events: list[WatchEvent] = []
+    observer.watch(P.root, events.append)
+    job = Held()
+    rt = Runtime(server.store(), shutdown_grace=5)
+    # a cron that never fires in the test: the fires are handed to the job directly
+    rt.add_job(job, JobConfig(name=JOB, cron="0 0 1 1 *", sharding_total_count=len(ITEMS)))
+    rt.start()
+    try:
+        runner = rt.runners[JOB]
+        wait_until(lambda: runner.state.registered, 10)
+        first = time.time()
+        runner._enqueue(Fire(first))
+        wait_until(lambda: runner.running_count() == len(ITEMS), 10, message="no batch ran")
+
+        missed = [first + 1, first + 2, first + 3]
+        for n, fire_time in enumerate(missed):
+            runner._enqueue(Fire(fire_time))
+            wait_until(lambda n=n: runner.state.stats["misfires"] == n + 1, 10)
+            wait_until(lambda: runner.pending_fires() == 0, 10)
+            for item in ITEMS:
+                node = observer.get(P.misfire(item))
+                assert node is not None, f"no misfire mark of item {item}"
+                # the first missed fire's time: later misses wrote nothing
+                assert float(node.value) == missed[0], (n, node.value)
+        writes = [
+            e for e in events if e.path.startswith(P.misfire_root + "/") and e.value is not None
+        ]
+        assert len({e.revision for e in writes}) == 1, writes
+
+        job.release.set()
+        wait_until(lambda: sum(1 for r in job.runs if r[2]) == len(ITEMS), 10, message="no re-run")
+        wait_until(lambda: all(observer.get(P.misfire(i)) is None for i in ITEMS), 10)
+        wait_until(lambda: runner.idle, 10)
+    finally:
+        job.release.set()
+        rt.stop()
+    reruns = sorted((round(ft, 3), item) for ft, item, misfire in job.runs if misfire)
+    assert reruns == [(round(missed[0], 3), item) for item in ITEMS], job.runs
+    assert not runner.state.misfire_marked
+    deleted = {
+        e.revision
+        for e in events
+        if e.kind is EventKind.DELETED and e.path.startswith(P.misfire_root + "/")
+    }
+    started = {
+        e.revision
+        for e in events
+        if e.kind is EventKind.CREATED
+        and e.path in {P.running(i) for i in ITEMS}
+        and e.revision in deleted
+    }
+    assert len(deleted) == 1 and deleted == started, (deleted, started)
