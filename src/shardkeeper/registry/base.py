@@ -268,15 +268,17 @@ class Check:
     created_revision: int | None = None
 
     def __post_init__(self) -> None:
-        given = [
-            x
-            for x in (self.exists, self.version, self.value, self.created_revision)
-            if x is not None
-        ]
-        if len(given) != 1:
+        # counted without building a list: commits are made of thousands of these
+        given = (
+            (self.exists is not None)
+            + (self.version is not None)
+            + (self.value is not None)
+            + (self.created_revision is not None)
+        )
+        if given != 1:
             raise ConfigError(
                 f"Check({self.path!r}) needs exactly one of exists, version, value, "
-                f"created_revision; got {len(given)}"
+                f"created_revision; got {given}"
             )
 
 

@@ -54,6 +54,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from shardkeeper._imports import import_object
@@ -177,13 +178,14 @@ class Registrar:
         at = 0
         while at < len(new):
             # as many as the count allows, fewer when their documents are large
-            chunk = self._fitting(new[at : at + (first if at == 0 else size)])
+            batch = self._fitting(new[at : at + (first if at == 0 else size)])
+            chunk = batch.runners
             at += len(chunk)
             if failed_in_row >= _FAILED_BATCHES:
                 self._leave(chunk, "the store did not answer the earlier batches")
                 continue
             try:
-                aside = self._register_batch(chunk)
+                aside = self._register_batch(batch)
             except StoreError as exc:
                 failed_in_row += 1
                 self._leave(chunk, str(exc))
@@ -239,35 +241,39 @@ class Registrar:
             doc = self._docs[runner.name] = ConfigService.initial_document(runner.config, self._by)
         return doc
 
-    def _fitting(self, runners: Sequence[JobRunner]) -> Sequence[JobRunner]:
+    def _fitting(self, runners: Sequence[JobRunner]) -> _Batch:
         """The leading ``runners`` whose registration fits in one commit by the store's
-        byte limit as well (large config documents: item parameters, descriptions)."""
-        if self._store.max_commit_bytes is None or len(runners) <= 1:
-            return runners
-        member = encode(dataclasses.replace(self.info, jobs=[], started_at=time.time()))
-        # the batch encodes its own start time: a float may take a few more digits
-        member += b" " * 24
-        groups = [self._ops(r, self._doc(r), member) for r in runners]
-        return runners[: len(pack_groups(self._store, groups)[0][0])]
+        byte limit as well (large config documents: item parameters, descriptions),
+        with the operations that register them (built once: the commit uses them)."""
+        groups, joined_at = self._groups(runners)
+        if self._store.max_commit_bytes is not None and len(runners) > 1:
+            groups = groups[: len(pack_groups(self._store, groups)[0][0])]
+        return _Batch(list(runners[: len(groups)]), [op for g in groups for op in g], joined_at)
 
-    def _register_batch(self, runners: Sequence[JobRunner]) -> list[JobRunner]:
+    def _groups(self, runners: Sequence[JobRunner]) -> tuple[list[list[Op]], float]:
+        """The operations registering each of ``runners``, and the join time their
+        membership nodes carry (now)."""
+        joined_at = time.time()
+        member = encode(dataclasses.replace(self.info, jobs=[], started_at=joined_at))
+        return [self._ops(r, self._doc(r), member) for r in runners], joined_at
+
+    def _register_batch(self, batch: _Batch) -> list[JobRunner]:
         """Register new jobs in one commit; returns the jobs that turned out to exist
         (to register one by one). Raises StoreError when a commit's outcome is unknown."""
-        pending = list(runners)
+        pending = batch.runners
         aside: list[JobRunner] = []
-        for _attempt in range(_BATCH_ATTEMPTS):
+        for attempt in range(_BATCH_ATTEMPTS):
             if not pending:
                 return aside
-            joined_at = time.time()
-            member = encode(dataclasses.replace(self.info, jobs=[], started_at=joined_at))
-            docs = {r.name: self._doc(r) for r in pending}
-            ops: list[Op] = []
-            for r in pending:
-                ops += self._ops(r, docs[r.name], member)
+            if attempt == 0:
+                ops, joined_at = batch.ops, batch.joined_at
+            else:  # fewer jobs than the batch that fitted, and a join time of now
+                groups, joined_at = self._groups(pending)
+                ops = [op for g in groups for op in g]
             for r in pending:
                 r.state.registering = True  # a fire meanwhile waits for the outcome
                 # known before the commit: its events may arrive before it returns
-                self._own_docs[r.paths.config] = hash(docs[r.name])
+                self._own_docs[r.paths.config] = hash(self._doc(r))
             result = None
             try:
                 result = self._store.commit(ops)
@@ -330,6 +336,16 @@ class Registrar:
             return False
         del self._own_docs[event.path]
         return True
+
+
+@dataclass
+class _Batch:
+    """New jobs registered in one commit: the runners, the commit's operations and
+    the join time their membership nodes carry."""
+
+    runners: list[JobRunner]
+    ops: list[Op]
+    joined_at: float
 
 
 def _inside(path: str | None, runner: JobRunner) -> bool:

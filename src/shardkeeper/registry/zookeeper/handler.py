@@ -9,8 +9,19 @@ jobs, a reshard) spent most of its time there. This handler answers the same que
 with one ``poll`` object per call, no file descriptor of its own and no limit on the
 descriptor's number (kazoo moved away from ``select.select`` for that limit).
 
+Reads are buffered as well. kazoo reads each packet with two ``recv`` calls (its
+length, then its body), each after a ``select``: three system calls and three polls
+a packet, in a burst of small watch notifications. The handler's
+``create_connection`` wraps kazoo's socket in :class:`BufferedSocket`, which reads
+what the kernel holds (up to 64 KiB) in one ``recv`` and serves kazoo's small reads
+from it. kazoo already skips its ``select`` when the socket reports ``pending()``
+bytes (as an SSL socket does), and this handler's ``select`` reports such a socket
+readable at once, with the others it was asked about polled without waiting (the
+request queue's wake-up is never starved by a burst of replies).
+
 The handler is kazoo's public extension point (``KazooClient(handler=...)``); only
-``select`` differs from :class:`kazoo.handlers.threading.SequentialThreadingHandler`.
+``select`` and ``create_connection`` differ from
+:class:`kazoo.handlers.threading.SequentialThreadingHandler`.
 """
 
 from __future__ import annotations
@@ -22,14 +33,58 @@ from typing import Any
 
 from kazoo.handlers.threading import SequentialThreadingHandler
 
-__all__ = ["PollingHandler"]
+__all__ = ["BufferedSocket", "PollingHandler"]
 
 _READABLE = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR | select.POLLNVAL
 _WRITABLE = select.POLLOUT | select.POLLHUP | select.POLLERR | select.POLLNVAL
 
 
+#: what one ``recv`` of the real socket asks for: a burst of notifications in one call
+_CHUNK = 65536
+
+
 def _fd(obj: Any) -> int:
     return obj if isinstance(obj, int) else int(obj.fileno())
+
+
+def _pending(obj: Any) -> int:
+    pending = getattr(obj, "pending", None)
+    return int(pending()) if pending is not None else 0
+
+
+class BufferedSocket:
+    """kazoo's connection socket with a read buffer (see the module docstring).
+
+    ``recv`` returns buffered bytes first and reads the real socket only when the
+    buffer is empty, in one large read; ``pending()`` counts the buffered bytes
+    (and those the real socket holds decrypted, for SSL). Everything else is the
+    real socket's (``raw``)."""
+
+    __slots__ = ("_data", "_pos", "raw")
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self._data = b""
+        self._pos = 0
+
+    def recv(self, size: int) -> bytes:
+        """Up to ``size`` bytes: buffered ones, else one read of the real socket."""
+        if self._pos < len(self._data):
+            chunk = self._data[self._pos : self._pos + size]
+            self._pos += len(chunk)
+            return chunk
+        data: bytes = self.raw.recv(max(size, _CHUNK))
+        if len(data) <= size:
+            return data
+        self._data, self._pos = data, size
+        return data[:size]
+
+    def pending(self) -> int:
+        """Bytes a ``recv`` returns without waiting."""
+        return len(self._data) - self._pos + _pending(self.raw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
 
 
 class PollingHandler(SequentialThreadingHandler):  # type: ignore[misc]
@@ -49,6 +104,22 @@ class PollingHandler(SequentialThreadingHandler):  # type: ignore[misc]
         the caller's read or write meets it."""
         if timeout is not None and timeout < 0:
             raise ValueError("timeout must be non-negative")
+        ready = [obj for obj in rlist if _pending(obj) > 0]
+        if ready:
+            # bytes are waiting in a buffer, not in the kernel: ready now, and the
+            # others only if they are ready now too
+            rest = [obj for obj in rlist if not any(obj is r for r in ready)]
+            readable, writable, _ = self._poll(rest, wlist, 0) if rest or wlist else ([], [], [])
+            return ready + readable, writable, []
+        return self._poll(rlist, wlist, timeout)
+
+    def create_connection(self, *args: Any, **kwargs: Any) -> BufferedSocket:
+        """kazoo's connection, its reads buffered (:class:`BufferedSocket`)."""
+        return BufferedSocket(super().create_connection(*args, **kwargs))
+
+    def _poll(
+        self, rlist: Sequence[Any], wlist: Sequence[Any], timeout: float | None
+    ) -> tuple[list[Any], list[Any], list[Any]]:
         readers: dict[int, list[Any]] = {}
         writers: dict[int, list[Any]] = {}
         for obj in rlist:
