@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from shardkeeper.registry.zookeeper.handler import BufferedSocket, PollingHandler
+from shardkeeper.testing.faults import wait_until
 
 
 @pytest.fixture
@@ -97,7 +98,9 @@ def test_a_buffered_socket_does_not_starve_the_others(
         assert buffered.recv(1) == b"a"
         assert h.select([buffered, wake_r], [], [], 5.0) == ([buffered], [], [])
         wake_w.sendall(b"!")
-        assert h.select([buffered, wake_r], [], [], 5.0) == ([buffered, wake_r], [], [])
+        # polled again within a millisecond, while the buffer still holds bytes
+        wait_until(lambda: h.select([buffered, wake_r], [], [], 5.0)[0] == [buffered, wake_r], 5)
+        assert buffered.pending() == 3
     finally:
         wake_r.close()
         wake_w.close()

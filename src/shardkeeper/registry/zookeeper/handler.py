@@ -16,8 +16,9 @@ a packet, in a burst of small watch notifications. The handler's
 what the kernel holds (up to 64 KiB) in one ``recv`` and serves kazoo's small reads
 from it. kazoo already skips its ``select`` when the socket reports ``pending()``
 bytes (as an SSL socket does), and this handler's ``select`` reports such a socket
-readable at once, with the others it was asked about polled without waiting (the
-request queue's wake-up is never starved by a burst of replies).
+readable at once. The others it was asked about are then polled without waiting,
+at most every millisecond: the request queue's wake-up is never starved by a burst
+of replies, and a burst does not cost a poll per packet.
 
 The handler is kazoo's public extension point (``KazooClient(handler=...)``); only
 ``select`` and ``create_connection`` differ from
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import math
 import select
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,9 +49,9 @@ def _fd(obj: Any) -> int:
     return obj if isinstance(obj, int) else int(obj.fileno())
 
 
-def _pending(obj: Any) -> int:
-    pending = getattr(obj, "pending", None)
-    return int(pending()) if pending is not None else 0
+#: how long bytes may be served from a buffer before the other descriptors a
+#: ``select`` asks about (kazoo's request wake-up) are polled again
+_RECHECK = 0.001
 
 
 class BufferedSocket:
@@ -60,12 +62,14 @@ class BufferedSocket:
     (and those the real socket holds decrypted, for SSL). Everything else is the
     real socket's (``raw``)."""
 
-    __slots__ = ("_data", "_pos", "raw")
+    __slots__ = ("_data", "_pos", "_raw_pending", "raw")
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
         self._data = b""
         self._pos = 0
+        #: an SSL socket's own count of decrypted bytes (a plain socket has none)
+        self._raw_pending = getattr(raw, "pending", None)
 
     def recv(self, size: int) -> bytes:
         """Up to ``size`` bytes: buffered ones, else one read of the real socket."""
@@ -81,7 +85,8 @@ class BufferedSocket:
 
     def pending(self) -> int:
         """Bytes a ``recv`` returns without waiting."""
-        return len(self._data) - self._pos + _pending(self.raw)
+        held = len(self._data) - self._pos
+        return held + int(self._raw_pending()) if self._raw_pending is not None else held
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.raw, name)
@@ -90,6 +95,9 @@ class BufferedSocket:
 class PollingHandler(SequentialThreadingHandler):  # type: ignore[misc]
     """:class:`SequentialThreadingHandler` whose ``select`` uses ``poll`` (see the
     module docstring)."""
+
+    #: when ``select`` last polled the kernel (monotonic seconds)
+    _polled = 0.0
 
     def select(
         self,
@@ -104,14 +112,21 @@ class PollingHandler(SequentialThreadingHandler):  # type: ignore[misc]
         the caller's read or write meets it."""
         if timeout is not None and timeout < 0:
             raise ValueError("timeout must be non-negative")
-        ready = [obj for obj in rlist if _pending(obj) > 0]
-        if ready:
-            # bytes are waiting in a buffer, not in the kernel: ready now, and the
-            # others only if they are ready now too
-            rest = [obj for obj in rlist if not any(obj is r for r in ready)]
-            readable, writable, _ = self._poll(rest, wlist, 0) if rest or wlist else ([], [], [])
-            return ready + readable, writable, []
-        return self._poll(rlist, wlist, timeout)
+        ready = [obj for obj in rlist if type(obj) is BufferedSocket and obj.pending() > 0]
+        if not ready:
+            self._polled = time.monotonic()
+            return self._poll(rlist, wlist, timeout)
+        # bytes wait in a buffer, not in the kernel: ready now. The others are
+        # polled (without waiting) at most every _RECHECK seconds meanwhile: often
+        # enough for a queued request not to wait behind a burst of replies, and not
+        # a poll per buffered packet.
+        now = time.monotonic()
+        if now - self._polled < _RECHECK and not wlist:
+            return ready, [], []
+        self._polled = now
+        rest = [obj for obj in rlist if not any(obj is r for r in ready)]
+        readable, writable, _ = self._poll(rest, wlist, 0)
+        return ready + readable, writable, []
 
     def create_connection(self, *args: Any, **kwargs: Any) -> BufferedSocket:
         """kazoo's connection, its reads buffered (:class:`BufferedSocket`)."""

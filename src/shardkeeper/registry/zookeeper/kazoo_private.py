@@ -35,10 +35,12 @@ The persistent recursive watch (:func:`submit_add_watch`, :func:`install_watch_t
     below the path until the connection ends. kazoo 2.11 has no API for it, so the
     backend sends the request record itself (path and mode, an empty reply). kazoo
     dispatches a notification only to the one-shot watchers it keeps for that exact
-    path, so the backend also wraps the private ``ConnectionHandler._read_watch_event``
-    (on ``client._connection``, called by kazoo's connection thread for every
+    path (``client._data_watchers`` and ``client._child_watchers``), so the backend
+    also wraps the private ``ConnectionHandler._read_watch_event`` (on
+    ``client._connection``, called by kazoo's connection thread for every
     notification, in the order the server sent them): kazoo's own handling runs
-    unchanged, then the tap gets the event type and the path (chroot stripped, as
+    when kazoo holds a one-shot watcher of the path (it has nothing to do
+    otherwise), then the tap gets the event type and the path (chroot stripped, as
     kazoo strips it). kazoo never re-sends watches after a reconnect (no
     ``SetWatches``), and the server drops a connection's watches with it: the backend
     sends ``addWatch`` again after each reconnect, then re-reads the subtree.
@@ -238,9 +240,14 @@ def install_watch_tap(client: KazooClient, tap: Callable[[int, str], None]) -> b
         return False
 
     def _read_watch_event(buffer: bytes, offset: int) -> Any:
-        result = original(buffer, offset)
+        watch, _ = zkproto.Watch.deserialize(buffer, offset)
+        result = None
+        if watch.path in client._data_watchers or watch.path in client._child_watchers:
+            # kazoo's one-shot watchers of this path: kazoo's own handling. Without
+            # any (the recursive watch's notifications) it would only build an
+            # event for nobody, thousands of times in a burst.
+            result = original(buffer, offset)
         try:
-            watch, _ = zkproto.Watch.deserialize(buffer, offset)
             tap(watch.type, client.unchroot(watch.path))
         except Exception:
             _log.exception("watch notification tap failed")
