@@ -58,6 +58,7 @@ from shardkeeper.registry.base import (
 )
 from shardkeeper.registry.url import RegistrySettings
 from shardkeeper.runtime.batch import FIRE_LEAD
+from shardkeeper.runtime.gcpause import collection_paused
 from shardkeeper.runtime.housekeeping import Housekeeper
 from shardkeeper.runtime.jobstate import SkipReason
 from shardkeeper.runtime.liveness import Liveness, check_session_timeout
@@ -182,10 +183,22 @@ class Runtime:
             return self
         if not self._specs:
             raise ConfigError("no job to run: add at least one job before start()")
-        self._workers = WorkerPool(self._worker_threads, "sk-worker")
+        self._workers = workers = WorkerPool(self._worker_threads, "sk-worker")
         self._coordinator = WorkerPool(self._coordinator_threads, "sk-coord")
-        self._lanes = Lanes(self._coordinator, on_store_error=self._lane_store_error)
-        self._scheduler = TriggerScheduler(self._on_fire, on_missed=self._on_missed, lead=FIRE_LEAD)
+        self._lanes = lanes = Lanes(self._coordinator, on_store_error=self._lane_store_error)
+        self._scheduler = scheduler = TriggerScheduler(
+            self._on_fire, on_missed=self._on_missed, lead=FIRE_LEAD
+        )
+        with collection_paused():  # thousands of long-lived objects a job: gcpause.py
+            self._start(workers, lanes, scheduler)
+        self._started.set()
+        names = sorted(self._specs)
+        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+        log.info("instance %s started with %d jobs: %s", self.instance_id, len(names), shown)
+        return self
+
+    def _start(self, workers: WorkerPool, lanes: Lanes, scheduler: TriggerScheduler) -> None:
+        """The body of :meth:`start`: connect, register, arm (torn down on failure)."""
         try:
             if self.metrics_server is not None:
                 self.metrics_server.start()  # /healthz answers during start-up
@@ -200,8 +213,8 @@ class Runtime:
                 self._specs,
                 self.store,
                 self.registrar.info,
-                workers=self._workers,
-                lanes=self._lanes,
+                workers=workers,
+                lanes=lanes,
                 fresh=self.liveness.fresh,
                 session=self._session_id,
                 on_skip=self.skips.record,
@@ -234,18 +247,13 @@ class Runtime:
             self._housekeeper.start()
             # Triggers are armed BEFORE we join: every fire after our membership's
             # join time is one we fire (the leader relies on it when resharding).
-            self._scheduler.start()
+            scheduler.start()
             for runner in self.runners.values():
-                self._scheduler.add_job(runner.config.name, runner.config)
+                scheduler.add_job(runner.config.name, runner.config)
             self.registrar.register_all(list(self._runners.values()))
         except BaseException:
             self._teardown()
             raise
-        self._started.set()
-        names = sorted(self._specs)
-        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
-        log.info("instance %s started with %d jobs: %s", self.instance_id, len(names), shown)
-        return self
 
     def _session_id(self) -> str:
         try:
