@@ -13,7 +13,7 @@ from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry.base import EventKind, WatchEvent
 from shardkeeper.registry.memory import MemoryServer
-from shardkeeper.runtime import Runtime
+from shardkeeper.runtime import Runtime, fires
 from shardkeeper.runtime.trigger import Fire
 from shardkeeper.testing.faults import wait_until
 
@@ -49,11 +49,13 @@ class Held(ShardedJob):
 
 
 def test_missed_fires_of_one_run_write_the_marks_once_and_the_rerun_start_clears_them(
-    server: MemoryServer,
+    server: MemoryServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Three fires missed while the items run write the misfire marks once (they keep
     the first missed fire's time, not a commit per miss); the re-run's start commit
     deletes them together with writing its running marks (one revision)."""
+    # marked however briefly the run has gone on (the next test keeps the default)
+    monkeypatch.setattr(fires, "MISFIRE_MARK_AFTER", 0.0)
     observer = server.store()
     observer.start()
     events: list[WatchEvent] = []
@@ -108,3 +110,49 @@ def test_missed_fires_of_one_run_write_the_marks_once_and_the_rerun_start_clears
         and e.revision in deleted
     }
     assert len(deleted) == 1 and deleted == started, (deleted, started)
+
+
+def test_a_run_that_ends_in_moments_is_rerun_without_marks(
+    server: MemoryServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fire missed by a run younger than MISFIRE_MARK_AFTER writes no misfire mark
+    (the re-run follows at once); one missed once the run is older does, and the
+    re-run's start deletes it. (The threshold is set per phase: a run's age is then
+    on the right side of it whatever the machine's speed.)"""
+    observer = server.store()
+    observer.start()
+    events: list[WatchEvent] = []
+    observer.watch(P.root, events.append)
+    job = Held()
+    rt = Runtime(server.store(), shutdown_grace=5)
+    rt.add_job(job, JobConfig(name=JOB, cron="0 0 1 1 *", sharding_total_count=len(ITEMS)))
+    rt.start()
+    try:
+        runner = rt.runners[JOB]
+        wait_until(lambda: runner.state.registered, 10)
+        first = time.time()
+        runner._enqueue(Fire(first))
+        wait_until(lambda: runner.running_count() == len(ITEMS), 10, message="no batch ran")
+        monkeypatch.setattr(fires, "MISFIRE_MARK_AFTER", 60.0)  # the run is younger
+        soon = first + 1
+        runner._enqueue(Fire(soon))
+        wait_until(lambda: runner.state.stats["misfires"] == 1, 10)
+        wait_until(lambda: runner.pending_fires() == 0, 10)
+        assert all(observer.get(P.misfire(i)) is None for i in ITEMS)
+        assert not runner.state.misfire_marked
+        monkeypatch.setattr(fires, "MISFIRE_MARK_AFTER", 0.0)  # the run is older
+        late = first + 2
+        runner._enqueue(Fire(late))
+        wait_until(lambda: all(observer.get(P.misfire(i)) is not None for i in ITEMS), 10)
+        job.release.set()
+        wait_until(lambda: sum(1 for r in job.runs if r[2]) == len(ITEMS), 10, message="no re-run")
+        wait_until(lambda: all(observer.get(P.misfire(i)) is None for i in ITEMS), 10)
+        wait_until(lambda: runner.idle, 10)
+    finally:
+        job.release.set()
+        rt.stop()
+    # the re-run is of the first missed fire, marked or not
+    reruns = sorted((round(ft, 3), item) for ft, item, misfire in job.runs if misfire)
+    assert reruns == [(round(soon, 3), item) for item in ITEMS], job.runs
+    written = [e for e in events if e.path.startswith(P.misfire_root + "/") and e.value is not None]
+    assert {float(e.value or b"0") for e in written} == {late}, written

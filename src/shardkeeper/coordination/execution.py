@@ -84,15 +84,15 @@ class ExecutionService:
         monitor: bool,
         membership: Check | None = None,
         item_checks: dict[int, Check] | None = None,
-        clear_misfire: bool = False,
+        clear_misfire: Sequence[int] = (),
     ) -> StartResult:
         """Mark ``items`` running for this instance, if no reshard is pending, the
         assignment is unchanged and (``membership``) this instance is still the member
         it registered as. With ``monitor`` off only the checks are committed.
         ``item_checks`` are further conditions, one per item, committed with that
         item's mark (a one-off job: "its result is still the one read").
-        ``clear_misfire`` (a misfire re-run): the misfire marks of the items marked
-        running are deleted in the same commit.
+        ``clear_misfire`` (a misfire re-run): items whose misfire marks are deleted in
+        the commit that marks them running.
 
         A commit whose reply is lost may have been applied: the marks are then read
         back, and those that carry this instance and the execution ids it wrote are
@@ -129,7 +129,8 @@ class ExecutionService:
         if clear_misfire:
             # in the commit that starts the re-run, not one of its own after it
             for item, group in zip(items, groups, strict=True):
-                group.append(Delete(self._paths.misfire(item)))
+                if item in clear_misfire:
+                    group.append(Delete(self._paths.misfire(item)))
         token = 0
         marked: list[int] = []
         tokens: dict[int, int] = {}

@@ -3,6 +3,7 @@ what is kept of it until its completion commit (runtime/batches.py runs them).""
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -62,6 +63,8 @@ class Batch:
     outcomes: dict[int, str] = field(default_factory=dict)
     #: items that ran past the execution timeout (told to stop, no longer valid)
     timed_out: set[int] = field(default_factory=set)
+    #: when it was launched here (monotonic seconds)
+    launched_at: float = field(default_factory=time.monotonic)
     #: attempts each item took (retries)
     attempts: dict[int, int] = field(default_factory=dict)
     #: encoded last result of each item that ran to an end (written at completion)

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from shardkeeper.coordination.model import DocumentError, FailoverEntry
@@ -117,6 +117,15 @@ class Batches:
             }
             items |= {i for u in self._unfinished for i in (*u.ran, *u.handoff)}
             return items
+
+    def running_since(self, items: Iterable[int]) -> float | None:
+        """When the oldest batch in progress holding one of ``items`` was launched
+        (monotonic seconds); None when no batch holds them (a failed commit's marks
+        may)."""
+        wanted = set(items)
+        with self._lock:
+            since = [b.launched_at for b in self._batches if wanted.intersection(b.items)]
+        return min(since) if since else None
 
     def owns(self, item: int, execution: str) -> bool:
         """Whether a local batch (or a pending retry) holds ``item`` for ``execution``."""

@@ -46,6 +46,10 @@ SkipSink = Callable[[str, SkipReason, float, str], None]
 MAX_QUEUED_FIRES = 2
 #: how soon a fire whose decision met a store error is decided again
 POLL_AFTER_ERROR = 0.1
+#: a missed fire is marked in the registry (``misfire/{item}``) only when the run
+#: holding its items has gone on this long (seconds): a run that ends sooner is
+#: re-run at once, before an operator could look
+MISFIRE_MARK_AFTER = 1.0
 
 
 class FireQueue:
@@ -267,21 +271,26 @@ class FireQueue:
             return
         if isinstance(result, Deferred):
             if st.config.misfire:
+                since = self.batches.running_since(result.items)
+                # operators' view only (the re-run is recorded locally already): for
+                # runs that keep items busy, not for one that ends in moments and is
+                # re-run at once
+                shown = since is None or time.monotonic() - since >= MISFIRE_MARK_AFTER
                 with st.lock:
                     if st.misfire_at is None or fire.fire_time < st.misfire_at:
                         st.misfire_at = fire.fire_time
                     # a mark written for an earlier missed fire of the same run
                     # stays until the re-run starts: one commit per run, not per miss
                     unmarked = [i for i in result.items if i not in st.misfire_marked]
+                    if shown:
+                        # as if written: an unknown outcome may have written them
+                        st.misfire_marked.update(unmarked)
                 st.count("misfires")
-                try:
-                    # operators' view only: the re-run is recorded locally already
-                    if unmarked:
+                if shown and unmarked:
+                    try:
                         self.execution.mark_misfire(unmarked, fire.fire_time)
-                        with st.lock:
-                            st.misfire_marked.update(unmarked)
-                except StoreError as exc:
-                    log.info("%s: could not record the misfire: %s", self.name, exc)
+                    except StoreError as exc:
+                        log.info("%s: could not record the misfire: %s", self.name, exc)
                 if self.batches.idle:  # the holder ended meanwhile
                     self._on_batch_done()
             else:

@@ -260,6 +260,8 @@ class TriggerFlow:
         ids = {i: execution_id(cfg.name, ft, i) for i in items}
         membership = self._state.membership_check(self._s.paths.instance(self._s.instance_id))
         session = self._session()
+        with self._state.lock:  # misfire marks this re-run deletes as it starts
+            marked = [i for i in items if i in self._state.misfire_marked] if fire.misfire else []
         result = self._s.execution.start(
             items,
             fire_time=ft,
@@ -269,10 +271,10 @@ class TriggerFlow:
             monitor=cfg.monitor_execution,
             membership=membership,
             item_checks=self._oneoff.guards(self._s.paths, items) if self._oneoff else None,
-            clear_misfire=fire.misfire,
+            clear_misfire=marked,
         )
         if result.marked:
-            if fire.misfire:
+            if marked:
                 with self._state.lock:  # their misfire marks went with the commit
                     self._state.misfire_marked.difference_update(result.marked)
             batch = Batch(
