@@ -112,11 +112,14 @@ class Cluster:
                     out.append(rec)
         return out
 
-    def by_fire(self, phase: str = "end") -> dict[float, list[dict[str, Any]]]:
-        """Records grouped by fire time (normal runs only, no failover/misfire)."""
+    def by_fire(
+        self, phase: str = "end", *, misfire: bool = False
+    ) -> dict[float, list[dict[str, Any]]]:
+        """Records grouped by fire time (normal runs only, no failover; ``misfire``:
+        misfire re-runs too, under the missed fire time they run for)."""
         out: dict[float, list[dict[str, Any]]] = {}
         for rec in self.records(phase):
-            if rec["failover"] or rec["misfire"]:
+            if rec["failover"] or (rec["misfire"] and not misfire):
                 continue
             out.setdefault(round(rec["fire"], 3), []).append(rec)
         return out

@@ -25,6 +25,7 @@ from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry.base import Check, Delete
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
+from shardkeeper.runtime.trigger import Fire
 from shardkeeper.testing.faults import wait_until
 
 pytestmark = pytest.mark.timeout(90)
@@ -435,3 +436,42 @@ def test_marks_of_an_execution_that_already_ran_here_are_cleared_not_failed_over
     wait_until(lambda: not store.exists(P.running(item)), 10, message="late mark kept")
     wait_until(lambda: store.children(P.failover_queue) == [str(other)] or job.count(other) > 1, 10)
     assert job.count(item) == 1, "the execution that ran here ran again"
+
+
+def test_marks_of_a_fire_still_being_decided_here_are_left_to_that_fire(
+    server: MemoryServer, runtimes: list[Runtime]
+) -> None:
+    """A start commit whose outcome was unknown (nothing found when read back) can be
+    applied later, while its fire waits to be decided again. The repair pass used to
+    hand those marks to failover: the fire's next attempt then met no mark, ran the
+    items, and the failover claim ran them a second time (chaos checker, etcd seed
+    21404). The pass leaves them to the fire, whose next attempt adopts them: each
+    item runs once, and nothing goes to the failover queue."""
+    store = server.store()
+    job = Recording()
+    rt = start(runtimes, store, job, cfg(cron="0 0 1 1 *", interval=None))  # fires when told
+    runner = rt.runners[JOB]
+    wait_until(lambda: runner.state.registered, 10)
+    runner.on_trigger(datetime.now(UTC))  # a first fire: the assignment is in place
+    wait_until(lambda: len(job.runs) >= 2 and runner.idle, 10)
+    fire_time = round(time.time(), 3)
+    # the fire is queued here, its decision still to come (as after an unknown outcome)
+    with runner._fires_lock:
+        runner._fires.append(Fire(fire_time))
+    for item in (0, 1):
+        late = RunningMark(rt.instance_id, fire_time, f"{JOB}@{round(fire_time * 1000)}#{item}")
+        store.put(P.running(item), late.to_bytes())
+        store.put(f"{P.running(item)}/fence-late{item}", b"")
+    # a housekeeping pass on the lane with the marks suspect (a pass checks them)
+    repaired: list[list[str]] = []
+    runner.state.marks_suspect = True
+    runner.submit(None, lambda: repaired.append(runner.repairs.run()))
+    wait_until(lambda: repaired, 10)
+    assert not store.children(P.failover_queue), "the fire's marks went to failover"
+    assert store.exists(P.running(0)) and store.exists(P.running(1))
+    # the fire's next attempt adopts them and runs each item once
+    runner.submit("fires", runner._pump)
+    wait_until(lambda: job.count(0) >= 1 and job.count(1) >= 1 and runner.idle, 10)
+    wait_until(lambda: not store.exists(P.running(0)) and not store.exists(P.running(1)), 10)
+    assert (job.count(0), job.count(1)) == (2, 2), job.runs  # the first fire, then this
+    assert not store.children(P.failover_queue)

@@ -115,6 +115,13 @@ class FireQueue:
         in_progress = not self.batches.idle
         return owed or in_progress or self.running_count() > 0 or self.pending_fires() > 0
 
+    def deciding(self, fire_time: float) -> bool:
+        """Whether a fire of ``fire_time`` is queued or being decided here (one whose
+        start commit may have been applied without our knowing: its next attempt
+        adopts the marks it finds of its own execution ids)."""
+        with self._fires_lock:
+            return any(abs(f.fire_time - fire_time) < 1e-6 for f in self._fires)
+
     def pending_fires(self) -> int:
         """Fires queued or in progress on the lane."""
         with self._fires_lock:

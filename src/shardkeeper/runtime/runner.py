@@ -145,6 +145,7 @@ class JobRunner(FireQueue, Reactions):
                 claim=self.try_claim,
                 on_idle=self._on_batch_done,
                 fence=self._fence_because,
+                deciding=self.deciding,
             ),
         )
         self._fires: deque[Fire] = deque()
@@ -252,9 +253,12 @@ class JobRunner(FireQueue, Reactions):
         st.suspended = False
         st.register_error = None
         if st.config.monitor_execution:
-            # Marks under our id that no batch here owns would block their items.
+            # Marks under our id that no batch here owns would block their items
+            # (those of a fire still being decided here are that fire's: see repair).
             self.failover.requeue_own(
-                lambda item, mark: self.batches.owns(item, mark.execution_id),
+                lambda item, mark: (
+                    self.batches.owns(item, mark.execution_id) or self.deciding(mark.fire_time)
+                ),
                 keep=st.config.failover,
                 done=lambda mark: self.batches.ran_here(mark.execution_id),
             )
