@@ -17,15 +17,6 @@ from shardkeeper.testing.jobs import RecordingJob
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def server() -> Iterator[MemoryServer]:
-    srv = MemoryServer()
-    try:
-        yield srv
-    finally:
-        srv.shutdown()
-
-
 @pytest.fixture(autouse=True)
 def _collector_restored() -> Iterator[None]:
     was = gc.isenabled()
@@ -52,12 +43,12 @@ def test_a_collector_switched_off_by_the_application_stays_off() -> None:
 
 
 def test_start_pauses_collection_while_registering_and_restores_it(
-    server: MemoryServer,
+    memory_server: MemoryServer,
 ) -> None:
     """The registration runs with the collector paused; start() returns with it on,
     and a start that fails (an unreachable store here: a closed one) as well."""
     seen: list[bool] = []
-    store = server.store()
+    store = memory_server.store()
     commit = store.commit
 
     def spying_commit(ops):  # type: ignore[no-untyped-def]
@@ -74,7 +65,7 @@ def test_start_pauses_collection_while_registering_and_restores_it(
     finally:
         rt.stop()
 
-    closed = server.store()
+    closed = memory_server.store()
     closed.close()
     failing = Runtime(closed)
     failing.add_job(RecordingJob(), JobConfig(name="gcp", cron="0 0 1 1 *", sharding_total_count=1))
