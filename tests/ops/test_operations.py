@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
@@ -27,7 +28,7 @@ from shardkeeper.errors import (
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.ops import Operations
 from shardkeeper.registry import CoordinationStore
-from shardkeeper.runtime import Runtime
+from shardkeeper.runtime import Runtime, fires
 from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.jobs import RecordingJob
 
@@ -191,7 +192,12 @@ def test_running_and_misfire_marks(ops: Operations, start: Start) -> None:
     [view] = ops.instances()
     assert view.running == {JOB: [0, 1, 2, 3]}
 
-    # a trigger while the items still run is a misfire
+    # a trigger while the items still run is a misfire; the registry shows it for a
+    # run that has gone on for MISFIRE_MARK_AFTER (a shorter one is re-run unmarked)
+    batches = rt.runners[JOB].batches
+    since = batches.running_since(range(4))
+    assert since is not None
+    wait_until(lambda: time.monotonic() - since >= fires.MISFIRE_MARK_AFTER, 10)
     ops.trigger(JOB)
     wait_until(lambda: all(i.misfire for i in ops.job(JOB).items), message="no misfire marks")
     assert ops.status().jobs[0].misfired_items == 4
