@@ -16,6 +16,7 @@ from shardkeeper.registry.base import (
     CommitResult,
     ConnectionState,
     CoordinationStore,
+    GroupsResult,
     Node,
     Op,
     PathFilter,
@@ -38,6 +39,8 @@ class CountingStore(CoordinationStore):
         # the byte limit too: without it the runtime packed a 1,000-item completion
         # by count alone and the inner store refused it as too large
         self.max_commit_bytes = inner.max_commit_bytes
+        # and whether it checks groups apart (etcd's nested transactions)
+        self.max_groups_per_commit = inner.max_groups_per_commit
         self._lock = threading.Lock()
         #: calls per method name (get, exists, children, get_tree, put, create,
         #: delete, commit)
@@ -125,6 +128,11 @@ class CountingStore(CoordinationStore):
         """Counted delegate."""
         self._count("commit")
         return self.inner.commit(ops)
+
+    def commit_groups(self, fixed: Sequence[Op], groups: Sequence[Sequence[Op]]) -> GroupsResult:
+        """Counted delegate (one commit)."""
+        self._count("commit")
+        return self.inner.commit_groups(fixed, groups)
 
     def watch(
         self, prefix: str, listener: WatchListener, *, exclude: PathFilter | None = None

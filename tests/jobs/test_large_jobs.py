@@ -49,7 +49,30 @@ def test_items_beyond_one_commit_all_run_and_leave_no_marks(
     them (marks written in chunks), and completion clears every mark."""
     capped = open_store(registry_url)
     capped.max_ops_per_commit = LIMIT
+    capped.max_groups_per_commit = None  # plain commits, not etcd's nested transactions
     _run_chunked(capped, store, "big")
+
+
+def test_a_batch_beyond_128_operations_is_one_start_commit_at_the_default_limits(
+    registry_url: str, store: CoordinationStore
+) -> None:
+    """At each store's default limits (etcd: 128 operations a transaction), the 300
+    marks of a fire go in one start commit: every item of a fire has the same fencing
+    token (on etcd, each item's mark is a transaction nested in one request)."""
+    job = RecordingJob()
+    rt = Runtime(open_store(registry_url), shutdown_grace=5)
+    rt.add_job(job, JobConfig(name="flat", interval=1, sharding_total_count=COUNT))
+    with rt:
+        wait_until(
+            lambda: sum(1 for n in _per_fire(job).values() if n == COUNT) >= 2,
+            30,
+            message=lambda: f"runs per fire: {dict(_per_fire(job))}",
+        )
+        whole = [ft for ft, n in _per_fire(job).items() if n == COUNT]
+        for ft in whole:
+            tokens = {r.fencing_token for r in job.runs if r.fire_time == ft}
+            assert len(tokens) == 1, f"fire {ft}: {len(tokens)} start commits"
+    assert store.children(JobPaths("flat").running_root) == []
 
 
 def test_marks_beyond_one_commits_bytes_are_cut_by_size(

@@ -48,8 +48,10 @@ from shardkeeper.registry import (
     open_store,
     parse_registry_url,
 )
+from shardkeeper.registry.counting import request_count
 from shardkeeper.registry.faults import SessionFaults
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
+from shardkeeper.registry.packing import pack_groups
 from shardkeeper.registry.zookeeper import ZooKeeperStore
 from shardkeeper.testing.faults import expire_session, wait_until
 from shardkeeper.testing.servers import EtcdCluster, ZooKeeperCluster, free_ports
@@ -738,6 +740,141 @@ def test_commit_of_max_ops_works_and_one_more_raises(store: CoordinationStore) -
     with pytest.raises(StoreLimitError):
         store.commit([Put(f"/more/k{i:03d}", b"1") for i in range(limit + 1)])
     assert store.children("/more") == []
+
+
+# ---- commits of groups ----------------------------------------------------------------
+
+
+def test_commit_groups_applies_the_fixed_ops_and_every_group(store: CoordinationStore) -> None:
+    """Fixed ops and groups whose checks hold are applied in one revision: every node
+    they create carries it."""
+    store.put("/g/gate", b"open")
+    result = store.commit_groups(
+        [Check("/g/gate", value=b"open"), Put("/g/fired", b"1")],
+        [[Create(f"/g/run/{i}", b"m"), Delete(f"/g/miss/{i}")] for i in range(5)],
+    )
+    assert result.succeeded
+    assert result.applied == dict.fromkeys(range(5), result.revision)
+    assert result.refused == {}
+    for i in range(5):
+        assert store.get(f"/g/run/{i}").created_revision == result.revision  # type: ignore[union-attr]
+    assert store.get("/g/fired").value == b"1"  # type: ignore[union-attr]
+
+
+def test_commit_groups_with_a_failing_fixed_check_applies_nothing(
+    store: CoordinationStore,
+) -> None:
+    """A fixed check that fails refuses everything and names its path."""
+    store.put("/g/gate", b"closed")
+    result = store.commit_groups(
+        [Check("/g/gate", value=b"open"), Put("/g/fired", b"1")],
+        [[Create(f"/g/run/{i}", b"m")] for i in range(3)],
+    )
+    assert not result.succeeded
+    assert result.applied == {}
+    assert result.failed_path in (None, "/g/gate")
+    assert store.get("/g/fired") is None
+    assert store.children("/g/run") == []
+
+
+def test_commit_groups_with_a_refused_group(store: CoordinationStore) -> None:
+    """A group whose check fails is refused with its path. A store that checks groups
+    apart (``max_groups_per_commit``) applies the others; any other store applies
+    nothing, as one plain commit would."""
+    store.put("/g/run/1", b"theirs")
+    result = store.commit_groups(
+        [Put("/g/fired", b"1")], [[Create(f"/g/run/{i}", b"mine")] for i in range(3)]
+    )
+    assert store.get("/g/run/1").value == b"theirs"  # type: ignore[union-attr]
+    if store.max_groups_per_commit is None:
+        assert not result.succeeded
+        assert result.failed_path in (None, "/g/run/1")
+        assert store.get("/g/fired") is None
+        assert store.children("/g/run") == ["1"]
+        return
+    assert result.succeeded
+    assert result.refused == {1: "/g/run/1"}
+    assert sorted(result.applied) == [0, 2]
+    assert store.children("/g/run") == ["0", "1", "2"]
+    assert store.get("/g/fired").value == b"1"  # type: ignore[union-attr]
+
+
+def test_the_reference_store_can_check_groups_apart() -> None:
+    """``MemoryServer(groups_apart=True)`` behaves as etcd does: a refused group leaves
+    the others applied, all in one revision."""
+    server = MemoryServer(groups_apart=True)
+    try:
+        store = server.store()
+        store.start()
+        store.put("/g/run/1", b"theirs")
+        result = store.commit_groups(
+            [Put("/g/fired", b"1")], [[Create(f"/g/run/{i}", b"mine")] for i in range(3)]
+        )
+        assert result.succeeded and result.refused == {1: "/g/run/1"}
+        assert result.applied == {0: result.revision, 2: result.revision}
+        assert store.get("/g/run/2").created_revision == result.revision  # type: ignore[union-attr]
+        assert store.get("/g/run/1").value == b"theirs"  # type: ignore[union-attr]
+    finally:
+        server.shutdown()
+
+
+def test_commit_groups_of_an_existence_check_on_a_pure_parent(store: CoordinationStore) -> None:
+    """A group's existence check holds for a pure parent (something lives below it),
+    as it does in a plain commit, and fails for a missing node."""
+    store.put("/pp/x/y", b"1")
+    result = store.commit_groups(
+        [], [[Check("/pp/x", exists=True), Put("/pp/m1", b"1")], [Put("/pp/m2", b"2")]]
+    )
+    assert result.succeeded
+    assert sorted(result.applied) == [0, 1]
+    assert store.get("/pp/m1") is not None
+    refused = store.commit_groups(
+        [], [[Check("/pp/missing", exists=True), Put("/pp/m3", b"1")], [Put("/pp/m4", b"4")]]
+    )
+    assert store.get("/pp/m3") is None
+    if store.max_groups_per_commit is not None:
+        assert refused.refused == {0: "/pp/missing"}
+        assert store.get("/pp/m4") is not None
+
+
+def test_commit_groups_of_a_thousand_items(store: CoordinationStore) -> None:
+    """A thousand groups, each an absence check and a write, packed for the store
+    (``pack_groups(apart=True)``): every one is applied. On etcd that is one request
+    at its default of 128 operations per transaction (nested transactions)."""
+    fixed: list[Check | Put] = [Check("/big/flag", exists=False), Put("/big/fired", b"1")]
+    groups = [[Create(f"/big/run/{i}", b"mark")] for i in range(1000)]
+    chunks = pack_groups(store, groups, fixed, apart=True)
+    before = request_count(store)
+    applied = 0
+    for members, _ops in chunks:
+        result = store.commit_groups(fixed, [groups[m] for m in members])
+        assert result.succeeded
+        applied += len(result.applied)
+    sent = request_count(store) - before
+    assert applied == 1000
+    assert len(store.children("/big/run")) == 1000
+    if store.max_groups_per_commit is not None:
+        assert len(chunks) == 1
+        assert sent == 1
+    cleared = (
+        store.commit_groups(
+            [], [[Check(f"/big/run/{i}", exists=True), Delete(f"/big/run/{i}")] for i in range(600)]
+        )
+        if store.max_groups_per_commit is not None
+        else None
+    )
+    if cleared is not None:
+        assert len(cleared.applied) == 600
+        assert len(store.children("/big/run")) == 400
+
+
+def test_commit_groups_below_an_ephemeral_node_raises(store: CoordinationStore) -> None:
+    """A group may not write below an ephemeral node either: StoreError, nothing written."""
+    store.put("/e", b"", ephemeral=True)
+    with pytest.raises(StoreError):
+        store.commit_groups([Put("/ok", b"1")], [[Put("/e/child", b"x")], [Put("/ok2", b"1")]])
+    assert store.children("/e") == []
+    assert store.get("/ok") is None
 
 
 def test_commit_can_create_ephemeral_nodes(

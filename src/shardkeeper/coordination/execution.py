@@ -52,7 +52,9 @@ class StartResult:
     why the commit was refused (``"reshard"``, ``"assignment"``, ``"running"``,
     ``"membership"`` when this instance's membership is not the one it registered,
     ``"result"`` when an ``item_checks`` condition failed, or ``"unknown"`` when the
-    store did not answer and reading back found nothing of ours) or None.
+    store did not answer and reading back found nothing of ours) or None. With
+    some items marked, ``reason`` says why the others were not: a store that checks
+    items apart (etcd) marks those whose own checks hold.
     """
 
     marked: tuple[int, ...]
@@ -134,10 +136,12 @@ class ExecutionService:
         token = 0
         marked: list[int] = []
         tokens: dict[int, int] = {}
-        for n, (members, chunk) in enumerate(pack_groups(self._store, groups, fixed)):
+        refused: str | None = None
+        chunks = pack_groups(self._store, groups, fixed, apart=monitor or bool(clear_misfire))
+        for n, (members, _ops) in enumerate(chunks):
             chunk_items = [items[m] for m in members]
             try:
-                result = self._store.commit(chunk)
+                result = self._store.commit_groups(fixed, [groups[m] for m in members])
             except StoreError as exc:
                 adopted = self.read_back(chunk_items, execution_ids) if monitor else {}
                 if not adopted:
@@ -160,9 +164,9 @@ class ExecutionService:
                 if len(adopted) < len(chunk_items):
                     break
                 continue
-            if not result:
+            if not result.succeeded:
                 reason = self._why(result.failed_path, membership)
-                if n == 0:
+                if n == 0 and not marked:
                     return StartResult((), reason)
                 # A later chunk failed: items of earlier chunks stay marked and run.
                 log.warning(
@@ -175,12 +179,20 @@ class ExecutionService:
                 break
             token = token or result.revision
             self._fired_written = True  # from now on it is overwritten without a read
-            marked.extend(chunk_items)
-            tokens.update(dict.fromkeys(chunk_items, result.revision))
-        if not monitor:
+            for k, m in enumerate(members):
+                if k in result.applied:
+                    marked.append(items[m])
+                    tokens[items[m]] = result.applied[k]
+            if result.refused and refused is None:
+                # a store that checks items apart started the others (see StartResult)
+                refused = self._why(next(iter(result.refused.values())), membership)
+        if not monitor and not refused:
             return StartResult(tuple(items), tokens=dict.fromkeys(items, token))
         return StartResult(
-            tuple(marked), tokens=tokens, fences={i: fences[i] for i in marked if i in fences}
+            tuple(marked),
+            refused,
+            tokens=tokens,
+            fences={i: fences[i] for i in marked if i in fences},
         )
 
     def fence_of(self, item: int) -> str:
@@ -279,11 +291,15 @@ class ExecutionService:
             for item, ops in zip(items, clears, strict=True)
         ]
         fenced: list[int] = []
-        for members, chunk in pack_groups(self._store, groups, []):
-            if self._store.commit(chunk):
+        for members, _ops in pack_groups(self._store, groups, [], apart=True):
+            done_all = self._store.commit_groups([], [groups[m] for m in members])
+            if done_all.succeeded and not done_all.refused:
                 continue
-            # Some mark is not ours any more: clear ours one by one, never theirs.
-            for m in members:
+            # Some mark is not ours any more: clear ours one by one, never theirs
+            # (a store that checked the items apart applied the others already).
+            for k, m in enumerate(members):
+                if k in done_all.applied:
+                    continue
                 done = self._store.commit(groups[m])
                 if not done and done.failed_path == self._paths.result(items[m]):
                     # only the result write failed: the completion must not hinge on it

@@ -129,6 +129,7 @@ __all__ = [
     "Create",
     "Delete",
     "EventKind",
+    "GroupsResult",
     "Node",
     "Op",
     "PathFilter",
@@ -341,6 +342,25 @@ class CommitResult:
         return self.succeeded
 
 
+@dataclass(frozen=True)
+class GroupsResult:
+    """Outcome of :meth:`CoordinationStore.commit_groups`.
+
+    ``succeeded`` is False when a ``fixed`` check failed, or, on a store that checks
+    groups together, any check: then nothing was applied and ``failed_path`` names
+    the condition found false when known. Otherwise ``applied`` maps the index of each
+    group applied to the revision of the commit that applied it (``revision``, the
+    request's, for all but a group a store had to commit again alone), and
+    ``refused`` maps each other group to the path of its condition found false (None
+    when not known)."""
+
+    succeeded: bool
+    revision: int = 0
+    applied: dict[int, int] = field(default_factory=dict)
+    refused: dict[int, str | None] = field(default_factory=dict)
+    failed_path: str | None = None
+
+
 @dataclass
 class Subscription:
     """Handle of a watch or listener; :meth:`cancel` stops deliveries (idempotent)."""
@@ -453,6 +473,28 @@ class CoordinationStore(ABC):
     #: limit besides :attr:`max_ops_per_commit`); a larger commit raises
     #: StoreLimitError before anything is sent
     max_commit_bytes: int | None = None
+
+    #: how many groups one :meth:`commit_groups` call may carry when the store checks
+    #: them apart (etcd: nested transactions); None when the groups go into one plain
+    #: commit, whose :attr:`max_ops_per_commit` then bounds their operations
+    max_groups_per_commit: int | None = None
+
+    def commit_groups(self, fixed: Sequence[Op], groups: Sequence[Sequence[Op]]) -> GroupsResult:
+        """One commit of ``fixed`` and ``groups``: nothing is applied unless every
+        check of ``fixed`` holds; each group is applied with its own checks, all or
+        nothing.
+
+        This default sends one plain :meth:`commit` of everything, so one failed check
+        of a group refuses the whole commit (``succeeded`` False). A store that can
+        check groups apart in one request (:attr:`max_groups_per_commit` set) applies
+        every group whose checks hold and reports the others in ``refused``: callers
+        handle both. Limits and errors are those of :meth:`commit`."""
+        result = self.commit([*fixed, *(op for group in groups for op in group)])
+        if not result:
+            return GroupsResult(False, failed_path=result.failed_path)
+        return GroupsResult(
+            True, result.revision, dict.fromkeys(range(len(groups)), result.revision)
+        )
 
     def commit_bytes(self, ops: Sequence[Op]) -> int:
         """The size of a commit of ``ops`` as this backend counts it against

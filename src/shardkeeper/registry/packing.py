@@ -20,13 +20,22 @@ __all__ = ["pack_groups"]
 
 
 def pack_groups(
-    store: CoordinationStore, groups: Sequence[Sequence[Op]], fixed: Sequence[Op] = ()
+    store: CoordinationStore,
+    groups: Sequence[Sequence[Op]],
+    fixed: Sequence[Op] = (),
+    *,
+    apart: bool = False,
 ) -> list[tuple[list[int], list[Op]]]:
     """Chunks of whole ``groups``, each led by the ``fixed`` operations, within the
     store's operation and byte limits. Returns (group indexes, operations) per chunk;
     no groups gives one chunk of the fixed operations alone. A group too large for a
-    commit of its own still gets one (the store then refuses it, naming the limit)."""
+    commit of its own still gets one (the store then refuses it, naming the limit).
+
+    ``apart``: the chunks are for :meth:`~CoordinationStore.commit_groups`; on a store
+    that checks groups apart (``max_groups_per_commit``) a chunk holds that many
+    groups, whatever their operations add up to, within the byte limit."""
     room_ops = max(1, store.max_ops_per_commit - len(fixed))
+    many = store.max_groups_per_commit if apart else None
     limit = store.max_commit_bytes
     room_bytes = None if limit is None else limit - store.commit_bytes(fixed)
     chunks: list[tuple[list[int], list[Op]]] = []
@@ -35,7 +44,7 @@ def pack_groups(
     size = 0
     for n, group in enumerate(groups):
         weight = store.commit_bytes(group) if room_bytes is not None else 0
-        over_ops = len(ops) + len(group) > room_ops
+        over_ops = len(members) >= many if many is not None else len(ops) + len(group) > room_ops
         over_bytes = room_bytes is not None and size + weight > room_bytes
         if members and (over_ops or over_bytes):
             chunks.append((members, [*fixed, *ops]))

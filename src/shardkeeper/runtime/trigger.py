@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -288,6 +288,9 @@ class TriggerFlow:
                 params=dict(fire.params),
             )
             self._launch(batch)
+            rest = [i for i in items if i not in result.marked]
+            if rest and result.reason is not None:
+                return self._start_rest(fire, result.marked, rest, version)
             return Launched(tuple(result.marked))
         if result.reason in ("reshard", "assignment", "unknown"):
             self.forget_assignment()
@@ -363,6 +366,22 @@ class TriggerFlow:
         if left == items:
             return self._retry(fire, "marks changed")
         return self._start(fire, left, version)
+
+    def _start_rest(
+        self, fire: Fire, launched: Sequence[int], rest: list[int], version: int
+    ) -> StepResult:
+        """The items a store that checks items apart (etcd) refused while it marked
+        ``launched``: decided as a refused start of ``rest`` alone, so they get what
+        they would have had in an all-or-nothing commit (adopted, handed over, waited
+        for, or skipped as running elsewhere). From now on this fire is about ``rest``
+        only: ``launched`` run already."""
+        fire.only = frozenset(rest) if fire.only is None else fire.only & frozenset(rest)
+        step = self._start(fire, rest, version)
+        if isinstance(step, Launched):
+            return Launched(tuple(sorted({*launched, *step.items})))
+        if isinstance(step, Skipped):
+            return Launched(tuple(launched))  # the rest runs elsewhere
+        return step
 
     def _wait_reshard(self, fire: Fire) -> StepResult:
         if time.monotonic() >= fire.deadline:

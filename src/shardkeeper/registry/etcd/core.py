@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from shardkeeper.registry.etcd.client_private import WatchStub
     from shardkeeper.registry.etcd.watch import Watch
 
-__all__ = ["CHANNEL_OPTIONS", "RETRY_DELAY", "EtcdCore"]
+__all__ = ["CHANNEL_OPTIONS", "RETRY_DELAY", "EtcdCore", "groups_per_commit"]
 
 # gRPC's default reconnect backoff grows to two minutes: after a long outage the
 # channel would sit idle long after the server is back. Cap it at one second.
@@ -48,6 +48,14 @@ RETRY_DELAY = 0.2
 
 #: gets the failures of listeners on the event thread
 _log = logging.getLogger("shardkeeper.registry.etcd.session")
+
+
+def groups_per_commit(limit: int) -> int:
+    """Groups one request carries at ``limit`` operations per transaction: containers
+    and groups per container each take at most half of the limit (etcd 3.4 checks each
+    nested transaction against the whole limit; older servers counted the outer
+    operations against the nested ones, which halves keep within)."""
+    return (limit // 2 - 8) * (limit // 2)
 
 
 class EtcdCore(CoordinationStore):
@@ -69,6 +77,8 @@ class EtcdCore(CoordinationStore):
         self.namespace = settings.namespace
         #: the URL's max_txn_ops (etcd's --max-txn-ops, default 128)
         self.max_ops_per_commit = settings.max_txn_ops
+        #: groups checked apart in one request (nested transactions: nesting.py)
+        self.max_groups_per_commit = groups_per_commit(settings.max_txn_ops)
         #: under etcd's default request limit (--max-request-bytes, 1.5 MiB), as
         #: commit_bytes counts (generously): room for the request's own framing
         self.max_commit_bytes = 1_400_000

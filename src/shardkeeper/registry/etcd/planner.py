@@ -15,7 +15,7 @@ The conditions themselves (their compares and reads) are in ``conditions.py``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import etcd3.etcdrpc as rpc
@@ -36,7 +36,13 @@ class PlannerMixin(MembersMixin):
     """Commits of :class:`EtcdStore` as etcd transactions (see the module docstring)."""
 
     def _write(
-        self, what: str, ops: Sequence[Op], *, prev_kv: bool = False
+        self,
+        what: str,
+        ops: Sequence[Op],
+        *,
+        prev_kv: bool = False,
+        nested: Sequence[Any] = (),
+        nested_guards: Iterable[str] = (),
     ) -> tuple[Any, str | None]:
         """Send ``ops`` as one transaction; return the response (None when the commit
         cannot succeed and nothing was sent) and, if it failed, the path of the first
@@ -56,52 +62,16 @@ class PlannerMixin(MembersMixin):
         StoreError. Ancestor guards are added, nearest parents first, while the
         compares and the failure-branch reads stay within etcd's 128 operations.
         """
-        conditions: dict[object, Condition] = {}
-        # path -> net write: (value, ephemeral) to put, or None to delete
-        final: dict[str, tuple[bytes, bool] | None] = {}
-        doomed: str | None = None
-        for op in ops:
-            key = self._key(op.path)
-            if isinstance(op, Check):
-                cond = Condition.for_check(key, op)
-                conditions.setdefault(cond.identity(op), cond)
-            elif isinstance(op, Delete):
-                final[op.path] = None
-            elif isinstance(op, Create | Put):
-                if op.ephemeral and op.path == "/":
-                    raise ConfigError("the namespace root '/' cannot be ephemeral")
-                if isinstance(op, Create):
-                    if op.path not in final:
-                        cond = Condition(op.path, key, "absent")
-                        conditions.setdefault(cond.identity(op), cond)
-                    elif final[op.path] is not None and doomed is None:
-                        doomed = op.path  # created after being written in this commit
-                final[op.path] = (op.value, op.ephemeral)
-            else:
-                raise ConfigError(f"unknown commit operation {op!r}")
-        success: list[Any] = []
+        conditions, final, doomed = self._fold(ops)
         guarded: dict[str, None] = {}
-        for path, write in final.items():
-            key = self._key(path)
-            if write is None:
-                success.append(rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key)))
-                continue
-            value, ephemeral = write
-            put = rpc.PutRequest(
-                key=key, value=value, lease=self._lease_for(ephemeral), prev_kv=prev_kv
-            )
-            success.append(rpc.RequestOp(request_put=put))
-            for ancestor in strict_ancestors(path):
-                guarded.setdefault(ancestor, None)
-                # an ephemeral node this commit writes cannot receive children in it
-                parent = final.get(ancestor)
-                if parent is not None and parent[1]:
-                    raise StoreError(
-                        f"{what}: cannot write {path!r}: {ancestor!r} is ephemeral and an "
-                        "ephemeral node cannot have children"
-                    )
+        success = self._writes(what, final, guarded, prev_kv=prev_kv)
         if doomed is not None:
             return None, doomed
+        # nested transactions (commit_groups) go after the writes; their writes'
+        # ancestors are guarded here, after this commit's own
+        success.extend(nested)
+        for ancestor in nested_guards:
+            guarded.setdefault(ancestor, None)
         conds = list(conditions.values())
         limit = self.max_ops_per_commit
         # Every condition costs at least one compare and one read, an exact absence two
@@ -145,10 +115,14 @@ class PlannerMixin(MembersMixin):
             for ancestor in guards:
                 kvs = next(reads)
                 if kvs and kvs[0].lease != 0:
+                    # (a nested group's write when none of the commit's own is below it)
                     child = next(
-                        p
-                        for p, w in final.items()
-                        if w is not None and p.startswith(ancestor + "/")
+                        (
+                            p
+                            for p, w in final.items()
+                            if w is not None and p.startswith(ancestor + "/")
+                        ),
+                        f"{ancestor}/...",
                     )
                     raise StoreError(
                         f"{what}: cannot write {child!r}: {ancestor!r} is an ephemeral node and "
@@ -165,6 +139,69 @@ class PlannerMixin(MembersMixin):
             if not retry:
                 return resp, None
         return resp, contended
+
+    def _fold(
+        self, ops: Sequence[Op]
+    ) -> tuple[dict[object, Condition], dict[str, tuple[bytes, bool] | None], str | None]:
+        """The conditions ``ops`` state, their net writes (path -> (value, ephemeral)
+        to put, or None to delete) and the path that dooms them (a Create after a
+        write of the same path), if any."""
+        conditions: dict[object, Condition] = {}
+        # path -> net write: (value, ephemeral) to put, or None to delete
+        final: dict[str, tuple[bytes, bool] | None] = {}
+        doomed: str | None = None
+        for op in ops:
+            key = self._key(op.path)
+            if isinstance(op, Check):
+                cond = Condition.for_check(key, op)
+                conditions.setdefault(cond.identity(op), cond)
+            elif isinstance(op, Delete):
+                final[op.path] = None
+            elif isinstance(op, Create | Put):
+                if op.ephemeral and op.path == "/":
+                    raise ConfigError("the namespace root '/' cannot be ephemeral")
+                if isinstance(op, Create):
+                    if op.path not in final:
+                        cond = Condition(op.path, key, "absent")
+                        conditions.setdefault(cond.identity(op), cond)
+                    elif final[op.path] is not None and doomed is None:
+                        doomed = op.path  # created after being written in this commit
+                final[op.path] = (op.value, op.ephemeral)
+            else:
+                raise ConfigError(f"unknown commit operation {op!r}")
+        return conditions, final, doomed
+
+    def _writes(
+        self,
+        what: str,
+        final: dict[str, tuple[bytes, bool] | None],
+        guarded: dict[str, None],
+        *,
+        prev_kv: bool = False,
+    ) -> list[Any]:
+        """The transaction's write operations for the net writes ``final``; adds the
+        written paths' strict ancestors to ``guarded`` (each must have no lease)."""
+        success: list[Any] = []
+        for path, write in final.items():
+            key = self._key(path)
+            if write is None:
+                success.append(rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key)))
+                continue
+            value, ephemeral = write
+            put = rpc.PutRequest(
+                key=key, value=value, lease=self._lease_for(ephemeral), prev_kv=prev_kv
+            )
+            success.append(rpc.RequestOp(request_put=put))
+            for ancestor in strict_ancestors(path):
+                guarded.setdefault(ancestor, None)
+                # an ephemeral node this commit writes cannot receive children in it
+                parent = final.get(ancestor)
+                if parent is not None and parent[1]:
+                    raise StoreError(
+                        f"{what}: cannot write {path!r}: {ancestor!r} is ephemeral and an "
+                        "ephemeral node cannot have children"
+                    )
+        return success
 
     def _read_absences(self, what: str, conds: list[Condition]) -> str | None:
         """The pre-read of compact absence conditions: note the revision at which each

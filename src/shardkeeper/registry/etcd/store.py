@@ -40,7 +40,7 @@ from shardkeeper.registry.base import CommitResult, ConnectionState, Create, Nod
 from shardkeeper.registry.etcd.client_private import replace_channel, stream_thread
 from shardkeeper.registry.etcd.core import CHANNEL_OPTIONS, RETRY_DELAY
 from shardkeeper.registry.etcd.keys import below_op, below_prefix, range_op, subtree, synthetic_node
-from shardkeeper.registry.etcd.planner import PlannerMixin
+from shardkeeper.registry.etcd.nesting import GroupsMixin
 from shardkeeper.registry.etcd.session import SessionMixin
 from shardkeeper.registry.etcd.watch import end_watcher
 
@@ -49,7 +49,7 @@ __all__ = ["EtcdStore"]
 _log = logging.getLogger(__name__)
 
 
-class EtcdStore(SessionMixin, PlannerMixin):
+class EtcdStore(SessionMixin, GroupsMixin):
     """A :class:`CoordinationStore` on etcd v3 (see the package docstring for the mapping).
 
     Construct with :class:`RegistrySettings` (no I/O), then :meth:`start`.

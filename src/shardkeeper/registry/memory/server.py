@@ -29,6 +29,7 @@ from shardkeeper.registry.base import (
     Create,
     Delete,
     EventKind,
+    GroupsResult,
     Op,
     WatchEvent,
 )
@@ -103,6 +104,7 @@ class MemoryServer:
         *,
         max_request_bytes: int = _MAX_REQUEST_BYTES,
         pause_limit: float = _PAUSE_LIMIT,
+        groups_apart: bool = False,
     ) -> None:
         if max_request_bytes <= 0:
             raise ConfigError(f"max_request_bytes={max_request_bytes!r} must be > 0")
@@ -111,6 +113,9 @@ class MemoryServer:
         self.name = name
         self.max_request_bytes = max_request_bytes
         self.pause_limit = pause_limit
+        #: commit_groups checks each group apart, as etcd's nested transactions do
+        #: (False: one all-or-nothing commit, as on ZooKeeper)
+        self.groups_apart = groups_apart
         self._lock = threading.RLock()
         self._trees: dict[str, _Tree] = {}
         self._revision = 0
@@ -308,8 +313,30 @@ class MemoryServer:
 
     # -- transactions (under the lock) -------------------------------------------
 
-    def _commit(self, store: MemoryStore, tree: _Tree, ops: Sequence[Op]) -> CommitResult:
-        """Evaluate and apply one commit on ``tree`` (the model of ``tree.py``)."""
+    def _commit_groups(
+        self, store: MemoryStore, tree: _Tree, fixed: Sequence[Op], groups: Sequence[Sequence[Op]]
+    ) -> GroupsResult:
+        """Evaluate ``fixed`` and each group apart on the state before the commit, then
+        apply ``fixed`` and the groups whose checks hold as one commit."""
+        failed = self._verdict(tree, fixed)[0]
+        if failed is not None:
+            return GroupsResult(False, failed_path=failed)
+        refused: dict[int, str | None] = {}
+        for n, group in enumerate(groups):
+            why = self._verdict(tree, group)[0]
+            if why is not None:
+                refused[n] = why
+        kept = [n for n in range(len(groups)) if n not in refused]
+        done = self._commit(store, tree, [*fixed, *(op for n in kept for op in groups[n])])
+        if not done:  # groups that clash with each other: nothing was applied
+            return GroupsResult(False, failed_path=done.failed_path)
+        return GroupsResult(True, done.revision, dict.fromkeys(kept, done.revision), refused)
+
+    def _verdict(
+        self, tree: _Tree, ops: Sequence[Op]
+    ) -> tuple[str | None, dict[str, tuple[bytes, bool] | None], set[str]]:
+        """The first condition of ``ops`` found false on ``tree`` (None: all hold),
+        their net writes and the paths they create anew."""
         failed: str | None = None
         final: dict[str, tuple[bytes, bool] | None] = {}
         fresh: set[str] = set()
@@ -331,6 +358,11 @@ class MemoryServer:
                 if op.path in final and final[op.path] is None:
                     fresh.add(op.path)
                 final[op.path] = (op.value, op.ephemeral)
+        return failed, final, fresh
+
+    def _commit(self, store: MemoryStore, tree: _Tree, ops: Sequence[Op]) -> CommitResult:
+        """Evaluate and apply one commit on ``tree`` (the model of ``tree.py``)."""
+        failed, final, fresh = self._verdict(tree, ops)
         _guard_ephemerals(tree, final)
         if failed is not None:
             return CommitResult(False, 0, failed)

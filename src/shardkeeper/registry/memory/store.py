@@ -33,6 +33,7 @@ from shardkeeper.registry.base import (
     ConnectionState,
     CoordinationStore,
     Create,
+    GroupsResult,
     Node,
     Op,
     PathFilter,
@@ -259,6 +260,27 @@ class MemoryStore(CoordinationStore):
         server = self._server
         return server._serve(
             self, "commit", [op.path for op in ops], lambda t: server._commit(self, t, ops)
+        )
+
+    @property
+    def max_groups_per_commit(self) -> int | None:  # type: ignore[override]
+        """As many groups as etcd's nested transactions carry when the server checks
+        groups apart (``MemoryServer(groups_apart=True)``); else None."""
+        return 4096 if self._server.groups_apart else None
+
+    def commit_groups(self, fixed: Sequence[Op], groups: Sequence[Sequence[Op]]) -> GroupsResult:
+        """One plain commit, or (``groups_apart``) each group checked apart, as etcd does
+        (see :meth:`CoordinationStore.commit_groups`)."""
+        if not self._server.groups_apart:
+            return super().commit_groups(fixed, groups)
+        ops = [*fixed, *(op for group in groups for op in group)]
+        _validate("commit", ops, self._server.max_request_bytes)
+        server = self._server
+        return server._serve(
+            self,
+            "commit",
+            [op.path for op in ops],
+            lambda t: server._commit_groups(self, t, fixed, groups),
         )
 
     # -- watches and listeners ----------------------------------------------------

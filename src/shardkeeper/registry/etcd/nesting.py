@@ -1,0 +1,169 @@
+"""Groups checked apart in one request: :meth:`commit_groups` as nested transactions.
+
+etcd limits a transaction to ``--max-txn-ops`` compares, writes and reads (128 by
+default), so a commit that marks 1,000 items running, one exact absence check (two
+compares) each, would take 16 transactions. But a transaction's operation may itself
+be a transaction (etcd 3.3 and later), and the limit applies to each transaction on
+its own. So :meth:`GroupsMixin.commit_groups` sends:
+
+* the ``fixed`` operations as the outer transaction, exactly as :meth:`commit` would
+  (their compares gate everything, their failure-branch reads name what failed);
+* each group as a transaction of its own, nested in the outer one's success branch:
+  its compares, its writes, and failure-branch reads of its conditions;
+* when the groups are more than the outer branch has room for, containers: nested
+  transactions without compares, each holding up to ``fan`` group transactions.
+
+The server applies it all in one revision, and each group only if its own compares
+hold: the groups are checked apart, not all or nothing. The response says which
+groups were applied; a refused group's reads name its condition found false.
+
+A group whose existence check fails in the own-key form but would hold as a pure
+parent (the form the outer planner would re-send) is committed again alone, with the
+fixed operations, by :meth:`commit`: rare, and exact. Groups that write one key twice
+between them, or that are too large to nest, fall back to one plain commit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import etcd3.etcdrpc as rpc
+
+from shardkeeper.registry.base import Check, GroupsResult, Op
+from shardkeeper.registry.etcd.conditions import Condition, Verdict
+from shardkeeper.registry.etcd.core import groups_per_commit
+from shardkeeper.registry.etcd.planner import PlannerMixin
+
+__all__ = ["GroupsMixin"]
+
+
+class _Planned:
+    """One group as a nested transaction: its request, conditions and written keys."""
+
+    __slots__ = ("conds", "keys", "request", "spares", "width")
+
+    def __init__(self, request: Any, conds: list[Condition], spares: int, keys: set[bytes]):
+        self.request = request
+        self.conds = conds
+        #: failure-branch reads of the existence checks' other form (the last ones)
+        self.spares = spares
+        #: the keys the group writes
+        self.keys = keys
+        #: its largest branch, which etcd counts against the limit
+        self.width = max(len(request.compare), len(request.success), len(request.failure))
+
+
+class GroupsMixin(PlannerMixin):
+    """:meth:`commit_groups` of :class:`EtcdStore` (see the module docstring)."""
+
+    def commit_groups(self, fixed: Sequence[Op], groups: Sequence[Sequence[Op]]) -> GroupsResult:
+        """``fixed`` as the outer transaction and each group nested in it, checked
+        apart (see the module docstring); one request whatever the number of groups,
+        within :attr:`max_groups_per_commit` and the byte limit."""
+        if not any(groups) or self.max_groups_per_commit is None:
+            # nothing to nest, or nesting switched off: one plain commit
+            return super().commit_groups(fixed, groups)
+        limit = self.max_ops_per_commit
+        half = limit // 2
+        planned: list[_Planned | str] = []
+        written: set[bytes] = {self._key(op.path) for op in fixed if not isinstance(op, Check)}
+        guards: dict[str, None] = {}
+        for group in groups:
+            plan = self._plan_group(group, guards)
+            if isinstance(plan, _Planned):
+                if plan.keys & written or plan.width > half:
+                    # a key written twice (etcd refuses it) or a group too large to
+                    # nest: the plain commit says what it can
+                    return super().commit_groups(fixed, groups)
+                written |= plan.keys
+            planned.append(plan)
+        sent = [p for p in planned if isinstance(p, _Planned)]
+        if len(sent) > groups_per_commit(limit):
+            return super().commit_groups(fixed, groups)
+        fan = max(1, math.ceil(math.sqrt(len(sent)))) if len(sent) > half - 8 else len(sent)
+        if fan == len(sent):
+            nested = [rpc.RequestOp(request_txn=p.request) for p in sent]
+        else:
+            nested = [
+                rpc.RequestOp(
+                    request_txn=rpc.TxnRequest(
+                        success=[rpc.RequestOp(request_txn=p.request) for p in sent[i : i + fan]]
+                    )
+                )
+                for i in range(0, len(sent), fan)
+            ]
+        what = f"commit of {len(fixed)} operations and {len(groups)} groups"
+        resp, failed_path = self._write(what, fixed, nested=nested, nested_guards=guards)
+        if resp is None or not resp.succeeded:
+            return GroupsResult(False, failed_path=failed_path)
+        revision = int(resp.header.revision)
+        replies = list(resp.responses[len(resp.responses) - len(nested) :])
+        if fan != len(sent):
+            replies = [inner for r in replies for inner in r.response_txn.responses]
+        outcome = iter(replies)
+        applied: dict[int, int] = {}
+        refused: dict[int, str | None] = {}
+        again: list[int] = []
+        for n, plan in enumerate(planned):
+            if isinstance(plan, str):
+                refused[n] = plan  # doomed: never sent
+                continue
+            reply = next(outcome).response_txn
+            if reply.succeeded:
+                applied[n] = revision
+                continue
+            verdict = self._judge_group(plan, reply)
+            if verdict is None:
+                again.append(n)
+            else:
+                refused[n] = verdict
+        for n in again:
+            # an existence check in the form the nested transaction could not take
+            alone = self.commit([*fixed, *groups[n]])
+            if alone:
+                applied[n] = alone.revision
+            else:
+                refused[n] = alone.failed_path
+        return GroupsResult(True, revision, applied, refused)
+
+    def _plan_group(self, group: Sequence[Op], guards: dict[str, None]) -> _Planned | str:
+        """The nested transaction of ``group`` (exact condition forms), or the path
+        that dooms it; its written paths' ancestors are added to ``guards``."""
+        conditions, final, doomed = self._fold(group)
+        if doomed is not None:
+            return doomed
+        own: dict[str, None] = {}
+        success = self._writes("commit group", final, own)
+        for ancestor in own:
+            if ancestor not in final:  # an ancestor the group writes is checked by it
+                guards.setdefault(ancestor, None)
+        conds = list(conditions.values())
+        compares = [cmp for c in conds for cmp in c.compares()]
+        probes = [p for c in conds for p in c.probes()]
+        exists = [c for c in conds if c.kind == "exists"]
+        # existence: read the other form too, to tell a pure parent at once
+        probes.extend(c.other_probe() for c in exists)
+        request = rpc.TxnRequest(
+            compare=compares,
+            success=success,
+            failure=[rpc.RequestOp(request_range=p) for p in probes],
+        )
+        keys = {self._key(path) for path in final}
+        return _Planned(request, conds, len(exists), keys)
+
+    @staticmethod
+    def _judge_group(plan: _Planned, reply: Any) -> str | None:
+        """The path of the refused group's condition found false; None when every
+        condition held in some form (a pure parent: commit the group alone)."""
+        reads = [list(r.response_range.kvs) for r in reply.responses]
+        spare = iter(reads[len(reads) - plan.spares :]) if plan.spares else iter(())
+        got = iter(reads[: len(reads) - plan.spares])
+        first_false: str | None = None
+        for cond in plan.conds:
+            mine = [next(got) for _ in cond.probes()]
+            other = next(spare) if cond.kind == "exists" else None
+            if cond.judge(mine, other) is Verdict.FALSE and first_false is None:
+                first_false = cond.path
+        return first_false
