@@ -129,6 +129,10 @@ class CountingStore(CoordinationStore):
         self._count("commit")
         return self.inner.commit(ops)
 
+    def group_bytes(self, group: Sequence[Op]) -> int:
+        """The inner store's estimate (not counted: no request)."""
+        return self.inner.group_bytes(group)
+
     def commit_groups(self, fixed: Sequence[Op], groups: Sequence[Sequence[Op]]) -> GroupsResult:
         """Counted delegate (one commit)."""
         self._count("commit")

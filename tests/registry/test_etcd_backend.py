@@ -36,6 +36,7 @@ from shardkeeper.registry import (
     ConnectionState,
     CoordinationStore,
     Create,
+    Delete,
     EventKind,
     Op,
     Put,
@@ -43,6 +44,7 @@ from shardkeeper.registry import (
     WatchEvent,
     open_store,
 )
+from shardkeeper.registry.counting import request_count
 from shardkeeper.registry.etcd import EtcdStore
 from shardkeeper.registry.packing import pack_groups
 from shardkeeper.testing.faults import wait_until
@@ -422,6 +424,52 @@ def test_commits_packed_by_bytes_fit_etcds_request_limit(tmp_path: Path) -> None
             store.close()
     finally:
         cluster.stop()
+
+
+def test_group_bytes_bounds_the_nested_transaction_of_each_group(store: EtcdStore) -> None:
+    """``group_bytes`` packs groups for nested transactions: for every shape the
+    runtime sends (a start's marks and fences, a completion's fenced deletion and
+    result), with long paths and values, it is at least the encoded size."""
+    long = "/jobs/" + "j" * 120 + "/running/1234"
+    shapes: list[list[Op]] = [
+        [Create(long, b"m" * 300, ephemeral=True)],
+        [Create(long, b"m" * 40), Create(f"{long}/fence-0123456789abcdef")],
+        [Check(f"{long}/fence-0123456789abcdef", exists=True), Delete(f"{long}/f"), Delete(long)],
+        [Check(long, created_revision=77), Delete(long), Put("/jobs/j/results/1", b"r" * 500)],
+        [Check(long, value=b"v" * 90), Put(long, b"w" * 90), Delete("/jobs/j/misfire/1")],
+        [Check(long, version=5), Check(long + "x", exists=False), Put(long, b"")],
+        [],
+    ]
+    for group in shapes:
+        plan = store._plan_group(group, {})
+        encoded = (
+            rpc.RequestOp(request_txn=plan.request).ByteSize() if not isinstance(plan, str) else 0
+        )
+        assert encoded <= store.group_bytes(group), group
+
+
+def test_a_thousand_item_completion_is_one_request(store: EtcdStore) -> None:
+    """Packed by ``group_bytes``, the completion of 1,000 persistent marks with a
+    result each (four operations an item) goes in one request at etcd's defaults."""
+    token_groups: list[list[Op]] = []
+    for i in range(1000):
+        mark = f"/jobs/some-job/running/{i}"
+        store.put(f"{mark}/fence-0123456789abcdef", b"")
+        token_groups.append(
+            [
+                Check(f"{mark}/fence-0123456789abcdef", exists=True),
+                Delete(f"{mark}/fence-0123456789abcdef"),
+                Delete(mark),
+                Put(f"/jobs/some-job/results/{i}", b'{"ok": true, "at": 1764000000.0}'),
+            ]
+        )
+    chunks = pack_groups(store, token_groups, apart=True)
+    assert len(chunks) == 1
+    before = request_count(store)
+    result = store.commit_groups([], token_groups)
+    assert request_count(store) - before == 1
+    assert len(result.applied) == 1000
+    assert store.children("/jobs/some-job/running") == []
 
 
 def test_round_trips_count_one_per_request(store: CoordinationStore) -> None:

@@ -28,7 +28,7 @@ from shardkeeper.registry import (
     WatchEvent,
     open_store,
 )
-from shardkeeper.registry.zookeeper import ZooKeeperStore
+from shardkeeper.registry.zookeeper import ZooKeeperStore, kazoo_private
 from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.servers import ZooKeeperCluster
 
@@ -363,6 +363,40 @@ def test_parents_below_an_absence_check_are_made_without_a_failed_multi(
     assert store.children("/jobs/j") == ["config", "instances", "leader"]
     refused = store.commit(register("other"))
     assert not refused and refused.failed_path == "/jobs/other"
+    assert store.children("/jobs/other") == ["config"]
+
+
+def test_an_absence_check_of_a_parent_the_multi_creates_is_that_create(
+    store: ZooKeeperStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job node a registration checks absent is created in the same multi as the
+    parent of its nodes: that create is the check (it fails on an existing node), so
+    the multi has no guard create+delete of it (two operations and two notifications
+    to every watcher, per job). An existing job node still fails the commit, naming it."""
+    sent: list[list[Any]] = []
+    real = store._multi
+
+    def spy(deadline: float, ops: list[Any]) -> Any:
+        sent.append(list(ops))
+        return real(deadline, ops)
+
+    monkeypatch.setattr(store, "_multi", spy)
+    store.put("/jobs/other/config", b"x")
+    sent.clear()
+    ok = store.commit([Check("/jobs/j", exists=False), Create("/jobs/j/config", b"doc")])
+    assert ok
+    assert len(sent) == 1
+    assert not any(kazoo_private.is_delete(z) for z in sent[0]), "a guard create+delete"
+    assert store.get("/jobs/j/config").created_revision == ok.revision  # type: ignore[union-attr]
+    refused = store.commit([Check("/jobs/other", exists=False), Create("/jobs/other/leader")])
+    assert not refused and refused.failed_path == "/jobs/other"
+    assert store.children("/jobs/other") == ["config"]
+    # a commit that also deletes the checked path keeps its guard (state before)
+    sent.clear()
+    assert not store.commit(
+        [Check("/jobs/other", exists=False), Delete("/jobs/other"), Create("/jobs/other/x")]
+    )
+    assert any(kazoo_private.is_delete(z) for z in sent[0])
     assert store.children("/jobs/other") == ["config"]
 
 

@@ -479,6 +479,12 @@ class CoordinationStore(ABC):
     #: commit, whose :attr:`max_ops_per_commit` then bounds their operations
     max_groups_per_commit: int | None = None
 
+    def group_bytes(self, group: Sequence[Op]) -> int:
+        """What one group of :meth:`commit_groups` adds to its request, as counted
+        against :attr:`max_commit_bytes`: :meth:`commit_bytes` unless the store
+        sends groups in a form of its own (etcd's nested transactions)."""
+        return self.commit_bytes(group)
+
     def commit_groups(self, fixed: Sequence[Op], groups: Sequence[Sequence[Op]]) -> GroupsResult:
         """One commit of ``fixed`` and ``groups``: nothing is applied unless every
         check of ``fixed`` holds; each group is applied with its own checks, all or

@@ -43,7 +43,10 @@ def pack_groups(
     ops: list[Op] = []
     size = 0
     for n, group in enumerate(groups):
-        weight = store.commit_bytes(group) if room_bytes is not None else 0
+        if room_bytes is None:
+            weight = 0
+        else:
+            weight = store.group_bytes(group) if many is not None else store.commit_bytes(group)
         over_ops = len(members) >= many if many is not None else len(ops) + len(group) > room_ops
         over_bytes = room_bytes is not None and size + weight > room_bytes
         if members and (over_ops or over_bytes):

@@ -31,7 +31,7 @@ from typing import Any
 
 import etcd3.etcdrpc as rpc
 
-from shardkeeper.registry.base import Check, GroupsResult, Op
+from shardkeeper.registry.base import Check, Create, GroupsResult, Op, Put
 from shardkeeper.registry.etcd.conditions import Condition, Verdict
 from shardkeeper.registry.etcd.core import groups_per_commit
 from shardkeeper.registry.etcd.planner import PlannerMixin
@@ -57,6 +57,26 @@ class _Planned:
 
 class GroupsMixin(PlannerMixin):
     """:meth:`commit_groups` of :class:`EtcdStore` (see the module docstring)."""
+
+    def group_bytes(self, group: Sequence[Op]) -> int:
+        """A group's nested transaction, generously (k: the key's length, v: the
+        value's): a ``Create`` is two compares, two reads (one key, one subtree range
+        each) and a put, 7k + v; a ``Check`` a compare and its reads, 4k + v (an
+        existence check reads both forms); a ``Put`` k + v; a ``Delete`` k; each with
+        framing, and the group's own. A test checks it against the encoded size."""
+        root = len(self._root)
+        size = 16
+        for op in group:
+            k = root + len(op.path)
+            if isinstance(op, Create):
+                size += 7 * k + len(op.value) + 96
+            elif isinstance(op, Check):
+                size += 4 * k + len(op.value or b"") + 64
+            elif isinstance(op, Put):
+                size += k + len(op.value) + 32
+            else:
+                size += k + 16
+        return size
 
     def commit_groups(self, fixed: Sequence[Op], groups: Sequence[Sequence[Op]]) -> GroupsResult:
         """``fixed`` as the outer transaction and each group nested in it, checked

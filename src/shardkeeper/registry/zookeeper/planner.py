@@ -209,6 +209,11 @@ class _Planner(_Reads):
                 reread.add(op.path)  # the hint was wrong: the node is gone
                 continue
             if kind == "parent" and isinstance(exc, kz.NodeExistsError):
+                if any(
+                    isinstance(o, Check) and o.exists is False and o.path == zk_path for o in ops
+                ):
+                    # the create that stood for an absence check (see _plan: folded)
+                    return CommitResult(False, failed_path=zk_path)
                 parents.discard(zk_path)  # someone else made it meanwhile
                 continue
             if kind == "user":
@@ -336,7 +341,25 @@ class _Planner(_Reads):
         writes: list[tuple[Any, tuple[str, Op, str]]] = []
         made: set[str] = set()
 
+        # Absence checks of paths this multi creates as parents anyway (a
+        # registration's job node): that create fails on an existing node by itself,
+        # so the guard's create+delete (two operations and two notifications for
+        # every watcher) is left out, unless an operation of the commit writes or
+        # deletes the path itself (then the create would not see the state before).
+        touched = {op.path for op in ops if not isinstance(op, Check)}
+        folded = {
+            op.path
+            for op in ops
+            if isinstance(op, Check)
+            and op.exists is False
+            and op.path in parents
+            and op.path not in touched
+            and op.path not in guards
+        }
+
         def guard(op: Op) -> None:
+            if op.path in folded:
+                return  # the parent create below is the check (see ``folded``)
             mode, g = guards.get(op.path, ("pair", op.path))
             if mode == "exists":
                 checks.append((kazoo_private.check_op(self._full(g), -1), ("guard", op, g)))
@@ -420,6 +443,11 @@ class _Planner(_Reads):
                 guard(op)
             else:
                 writes.append((kazoo_private.delete_op(full, -1), ("derived", op, op.path)))
+        for op in ops:
+            if op.path in folded and op.path not in made:
+                # nothing created it after all (e.g. a blind set below it): guard it
+                folded.discard(op.path)
+                guard(op)
         both = checks + writes
         return [z for z, _ in both], [o for _, o in both]
 
