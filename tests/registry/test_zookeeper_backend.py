@@ -199,6 +199,50 @@ def test_a_burst_of_new_nodes_costs_the_watcher_a_few_requests(
     assert not any(e.path in ("/burst", "/burst/c0") for e in events.snapshot())
 
 
+def test_nodes_our_own_commits_create_reach_our_watch_without_a_read(
+    store: CoordinationStore, store_factory: StoreFactory
+) -> None:
+    """The watch learns the nodes its own store's commits create from the multi's
+    reply (value and zxid), not from re-reads: 600 nodes in 5 commits cost the 5
+    commits alone, each CREATED event carries the value and the commit's revision, the
+    nodes made before the watch give none, and later changes by another client are reported as
+    usual (CHANGED with the new value, DELETED)."""
+    other = store_factory()
+    for c in range(5):  # the parents exist: each commit below is one multi
+        other.put(f"/own/c{c}/first", b"")
+    events = Events()
+    store.watch("/", events)
+    before = store.round_trips
+    revisions: dict[str, int] = {}
+    for c in range(5):
+        done = store.commit(
+            [Create(f"/own/c{c}/n{i:03d}", f"v{c}.{i}".encode()) for i in range(120)]
+        )
+        assert done
+        revisions.update({f"/own/c{c}/n{i:03d}": done.revision for i in range(120)})
+
+    def created() -> dict[str, WatchEvent]:
+        return {e.path: e for e in events.snapshot() if e.kind == EventKind.CREATED}
+
+    wait_until(lambda: set(revisions) <= set(created()), 30, message="creates not reported")
+    assert store.round_trips - before == 5, "the watch re-read nodes its store created"
+    for path, event in created().items():
+        c, i = path.split("/")[2][1:], path.split("/")[3][1:]
+        assert event.value == f"v{c}.{int(i)}".encode()
+        assert event.revision == revisions[path]
+    assert not any(e.path.endswith("/first") for e in events.snapshot())
+    other.put("/own/c1/n007", b"changed")
+    other.delete("/own/c2/n003")
+    wait_until(
+        lambda: (
+            any(e.path == "/own/c2/n003" and e.kind == EventKind.DELETED for e in events.snapshot())
+            and any(e.value == b"changed" for e in events.snapshot() if e.kind == EventKind.CHANGED)
+        ),
+        15,
+        message="a later change was not reported",
+    )
+
+
 def test_tree_watch_resyncs_changes_made_while_its_watches_were_gone(tmp_path: Path) -> None:
     """After a server restart the watcher re-reads its subtree and emits what changed
     while it was blind (kazoo forgets every watch when the connection drops)."""

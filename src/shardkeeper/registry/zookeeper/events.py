@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 from abc import abstractmethod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kazoo.protocol.states import KazooState
 
@@ -30,6 +30,7 @@ from shardkeeper.registry.base import (
     is_excluded,
 )
 from shardkeeper.registry.zookeeper import kazoo_private
+from shardkeeper.registry.zookeeper.nodes import _parent
 from shardkeeper.registry.zookeeper.session import _Session
 
 if TYPE_CHECKING:
@@ -81,13 +82,46 @@ class _Events(_Session):
             if first:
                 self._loop.post(functools.partial(self._drain, w))
 
+    def _own_multi(self, ops: list[Any], zxid: int) -> None:
+        # runs on kazoo's connection thread as the reply of a multi of ours is read:
+        # its notifications came just before, and no later one yet. A node it created
+        # whose latest notification is that CREATED is known without a read: its
+        # value, and the multi's zxid as its czxid and mzxid (see _TreeWatch.known).
+        # A registration of 5,000 jobs creates 30,000 nodes: no re-read of them.
+        if not self._watches:
+            return
+        root = len(self._chroot)
+        made: dict[str, bytes] = {}
+        for op in ops:
+            got = kazoo_private.created(op)
+            if got is not None:
+                made[got[0][root:] or "/"] = got[1]
+        if not made:
+            return
+        # an empty node created with a child in one multi is an implicit parent
+        parents = {_parent(p) for p in made if p != "/"}
+        for w in list(self._watches):
+            if w.cancelled or w.void:
+                continue
+            with self._lock:
+                pending = w.pending
+                for path, value in made.items():
+                    if pending.get(path) == kazoo_private.NODE_CREATED:
+                        # a drain is queued: it was posted when the entry was noted
+                        del pending[path]
+                        w.known[path] = (value, zxid, value == b"" and path in parents)
+
     # -- on the event thread ------------------------------------------------------------
 
     def _drain(self, w: _TreeWatch) -> None:
         with self._lock:
             noted, w.pending = w.pending, {}
+            known, w.known = w.known, {}
         if w.cancelled or w.void:
             return
+        if known:
+            # before the paths noted since: their notifications are later
+            self._adopt(w, known)
         reread: list[str] = []
         for path, etype in noted.items():
             if is_excluded(path, w.exclude):
@@ -146,6 +180,10 @@ class _Events(_Session):
         strict: bool = False,
     ) -> None:
         """Re-read ``paths`` of ``w`` (watch.py)."""
+
+    @abstractmethod
+    def _adopt(self, w: _TreeWatch, known: dict[str, tuple[bytes, int, bool]]) -> None:
+        """Cache and report nodes our own multis created, without reading (watch.py)."""
 
     @abstractmethod
     def _drop(self, w: _TreeWatch, path: str, revision: int, emit: bool) -> None:

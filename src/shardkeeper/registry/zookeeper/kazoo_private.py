@@ -79,6 +79,7 @@ __all__ = [
     "check_op",
     "connection_socket",
     "create_op",
+    "created",
     "delete_op",
     "get_children_op",
     "get_data_op",
@@ -140,19 +141,37 @@ class _Multi(zkproto.Transaction):  # type: ignore[misc]
     module docstring)."""
 
     client: KazooClient
+    #: called with (operations, zxid) when the multi applied, on kazoo's connection
+    #: thread: after the notifications of the multi's own changes, before any later
+    #: one (the server sends them in that order on one connection)
+    on_applied: Callable[[list[Any], int], None] | None = None
 
     def serialize(self) -> bytes:
         return _serialize(self.operations)
 
     def deserialize(self, data: bytes, offset: int) -> tuple[list[Any], int]:
-        return zkproto.Transaction.deserialize(data, offset), self.client.last_zxid
+        results = zkproto.Transaction.deserialize(data, offset)
+        zxid = self.client.last_zxid
+        if self.on_applied is not None and not any(isinstance(r, Exception) for r in results):
+            try:
+                self.on_applied(self.operations, zxid)
+            except Exception:
+                _log.exception("multi applied hook failed")
+        return results, zxid
 
 
-def submit_multi(client: KazooClient, ops: list[Any]) -> Any:
+def submit_multi(
+    client: KazooClient,
+    ops: list[Any],
+    on_applied: Callable[[list[Any], int], None] | None = None,
+) -> Any:
     """Send ``ops`` (built with the ``*_op`` functions) as one multi; the returned async
-    result gives ``(per-operation results, the multi's zxid)``."""
+    result gives ``(per-operation results, the multi's zxid)``. ``on_applied(ops,
+    zxid)`` runs on kazoo's connection thread as the reply of a multi that applied is
+    read, in order with the watch notifications (it must be quick, like the tap)."""
     request = _Multi(ops)
     request.client = client
+    request.on_applied = on_applied
     async_result = client.handler.async_result()
     client._call(request, async_result)
     return async_result
@@ -270,6 +289,13 @@ def get_children_op(path: str) -> Any:
 def create_op(path: str, value: bytes, acl: list[Any], ephemeral: bool) -> Any:
     """A multi operation creating ``path`` (absolute) with ``value`` and ``acl``."""
     return zkproto.Create(path, value, acl, 1 if ephemeral else 0)
+
+
+def created(op: Any) -> tuple[str, bytes] | None:
+    """(absolute path, value) of a multi operation creating a node, else None."""
+    if type(op) is zkproto.Create:
+        return op.path, op.data if op.data is not None else b""
+    return None
 
 
 def is_ephemeral_create(op: Any) -> bool:

@@ -262,9 +262,13 @@ class _Session(CoordinationStore):
                 f"over ZooKeeper's request limit ({_MULTI_LIMIT}); commit fewer or "
                 "smaller nodes at once"
             )
-        async_result = self._send(kazoo_private.submit_multi, self._zk, ops)
+        async_result = self._send(kazoo_private.submit_multi, self._zk, ops, self._own_multi)
         results, zxid = self._wait(async_result, deadline)
         return list(results), int(zxid)
+
+    def _own_multi(self, ops: list[Any], zxid: int) -> None:
+        """A multi of ours applied (on kazoo's connection thread): the watches learn
+        the nodes it created without reading them (``events.py``)."""
 
     def _covered(self, path: str) -> bool:
         """Whether a recursive watch armed on the current connection covers ``path``:

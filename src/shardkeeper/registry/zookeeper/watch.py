@@ -98,6 +98,11 @@ class _TreeWatch(WatchDelivery):
     #: path -> type of its latest notification, not yet handled (filled on kazoo's
     #: connection thread and emptied on the event thread, both under the store's lock)
     pending: dict[str, int] = field(default_factory=dict)
+    #: path -> (value, zxid, implicit) of nodes a multi of ours created, taken out of
+    #: ``pending`` as the multi's reply was read (kazoo's connection thread, under the
+    #: store's lock): their state at that zxid is known, so the drain caches and
+    #: reports them without a read (``events.py``: _own_multi)
+    known: dict[str, tuple[bytes, int, bool]] = field(default_factory=dict)
     dirty: bool = False
     #: the prefix itself is excluded: nothing to read, nothing to report
     void: bool = False
@@ -196,6 +201,9 @@ class _TreeWatcher(_Events, _Reads):
         the recursive watch (again). A failed read marks the watcher dirty (re-synced
         later) unless ``strict``, which raises instead."""
         whole = full and paths == [w.prefix]
+        if whole:
+            with self._lock:
+                w.known.clear()  # the whole re-read below finds them as they are now
         try:
             if whole and not w.void:
                 # read before sending: a connection change meanwhile leaves it stale
@@ -289,6 +297,26 @@ class _TreeWatcher(_Events, _Reads):
                 level.extend(
                     c for c in sorted(current) if (full or c not in w.cache) and c not in queued
                 )
+
+    def _adopt(self, w: _TreeWatch, known: dict[str, tuple[bytes, int, bool]]) -> None:
+        """Cache and report (CREATED) nodes our own multis created, as a re-read would
+        have found them at the multi's zxid: in store order, parents first; an
+        implicit parent silently; a cached older incarnation dropped first."""
+        for p in sorted(known, key=lambda q: (known[q][1], q.count("/"), q)):
+            if is_excluded(p, w.exclude):
+                continue
+            value, zxid, implicit = known[p]
+            old = w.cache.get(p)
+            if old is not None:
+                if old[:2] >= (zxid, zxid):
+                    continue  # a read found it already (or something newer)
+                if old[0] != zxid:
+                    self._drop(w, p, zxid - 1, True)
+            if p != w.prefix:
+                w.kids.setdefault(_parent(p), set()).add(p)
+            w.cache[p] = (zxid, zxid, implicit)
+            if not implicit:
+                self._emit(w, WatchEvent(EventKind.CREATED, p, value, zxid))
 
     def _born_with_children(self, stat: ZnodeStat, kids: list[str]) -> bool:
         """Whether a new, empty, never written node was created in one multi with one
