@@ -288,9 +288,11 @@ class TriggerFlow:
                 params=dict(fire.params),
             )
             self._launch(batch)
-            rest = [i for i in items if i not in result.marked]
-            if rest and result.reason is not None:
-                return self._start_rest(fire, result.marked, rest, version)
+            if result.reason is not None:  # some items refused (checked apart)
+                done = set(result.marked)
+                rest = [i for i in items if i not in done]
+                if rest:
+                    return self._start_rest(fire, result.marked, rest, version)
             return Launched(tuple(result.marked))
         if result.reason in ("reshard", "assignment", "unknown"):
             self.forget_assignment()

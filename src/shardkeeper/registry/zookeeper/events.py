@@ -82,34 +82,48 @@ class _Events(_Session):
             if first:
                 self._loop.post(functools.partial(self._drain, w))
 
-    def _own_multi(self, ops: list[Any], zxid: int) -> None:
+    def _own_multi(self, made: dict[str, bytes], ops: list[Any], zxid: int) -> None:
         # runs on kazoo's connection thread as the reply of a multi of ours is read:
         # its notifications came just before, and no later one yet. A node it created
-        # whose latest notification is that CREATED is known without a read: its
-        # value, and the multi's zxid as its czxid and mzxid (see _TreeWatch.known).
-        # A registration of 5,000 jobs creates 30,000 nodes: no re-read of them.
-        if not self._watches:
-            return
-        root = len(self._chroot)
-        made: dict[str, bytes] = {}
-        for op in ops:
-            got = kazoo_private.created(op)
-            if got is not None:
-                made[got[0][root:] or "/"] = got[1]
-        if not made:
-            return
+        # whose latest notification is that CREATED (pending, or held by a drain that
+        # ran meanwhile) is known without a read: its value, and the multi's zxid as
+        # its czxid and mzxid (see _TreeWatch.known). A registration of 5,000 jobs
+        # creates 30,000 nodes: none is re-read.
         # an empty node created with a child in one multi is an implicit parent
         parents = {_parent(p) for p in made if p != "/"}
+        created = kazoo_private.NODE_CREATED
         for w in list(self._watches):
             if w.cancelled or w.void:
                 continue
             with self._lock:
-                pending = w.pending
+                pending, held = w.pending, w.held
+                moved = False
                 for path, value in made.items():
-                    if pending.get(path) == kazoo_private.NODE_CREATED:
+                    if pending.get(path) == created:
                         # a drain is queued: it was posted when the entry was noted
                         del pending[path]
-                        w.known[path] = (value, zxid, value == b"" and path in parents)
+                    elif held.get(path) == created:
+                        del held[path]
+                        moved = True
+                    else:
+                        continue
+                    w.known[path] = (value, zxid, value == b"" and path in parents)
+            if moved:
+                self._loop.post(functools.partial(self._drain, w))
+
+    def _release_held(self) -> None:
+        # a multi of ours was answered: what drains held for it and it did not
+        # create (it failed, or another multi did) is noted again, to be read
+        for w in list(self._watches):
+            with self._lock:
+                back = [p for p in w.held if p not in self._inflight]
+                if not back:
+                    continue
+                first = not w.pending
+                for path in back:
+                    w.pending.setdefault(path, w.held.pop(path))
+            if first:
+                self._loop.post(functools.partial(self._drain, w))
 
     # -- on the event thread ------------------------------------------------------------
 
@@ -117,6 +131,13 @@ class _Events(_Session):
         with self._lock:
             noted, w.pending = w.pending, {}
             known, w.known = w.known, {}
+            # a node a multi of ours in flight creates: its reply will tell the node
+            # as it made it (_own_multi), so it is held rather than read now
+            inflight = self._inflight
+            if inflight:
+                for path in [p for p, e in noted.items() if p in inflight]:
+                    if noted[path] == kazoo_private.NODE_CREATED:
+                        w.held[path] = noted.pop(path)
         if w.cancelled or w.void:
             return
         if known:

@@ -19,6 +19,7 @@ Credentials
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import threading
@@ -95,6 +96,8 @@ class _Session(CoordinationStore):
         self._negotiated: float | None = None
         self._round_trips = 0
         self._watches: list[_TreeWatch] = []
+        #: path -> multis of ours in flight that create it (see events.py: _own_multi)
+        self._inflight: dict[str, int] = {}
         #: our ephemeral nodes whose incarnation is known (owned.py): their
         #: created-revision checks need no pre-read
         self._owned = OwnedEphemerals()
@@ -262,13 +265,46 @@ class _Session(CoordinationStore):
                 f"over ZooKeeper's request limit ({_MULTI_LIMIT}); commit fewer or "
                 "smaller nodes at once"
             )
-        async_result = self._send(kazoo_private.submit_multi, self._zk, ops, self._own_multi)
-        results, zxid = self._wait(async_result, deadline)
+        made = self._in_flight(ops) if self._watches else {}
+        try:
+            applied = functools.partial(self._own_multi, made) if made else None
+            async_result = self._send(kazoo_private.submit_multi, self._zk, ops, applied)
+            results, zxid = self._wait(async_result, deadline)
+        finally:
+            if made:
+                self._landed(made)
         return list(results), int(zxid)
 
-    def _own_multi(self, ops: list[Any], zxid: int) -> None:
-        """A multi of ours applied (on kazoo's connection thread): the watches learn
-        the nodes it created without reading them (``events.py``)."""
+    def _in_flight(self, ops: list[Any]) -> dict[str, bytes]:
+        """Note the nodes ``ops`` create as in flight (path -> value)."""
+        root = len(self._chroot)
+        made: dict[str, bytes] = {}
+        for op in ops:
+            got = kazoo_private.created(op)
+            if got is not None:
+                made[got[0][root:] or "/"] = got[1]
+        with self._lock:
+            for path in made:
+                self._inflight[path] = self._inflight.get(path, 0) + 1
+        return made
+
+    def _landed(self, made: dict[str, bytes]) -> None:
+        """The multi creating ``made`` was answered (or given up on)."""
+        with self._lock:
+            for path in made:
+                left = self._inflight.get(path, 0) - 1
+                if left > 0:
+                    self._inflight[path] = left
+                else:
+                    self._inflight.pop(path, None)
+        self._release_held()
+
+    def _release_held(self) -> None:
+        """Hand held notifications back to the watches' drains (events.py)."""
+
+    def _own_multi(self, made: dict[str, bytes], ops: list[Any], zxid: int) -> None:
+        """A multi of ours creating ``made`` applied (on kazoo's connection thread):
+        the watches learn those nodes without reading them (``events.py``)."""
 
     def _covered(self, path: str) -> bool:
         """Whether a recursive watch armed on the current connection covers ``path``:

@@ -11,7 +11,12 @@ Watches
     CREATED/CHANGED/DELETED. A path whose latest notification is a delete is not read:
     notifications come in store order, so it is gone (a commit's absence guard, a create
     and delete of one node, costs nothing). A burst of changes (a registration of
-    thousands of nodes, a reshard) costs a few requests, not two per node. Consequences
+    thousands of nodes, a reshard) costs a few requests, not two per node. Nodes the
+    store's own multis create are not read at all: as the multi's reply is read
+    (kazoo's connection thread, after the multi's own notifications and before any
+    later one), a created node whose latest notification is that CREATED moves to
+    ``known`` with its value and the multi's zxid, and the drain caches and reports
+    it from there (``events.py``: ``_own_multi``). Consequences
     (the contract's Watches section, in ``base.py``, allows exactly these): rapid
     changes to one node may be coalesced into one event carrying the latest value; a
     node created and deleted between two reads gives no event; a delete + re-create seen
@@ -103,6 +108,10 @@ class _TreeWatch(WatchDelivery):
     #: store's lock): their state at that zxid is known, so the drain caches and
     #: reports them without a read (``events.py``: _own_multi)
     known: dict[str, tuple[bytes, int, bool]] = field(default_factory=dict)
+    #: path -> notification type held by a drain for a multi of ours in flight that
+    #: creates the path: its reply moves it to ``known``, or gives it back to
+    #: ``pending`` when it did not create it (``events.py``)
+    held: dict[str, int] = field(default_factory=dict)
     dirty: bool = False
     #: the prefix itself is excluded: nothing to read, nothing to report
     void: bool = False
@@ -203,7 +212,9 @@ class _TreeWatcher(_Events, _Reads):
         whole = full and paths == [w.prefix]
         if whole:
             with self._lock:
-                w.known.clear()  # the whole re-read below finds them as they are now
+                # the whole re-read below finds them as they are now
+                w.known.clear()
+                w.held.clear()
         try:
             if whole and not w.void:
                 # read before sending: a connection change meanwhile leaves it stale
