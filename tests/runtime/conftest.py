@@ -6,7 +6,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from shardkeeper.registry.memory import MemoryServer
 from shardkeeper.runtime import Runtime
 
 
@@ -19,13 +18,3 @@ def runtimes() -> Iterator[list[Runtime]]:
     finally:
         for rt in started:
             rt.stop_now()
-
-
-@pytest.fixture
-def memory_server() -> Iterator[MemoryServer]:
-    """An in-process reference store server, shut down at teardown."""
-    srv = MemoryServer()
-    try:
-        yield srv
-    finally:
-        srv.shutdown()
