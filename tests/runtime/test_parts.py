@@ -378,7 +378,8 @@ def test_with_misfire_off_an_item_running_elsewhere_for_an_earlier_fire_is_skipp
     ft = time.time()
     store.put(services.paths.running(1), RunningMark("host@2@taker", ft - 1, "x").to_bytes())
     fire = Fire(ft)
-    assert flow.step(fire) == Launched((0,))
+    # item 1's skip is recorded with the launch of item 0
+    assert flow.step(fire) == Launched((0,), Skipped(SkipReason.RUNNING_ELSEWHERE, (1,)))
     assert [b.items for b in launched] == [[0]]
 
 

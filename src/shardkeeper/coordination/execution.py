@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import deque
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from shardkeeper.coordination.model import DocumentError, RunningMark
 from shardkeeper.coordination.paths import FENCE_PREFIX, JobPaths
-from shardkeeper.errors import StoreError
-from shardkeeper.registry.base import Check, CoordinationStore, Create, Delete, Op, Put
+from shardkeeper.errors import StoreError, StoreLimitError
+from shardkeeper.registry.base import Check, CoordinationStore, Create, Delete, Node, Op, Put
 from shardkeeper.registry.packing import pack_groups
 
 __all__ = ["FENCE_PREFIX", "ExecutionService", "StartResult", "clear_mark_ops", "new_fence"]
@@ -51,10 +52,13 @@ class StartResult:
     ``marked`` are the items now ours, ``tokens`` their fencing tokens, ``reason``
     why the commit was refused (``"reshard"``, ``"assignment"``, ``"running"``,
     ``"membership"`` when this instance's membership is not the one it registered,
-    ``"result"`` when an ``item_checks`` condition failed, or ``"unknown"`` when the
-    store did not answer and reading back found nothing of ours) or None. With
-    some items marked, ``reason`` says why the others were not: a store that checks
-    items apart (etcd) marks those whose own checks hold.
+    ``"result"`` when an ``item_checks`` condition failed, ``"limit"`` when the store
+    refuses even one item's commit as too large, or ``"unknown"`` when the store did
+    not answer and reading back found nothing of ours) or None. With some items
+    marked, ``reason`` says why the others were not: a store that checks items apart
+    (etcd) marks those whose own checks hold, and a fire packed into several commits
+    keeps the chunks that were applied. Every item not in ``marked`` is the caller's
+    to decide again (never silently dropped).
     """
 
     marked: tuple[int, ...]
@@ -138,44 +142,71 @@ class ExecutionService:
         tokens: dict[int, int] = {}
         refused: str | None = None
         chunks = pack_groups(self._store, groups, fixed, apart=monitor or bool(clear_misfire))
-        for n, (members, _ops) in enumerate(chunks):
+        # A worklist, not a loop over the packing: a chunk the store refuses as too
+        # large (its limits are lower than the packing assumed) is split in two and
+        # sent again, so a definite refusal never turns into a skipped fire.
+        work: deque[list[int]] = deque(members for members, _ops in chunks)
+        while work:
+            members = work.popleft()
             chunk_items = [items[m] for m in members]
             try:
                 result = self._store.commit_groups(fixed, [groups[m] for m in members])
-            except StoreError as exc:
-                adopted = self.read_back(chunk_items, execution_ids) if monitor else {}
-                if not adopted:
-                    if n == 0:
-                        log.warning(
-                            "%s: start commit outcome unknown (%s); nothing of ours found",
-                            self._paths.job,
-                            exc,
-                        )
-                        return StartResult((), "unknown")
-                    break
-                log.info(
-                    "%s: start commit outcome unknown (%s); marks of items %s were applied",
+            except StoreLimitError as exc:
+                # definite: the store applied nothing (it refused the request)
+                if len(members) > 1:
+                    half = len(members) // 2
+                    work.extendleft([members[half:], members[:half]])
+                    log.info(
+                        "%s: the store refused a start commit of %d items as too large "
+                        "(%s); sending it in two",
+                        self._paths.job,
+                        len(members),
+                        exc,
+                    )
+                    continue
+                log.error(
+                    "%s: the store refuses even a single item's start commit (%s): raise "
+                    "its request limits (etcd --max-request-bytes, --max-txn-ops)",
                     self._paths.job,
                     exc,
-                    sorted(adopted),
                 )
-                marked.extend(i for i in chunk_items if i in adopted)
-                tokens.update({i: t for i, (t, _f) in adopted.items()})
-                if len(adopted) < len(chunk_items):
-                    break
-                continue
+                refused = "limit"
+                break
+            except StoreError as exc:
+                adopted = self.read_back(chunk_items, execution_ids) if monitor else {}
+                if adopted:
+                    log.info(
+                        "%s: start commit outcome unknown (%s); marks of items %s were applied",
+                        self._paths.job,
+                        exc,
+                        sorted(adopted),
+                    )
+                    marked.extend(i for i in chunk_items if i in adopted)
+                    tokens.update({i: t for i, (t, _f) in adopted.items()})
+                    if len(adopted) == len(chunk_items):
+                        continue
+                else:
+                    log.warning(
+                        "%s: start commit outcome unknown (%s); nothing of ours found",
+                        self._paths.job,
+                        exc,
+                    )
+                # The rest (this chunk's unadopted items and every later chunk) goes
+                # back to the caller as "unknown": it decides them like any refused
+                # start (a retry adopts marks applied late), never drops them.
+                refused = "unknown"
+                break
             if not result.succeeded:
-                reason = self._why(result.failed_path, membership)
-                if n == 0 and not marked:
-                    return StartResult((), reason)
-                # A later chunk failed: items of earlier chunks stay marked and run.
-                log.warning(
-                    "%s: only %d of %d items could be marked running (%s)",
-                    self._paths.job,
-                    len(marked),
-                    len(items),
-                    reason,
-                )
+                refused = self._why(result.failed_path, membership)
+                if marked:
+                    log.info(
+                        "%s: %d of %d items marked running; the others' commit was "
+                        "refused (%s) and is decided again",
+                        self._paths.job,
+                        len(marked),
+                        len(items),
+                        refused,
+                    )
                 break
             token = token or result.revision
             self._fired_written = True  # from now on it is overwritten without a read
@@ -186,7 +217,7 @@ class ExecutionService:
             if result.refused and refused is None:
                 # a store that checks items apart started the others (see StartResult)
                 refused = self._why(next(iter(result.refused.values())), membership)
-        if not monitor and not refused:
+        if not monitor and refused is None:
             return StartResult(tuple(items), tokens=dict.fromkeys(items, token))
         return StartResult(
             tuple(marked),
@@ -195,32 +226,50 @@ class ExecutionService:
             fences={i: fences[i] for i in marked if i in fences},
         )
 
-    def fence_of(self, item: int) -> str:
-        """The fence child of ``item``'s mark ("" for an ephemeral mark or none)."""
-        kids = self._store.children(self._paths.running(item))
-        return next((k for k in kids if k.startswith(FENCE_PREFIX)), "")
-
     def read_back(
         self, items: Sequence[int], execution_ids: dict[int, str]
     ) -> dict[int, tuple[int, str]]:
         """Items whose mark is ours (this instance, this execution id) -> (token, fence)
-        (what a start commit whose reply was lost applied). Never raises: what cannot
-        be read is left to the housekeeping pass."""
-        found: dict[int, tuple[int, str]] = {}
+        (what a start commit whose reply was lost applied). One tree read of the
+        running marks (with their fence children), whatever the number of items.
+        Never raises: what cannot be read is left to the housekeeping pass."""
         try:
-            for item in items:
-                node = self._store.get(self._paths.running(item))
-                if node is None:
-                    continue
-                try:
-                    mark = RunningMark.from_bytes(node.value, node.path)
-                except DocumentError:
-                    continue
-                if mark.instance_id == self._me and mark.execution_id == execution_ids[item]:
-                    found[item] = (node.created_revision, self.fence_of(item))
+            tree = self._store.get_tree(self._paths.running_root)
         except StoreError:
-            return found
+            return {}
+        marks = self._marks_in(tree)
+        found: dict[int, tuple[int, str]] = {}
+        for item in items:
+            entry = marks.get(item)
+            if entry is None:
+                continue
+            mark, token, fence = entry
+            if mark.instance_id == self._me and mark.execution_id == execution_ids[item]:
+                found[item] = (token, fence)
         return found
+
+    def _marks_in(self, tree: dict[str, Node]) -> dict[int, tuple[RunningMark, int, str]]:
+        """The readable marks of a tree read of ``running/``: item -> (mark, its
+        created_revision, its fence child or "")."""
+        root = self._paths.running_root + "/"
+        marks: dict[int, tuple[RunningMark, int, str]] = {}
+        fences: dict[int, str] = {}
+        for path, node in tree.items():
+            if not path.startswith(root):
+                continue
+            name, _, child = path[len(root) :].partition("/")
+            if not name.isdigit():
+                continue  # a stray node: not a mark
+            if child:
+                if child.startswith(FENCE_PREFIX) and "/" not in child:
+                    fences[int(name)] = child
+                continue
+            try:
+                mark = RunningMark.from_bytes(node.value, node.path)
+            except DocumentError:
+                continue
+            marks[int(name)] = (mark, node.created_revision, "")
+        return {i: (m, t, fences.get(i, "")) for i, (m, t, _f) in marks.items()}
 
     def _why(self, failed_path: str | None, membership: Check | None = None) -> str:
         if membership is not None and failed_path == membership.path:
@@ -239,19 +288,10 @@ class ExecutionService:
         return "running"
 
     def running_items(self) -> dict[int, RunningMark]:
-        """Items marked running anywhere in the cluster, with their marks."""
-        out: dict[int, RunningMark] = {}
-        for name in self._store.children(self._paths.running_root):
-            if not name.isdigit():
-                continue  # a stray node: not a mark
-            node = self._store.get(self._paths.running(int(name)))
-            if node is None:
-                continue
-            try:
-                out[int(name)] = RunningMark.from_bytes(node.value, node.path)
-            except DocumentError:
-                continue
-        return out
+        """Items marked running anywhere in the cluster, with their marks (one tree
+        read, whatever the number of items)."""
+        tree = self._store.get_tree(self._paths.running_root)
+        return {i: mark for i, (mark, _t, _f) in self._marks_in(tree).items()}
 
     def any_running(self) -> bool:
         """Whether any item of the job is marked running."""

@@ -47,6 +47,7 @@ class SkipReason(enum.Enum):
     CHANGING = "assignment kept changing"
     MEMBERSHIP = "membership changed since registration (re-registering)"
     STORE = "store did not answer"
+    STORE_LIMIT = "the store refuses the start commit as too large (raise its request limits)"
     MISSED = "missed by the scheduler (later than the grace time, misfire off)"
     DONE = "one-off job done already"
 

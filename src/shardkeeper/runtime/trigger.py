@@ -70,18 +70,20 @@ class Fire:
 
 
 @dataclass(frozen=True)
-class Launched:
-    """Items marked and handed to the batch runner."""
-
-    items: tuple[int, ...]
-
-
-@dataclass(frozen=True)
 class Skipped:
     """No item started; ``reason`` says why (``items`` it concerned, if any)."""
 
     reason: SkipReason
     items: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Launched:
+    """Items marked and handed to the batch runner; ``skipped``: the fire's other
+    items, when they were decided as a skip (recorded like one)."""
+
+    items: tuple[int, ...]
+    skipped: Skipped | None = None
 
 
 @dataclass(frozen=True)
@@ -239,9 +241,21 @@ class TriggerFlow:
         """A Wait until ``fire`` is due, when it is decided ahead of its time (the
         scheduler's lead): items still running then may end before it is due, and a
         fire is called a misfire, skipped as running elsewhere or as not registered,
-        only when that still holds at its due time."""
+        only when that still holds at its due time.
+
+        Bounded by the fire's deadline like every wait: a fire time far ahead (an
+        operator's run-now stamped by a clock that runs ahead of ours) is decided at
+        the deadline as if due, instead of being looked at again without a pause
+        until then."""
         early = fire.fire_time - time.time()
-        return Wait(early, why) if early > 0 else None
+        if early <= 0:
+            return None
+        if fire.deadline:
+            left = fire.deadline - time.monotonic()
+            if left <= 0:
+                return None
+            early = min(early, left)
+        return Wait(early, why)
 
     def _mine(self, assignment: Assignment, fire: Fire) -> list[int]:
         cfg = self._state.config
@@ -288,12 +302,19 @@ class TriggerFlow:
                 params=dict(fire.params),
             )
             self._launch(batch)
-            if result.reason is not None:  # some items refused (checked apart)
+            if result.reason is not None:
+                # Some items were not marked: refused apart (etcd), or a later commit
+                # of a fire packed into several was refused or lost. They are decided
+                # again like any refused start, never dropped.
+                if result.reason == "unknown":
+                    self._state.marks_suspect = True
                 done = set(result.marked)
                 rest = [i for i in items if i not in done]
                 if rest:
                     return self._start_rest(fire, result.marked, rest, version)
             return Launched(tuple(result.marked))
+        if result.reason == "limit":
+            return Skipped(SkipReason.STORE_LIMIT, tuple(items))
         if result.reason in ("reshard", "assignment", "unknown"):
             self.forget_assignment()
         if result.reason == "reshard":
@@ -329,7 +350,9 @@ class TriggerFlow:
             self._launch(batch)
             rest = [i for i in items if i not in adopted]
             if rest:
-                self._start(fire, rest, version)
+                # the rest's own decision (wait for a busy item, retry, skip) is the
+                # fire's from now on: a bare call would throw it away
+                return self._start_rest(fire, sorted(adopted), rest, version)
             return Launched(tuple(sorted(adopted)))
         marks = self._s.execution.running_items()
         stray = [
@@ -367,7 +390,12 @@ class TriggerFlow:
             return Skipped(SkipReason.RUNNING_ELSEWHERE, tuple(items))
         if left == items:
             return self._retry(fire, "marks changed")
-        return self._start(fire, left, version)
+        step = self._start(fire, left, version)
+        if isinstance(step, Launched) and step.skipped is None:
+            # the others run elsewhere for this fire: recorded as that skip
+            gone = tuple(i for i in items if i in elsewhere)
+            return Launched(step.items, Skipped(SkipReason.RUNNING_ELSEWHERE, gone))
+        return step
 
     def _start_rest(
         self, fire: Fire, launched: Sequence[int], rest: list[int], version: int
@@ -380,9 +408,11 @@ class TriggerFlow:
         fire.only = frozenset(rest) if fire.only is None else fire.only & frozenset(rest)
         step = self._start(fire, rest, version)
         if isinstance(step, Launched):
-            return Launched(tuple(sorted({*launched, *step.items})))
+            return Launched(tuple(sorted({*launched, *step.items})), step.skipped)
         if isinstance(step, Skipped):
-            return Launched(tuple(launched))  # the rest runs elsewhere
+            # recorded as the skip of those items (running elsewhere, or a reason
+            # that leaves them unrun), not hidden behind the launch
+            return Launched(tuple(launched), step)
         return step
 
     def _wait_reshard(self, fire: Fire) -> StepResult:
