@@ -145,9 +145,13 @@ class JobRunner(FireQueue, Reactions):
                 claim=self.try_claim,
                 on_idle=self._on_batch_done,
                 fence=self._fence_because,
-                deciding=self.deciding,
+                deciding=self._mark_in_hand,
             ),
         )
+        #: failover claims between their commit and their batch's launch: their new
+        #: mark is ours but neither owned by a batch nor of a fire being decided
+        self._claims_in_flight = 0
+        self._claims_lock = threading.Lock()
         self._fires: deque[Fire] = deque()
         #: the fire the pump is deciding (at the front of ``_fires``, also while it
         #: waits): nothing is ever queued in front of it
@@ -257,7 +261,7 @@ class JobRunner(FireQueue, Reactions):
             # (those of a fire still being decided here are that fire's: see repair).
             self.failover.requeue_own(
                 lambda item, mark: (
-                    self.batches.owns(item, mark.execution_id) or self.deciding(mark.fire_time)
+                    self.batches.owns(item, mark.execution_id) or self._mark_in_hand(mark.fire_time)
                 ),
                 keep=st.config.failover,
                 done=lambda mark: self.batches.ran_here(mark.execution_id),
@@ -403,6 +407,18 @@ class JobRunner(FireQueue, Reactions):
 
     # -- failover -------------------------------------------------------------------
 
+    def _mark_in_hand(self, fire_time: float) -> bool:
+        """Whether a mark of ours for ``fire_time`` may belong to work in hand here
+        though no batch owns it yet: a fire still being decided (a start whose outcome
+        was unknown, adopted by its next attempt), or any failover claim between its
+        commit and its launch (a registration or repair pass running beside the
+        lane's claim moved that fresh mark back to the queue while the claim went on
+        to run it: two valid runs at once). Such marks are left to the next pass."""
+        with self._claims_lock:
+            if self._claims_in_flight:
+                return True
+        return self.deciding(fire_time)
+
     def claim_wanted(self) -> bool:
         """Whether a failover claim attempt is worth a registry round trip now."""
         return self.state.config.failover and bool(self.state.queue_hint) and self._can_take_more()
@@ -421,21 +437,27 @@ class JobRunner(FireQueue, Reactions):
             return
         membership = st.membership_check(self.paths.instance(self._me))
         session = self._session()
-        claim = self.failover.claim(self.batches.busy_items(), membership=membership)
-        if claim is None:
-            return
-        st.count("failovers")
-        self._launch(
-            Batch(
-                fire_time=claim.entry.fire_time,
-                items=[claim.item],
-                tokens={claim.item: claim.token},
-                fences={claim.item: claim.fence} if claim.fence else {},
-                execution_ids={claim.item: claim.entry.execution_id},
-                failover=True,
-                session=session,
+        with self._claims_lock:
+            self._claims_in_flight += 1
+        try:
+            claim = self.failover.claim(self.batches.busy_items(), membership=membership)
+            if claim is None:
+                return
+            st.count("failovers")
+            self._launch(
+                Batch(
+                    fire_time=claim.entry.fire_time,
+                    items=[claim.item],
+                    tokens={claim.item: claim.token},
+                    fences={claim.item: claim.fence} if claim.fence else {},
+                    execution_ids={claim.item: claim.entry.execution_id},
+                    failover=True,
+                    session=session,
+                )
             )
-        )
+        finally:
+            with self._claims_lock:
+                self._claims_in_flight -= 1
         st.queue_hint.discard(claim.item)
         if st.queue_hint:
             self.submit("claim", self.try_claim)
