@@ -138,6 +138,12 @@ class _Events(_Session):
                 for path in [p for p, e in noted.items() if p in inflight]:
                     if noted[path] == kazoo_private.NODE_CREATED:
                         w.held[path] = noted.pop(path)
+            # a CREATED held earlier is outdated by any later notification of its
+            # path (a delete or change drained now): the multi's reply must not
+            # adopt it, and the later one is handled below as usual
+            if w.held:
+                for path in [p for p in noted if p in w.held]:
+                    del w.held[path]
         if w.cancelled or w.void:
             return
         if known:

@@ -81,6 +81,7 @@ __all__ = [
     "create_op",
     "created",
     "delete_op",
+    "deleted",
     "get_children_op",
     "get_data_op",
     "install_watch_tap",
@@ -295,6 +296,13 @@ def created(op: Any) -> tuple[str, bytes] | None:
     """(absolute path, value) of a multi operation creating a node, else None."""
     if type(op) is zkproto.Create:
         return op.path, op.data if op.data is not None else b""
+    return None
+
+
+def deleted(op: Any) -> str | None:
+    """The absolute path of a multi operation deleting a node, else None."""
+    if type(op) is zkproto.Delete:
+        return str(op.path)
     return None
 
 

@@ -25,8 +25,9 @@ import socket
 import threading
 import time
 from abc import abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kazoo import exceptions as kz
@@ -68,6 +69,17 @@ _MULTI_LIMIT = 1_040_000
 _DIRTY_RETRY = 0.25
 
 
+@dataclass(frozen=True)
+class _Flight:
+    """What one multi of ours in flight creates, as its reply will tell the watches."""
+
+    #: the nodes it leaves created (path -> value): its reply adopts them unread
+    made: dict[str, bytes]
+    #: every path it creates, absence guards included: a drain holds their CREATED
+    #: until the reply (counted in ``_Session._inflight``; one entry per create)
+    paths: tuple[str, ...]
+
+
 class _Session(CoordinationStore):
     """The connection half of :class:`~shardkeeper.registry.zookeeper.ZooKeeperStore`:
     lifecycle, properties, request plumbing, the namespace node, fault hooks.
@@ -96,7 +108,7 @@ class _Session(CoordinationStore):
         self._negotiated: float | None = None
         self._round_trips = 0
         self._watches: list[_TreeWatch] = []
-        #: path -> multis of ours in flight that create it (see events.py: _own_multi)
+        #: path -> creates of it in multis of ours in flight (events.py: _own_multi)
         self._inflight: dict[str, int] = {}
         #: our ephemeral nodes whose incarnation is known (owned.py): their
         #: created-revision checks need no pre-read
@@ -265,33 +277,51 @@ class _Session(CoordinationStore):
                 f"over ZooKeeper's request limit ({_MULTI_LIMIT}); commit fewer or "
                 "smaller nodes at once"
             )
-        made = self._in_flight(ops) if self._watches else {}
+        flight = self._in_flight(ops) if self._watches else None
         try:
-            applied = functools.partial(self._own_multi, made) if made else None
+            applied = (
+                functools.partial(self._own_multi, flight.made)
+                if flight is not None and flight.made
+                else None
+            )
             async_result = self._send(kazoo_private.submit_multi, self._zk, ops, applied)
             results, zxid = self._wait(async_result, deadline)
         finally:
-            if made:
-                self._landed(made)
+            if flight is not None and flight.paths:
+                self._landed(flight.paths)
         return list(results), int(zxid)
 
-    def _in_flight(self, ops: list[Any]) -> dict[str, bytes]:
-        """Note the nodes ``ops`` create as in flight (path -> value)."""
+    def _in_flight(self, ops: list[Any]) -> _Flight:
+        """Note the nodes ``ops`` create as in flight (see :class:`_Flight`).
+
+        In op order: a node the same multi deletes after creating it (an absence
+        guard's create+delete pair) is in flight but not made by it. Adopting it
+        would report a node that no longer exists (review finding 9); holding its
+        CREATED until the reply lets its DELETED, drained before or after, cost no
+        read.
+        """
         root = len(self._chroot)
         made: dict[str, bytes] = {}
+        paths: list[str] = []
         for op in ops:
             got = kazoo_private.created(op)
             if got is not None:
-                made[got[0][root:] or "/"] = got[1]
+                path = got[0][root:] or "/"
+                made[path] = got[1]
+                paths.append(path)
+                continue
+            gone = kazoo_private.deleted(op)
+            if gone is not None:
+                made.pop(gone[root:] or "/", None)
         with self._lock:
-            for path in made:
+            for path in paths:
                 self._inflight[path] = self._inflight.get(path, 0) + 1
-        return made
+        return _Flight(made, tuple(paths))
 
-    def _landed(self, made: dict[str, bytes]) -> None:
-        """The multi creating ``made`` was answered (or given up on)."""
+    def _landed(self, paths: Iterable[str]) -> None:
+        """The multi creating ``paths`` was answered (or given up on)."""
         with self._lock:
-            for path in made:
+            for path in paths:
                 left = self._inflight.get(path, 0) - 1
                 if left > 0:
                     self._inflight[path] = left
