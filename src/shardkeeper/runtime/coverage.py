@@ -1,0 +1,183 @@
+"""Which earlier fires a run of an item stands for: no fire of an item silently lost.
+
+A fire whose owner died, froze or lost its store before starting it is run by nobody:
+the leader gives the item to another instance from a later fire on. With misfire on,
+that later run is the fold of the missed fires (as a run here folds the fires that
+came while it ran): it says which fire times it covers (``ctx.covers``), so an
+operator, the history and the chaos checker see every (fire, item) either run or
+folded. With misfire off the missed fires are recorded as skips instead.
+
+How the gap is found, cheaply. This instance remembers the last fire it decided for
+each item (a start, or a misfire of a run still going here). A start whose item was
+decided here at the schedule's previous fire has no gap: the steady state costs no
+read. Otherwise (the item is new here: a reshard, a restart, a failover of its owner,
+or this instance skipped fires of it) the item's stored result is read, once for the
+whole batch, after the start commit: the completion commit that wrote it deleted the
+last run's mark, so with our marks in place no other run of it can still be going,
+and its ``fire_time`` is the last fire of the item that ran to its end anywhere. The
+covered fires are the schedule's fire times strictly between that and this fire.
+
+An item that never completed anywhere (a new job) covers nothing: there is no "last
+run" to count from. Without ``monitor_execution`` no result is stored, and runs cover
+nothing either.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Collection
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from apscheduler.triggers.interval import IntervalTrigger
+
+from shardkeeper.coordination.model import DocumentError
+from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.coordination.results import ItemResult
+from shardkeeper.errors import StoreError
+from shardkeeper.registry.base import CoordinationStore, Node
+
+__all__ = ["MAX_COVERS", "Coverage", "FireSchedule"]
+
+log = logging.getLogger(__name__)
+
+#: most fire times one run reports covering (older missed fires are counted in
+#: ``covered_before``, not listed: a document per run stays small)
+MAX_COVERS = 100
+#: fire times closer than this are the same fire (they are floats from one schedule)
+SAME_FIRE = 1e-3
+#: most trigger steps one look-up walks (a cron schedule fires at most once a second)
+_WALK_LIMIT = 100_000
+_YEAR = 366 * 86400.0
+
+
+class FireSchedule:
+    """The fire times of one job's APScheduler 3 trigger, looked up between two times
+    (interval triggers by arithmetic: they are anchored at the epoch, k x interval;
+    others by walking the trigger, bounded)."""
+
+    def __init__(self, trigger: Any) -> None:
+        self._trigger = trigger
+        self._every: float | None = None
+        self._origin = 0.0
+        if isinstance(trigger, IntervalTrigger):
+            self._every = trigger.interval.total_seconds()
+            self._origin = trigger.start_date.timestamp()
+
+    def between(self, after: float, before: float, limit: int = MAX_COVERS) -> list[float]:
+        """Fire times strictly between ``after`` and ``before``: the newest ``limit``
+        of them, oldest first."""
+        if self._every:
+            every, origin = self._every, self._origin
+            first = math.floor((after + SAME_FIRE - origin) / every) + 1
+            last = math.ceil((before - SAME_FIRE - origin) / every) - 1
+            first = max(first, last - limit + 1)
+            return [origin + k * every for k in range(first, last + 1)]
+        out: list[float] = []
+        now = datetime.fromtimestamp(after, UTC) + timedelta(seconds=SAME_FIRE)
+        prev: datetime | None = None
+        for _ in range(_WALK_LIMIT):  # bounded: a gap of more fires keeps the oldest
+            nxt = self._trigger.get_next_fire_time(prev, now)
+            if nxt is None:
+                break
+            ts = nxt.timestamp()
+            if ts >= before - SAME_FIRE:
+                break
+            if ts > after + SAME_FIRE:
+                out.append(ts)
+                if len(out) > limit:
+                    del out[0]
+            prev = nxt
+            now = nxt + timedelta(seconds=SAME_FIRE)
+        return out
+
+    def previous(self, before: float) -> float | None:
+        """The latest fire time before ``before`` (None: none within a year)."""
+        span = 1.0
+        while span <= _YEAR:
+            found = self.between(before - span, before, 1)
+            if found:
+                return found[-1]
+            span *= 4
+        return None
+
+
+class Coverage:
+    """The fires each started item stands for, on one job of this instance (module
+    docstring). Its memory of decided fires is its own; everything else is read."""
+
+    def __init__(self, store: CoordinationStore, paths: JobPaths) -> None:
+        self._store = store
+        self._paths = paths
+        self._lock = threading.Lock()
+        #: item -> the latest fire time decided here for it (started or a misfire)
+        self._decided: dict[int, float] = {}
+
+    def forget(self) -> None:
+        """A new session or membership: what was decided before says nothing now."""
+        with self._lock:
+            self._decided.clear()
+
+    def decided(self, items: Collection[int], fire_time: float) -> None:
+        """``items`` were decided here for ``fire_time`` (started, or folded into a
+        run still going here)."""
+        with self._lock:
+            for item in items:
+                if self._decided.get(item, 0.0) < fire_time:
+                    self._decided[item] = fire_time
+
+    def gaps(
+        self,
+        items: Collection[int],
+        fire_time: float,
+        schedule: FireSchedule,
+        *,
+        monitored: bool,
+    ) -> dict[int, tuple[float, ...]]:
+        """For items just started for ``fire_time``: the schedule's earlier fires that
+        no run stands for yet, per item that has any (module docstring). One store
+        read at most, and none when every item was decided here at its previous
+        fire. Never raises: an unreadable result covers nothing (logged)."""
+        with self._lock:
+            known = {i: self._decided.get(i) for i in items}
+        self.decided(items, fire_time)
+        prev = schedule.previous(fire_time)
+        if prev is None or not monitored:
+            return {}
+        unknown = [i for i, last in known.items() if last is None or last < prev - SAME_FIRE]
+        if not unknown:
+            return {}
+        try:
+            tree = self._store.get_tree(self._paths.results_root)
+        except StoreError as exc:
+            log.info(
+                "%s: could not read the item results to find missed fires: %s",
+                self._paths.job,
+                exc,
+            )
+            return {}
+        stored = self._last_fires(tree)
+        out: dict[int, tuple[float, ...]] = {}
+        for item in unknown:
+            seen = [t for t in (stored.get(item), known[item]) if t is not None]
+            if not seen or max(seen) >= prev - SAME_FIRE:
+                continue  # never ran anywhere (nothing to count from), or no gap
+            missed = schedule.between(max(seen), fire_time)
+            if missed:
+                out[item] = tuple(missed)
+        return out
+
+    def _last_fires(self, tree: dict[str, Node]) -> dict[int, float]:
+        root = self._paths.results_root + "/"
+        out: dict[int, float] = {}
+        for path, node in tree.items():
+            name = path[len(root) :] if path.startswith(root) else ""
+            if not name.isdigit():
+                continue
+            try:
+                out[int(name)] = ItemResult.from_bytes(node.value, path).fire_time
+            except DocumentError:
+                continue
+        return out
