@@ -28,7 +28,9 @@ def store() -> Iterator[MemoryStore]:
 
 
 def _every(seconds: float) -> FireSchedule:
-    return FireSchedule(build_trigger(JobConfig(name="cov", interval=seconds, sharding_total_count=1)))
+    return FireSchedule(
+        build_trigger(JobConfig(name="cov", interval=seconds, sharding_total_count=1))
+    )
 
 
 def _result(store: MemoryStore, item: int, fire_time: float) -> None:
@@ -48,7 +50,9 @@ def test_an_interval_schedule_lists_the_fires_strictly_between() -> None:
 
 
 def test_a_cron_schedule_is_walked() -> None:
-    minutely = FireSchedule(build_trigger(JobConfig(name="cov", cron="0 * * * * ?", sharding_total_count=1)))
+    minutely = FireSchedule(
+        build_trigger(JobConfig(name="cov", cron="0 * * * * ?", sharding_total_count=1))
+    )
     t0 = 1_800_000_000.0  # a whole minute (1800000000 = 30000000 x 60)
     assert minutely.between(t0, t0 + 180) == [t0 + 60, t0 + 120]
     assert minutely.previous(t0 + 90) == t0 + 60
