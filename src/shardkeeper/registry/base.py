@@ -400,6 +400,23 @@ class CoordinationStore(ABC):
         """End the session (the server deletes our ephemeral nodes), stop every thread
         and watch. Idempotent; never raises for a store that is already down."""
 
+    def relinquish_session(self) -> None:
+        """End this session now so that its ephemeral nodes are removed, and stay usable.
+
+        For an instance whose commits are not answered while its session lives (a gray
+        link; runtime/graylink.py): the others may take over only once its ephemeral
+        nodes are gone. The store stops renewing the session at once, whatever the
+        link does (so the server ends it at the latest one session timeout after its
+        last renewal), and asks the server to end it now as far as the server can be
+        reached (bounded by the operation timeout). Listeners then get LOST, and the
+        store establishes a new session by itself: CONNECTED with a new
+        :attr:`session_id`, as after an expiry; this returns without waiting for it.
+
+        The backends implement it; this default raises StoreError naming the store."""
+        from shardkeeper.errors import StoreError  # local: this edit keeps to its method
+
+        raise StoreError(f"{type(self).__name__} cannot give up its session on demand")
+
     def __enter__(self) -> CoordinationStore:
         self.start()
         return self
@@ -422,6 +439,29 @@ class CoordinationStore(ABC):
     @abstractmethod
     def session_timeout(self) -> float:
         """The negotiated session timeout in seconds."""
+
+    @property
+    def operation_timeout(self) -> float | None:
+        """How long one request may take, in seconds (the registry URL's
+        ``operation_timeout``), or None (this default) for a store whose requests
+        never wait on a server (the in-process MemoryStore). A job's fire deadline
+        must hold two of them (``config/timing.py``)."""
+        return None
+
+    def last_renewal(self) -> float | None:
+        """When (``time.monotonic()``) this client sent the latest renewal of its
+        current session that the server answered, for a store whose session lives
+        only on renewals of its own: the server keeps the session at least
+        :attr:`session_timeout` from then, and answers to other requests prove
+        nothing about it (etcd: a read does not touch the lease; only a lease
+        keep-alive does). ``float('-inf')`` when the current session has no such
+        renewal (it is gone).
+
+        None (this default) for a store whose session every answered request
+        renews (ZooKeeper: reads and pings alike; the MemoryStore): its callers
+        measure the session by the requests they send themselves (sent +
+        :attr:`session_timeout`)."""
+        return None
 
     # -- reads -----------------------------------------------------------------
 

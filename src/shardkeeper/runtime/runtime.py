@@ -58,7 +58,10 @@ from shardkeeper.registry.base import (
 )
 from shardkeeper.registry.url import RegistrySettings
 from shardkeeper.runtime.batch import FIRE_LEAD
+from shardkeeper.runtime.commithealth import CommitHealth
+from shardkeeper.runtime.commitwatch import CommitWatch
 from shardkeeper.runtime.gcpause import collection_paused
+from shardkeeper.runtime.graylink import GrayLinkGuard
 from shardkeeper.runtime.housekeeping import Housekeeper
 from shardkeeper.runtime.jobstate import SkipReason
 from shardkeeper.runtime.liveness import Liveness, check_session_timeout
@@ -131,6 +134,11 @@ class Runtime:
         #: registers the instance and its jobs (built at start)
         self.registrar: Registrar | None = None
         self.liveness = Liveness(self.store)
+        #: whether this instance's commits are answered (runtime/graylink.py); the
+        #: runners and the registrar write through ``_coord``, which reports to it
+        self.commit_health = CommitHealth(lambda: self.store.session_timeout)
+        self._coord = CommitWatch(self.store, self.commit_health)
+        self._graylink: GrayLinkGuard | None = None
         self.skips = SkipLog()
         #: execution and skip observers (history, metrics, alerts): add before start
         self.observers = Observers(observers)
@@ -207,11 +215,11 @@ class Runtime:
             self.liveness.contact()
             self._sessions = 1
             self.registrar = Registrar(
-                self.store, instance_info(self.instance_id, self._labels, list(self._specs))
+                self._coord, instance_info(self.instance_id, self._labels, list(self._specs))
             )
             self._runners = build_runners(
                 self._specs,
-                self.store,
+                self._coord,
                 self.registrar.info,
                 workers=workers,
                 lanes=lanes,
@@ -236,7 +244,7 @@ class Runtime:
                 self.store,
                 self.liveness,
                 self.instance_id,
-                runners=lambda: list(self._runners.values()),
+                runners=self._housekept,
                 started=self._started,
                 stopped=self._stopped,
                 stopping=lambda: self._stopping,
@@ -245,6 +253,17 @@ class Runtime:
                 skips=self.skips,
             )
             self._housekeeper.start()
+            self._graylink = GrayLinkGuard(
+                self.store,
+                self.commit_health,
+                self.instance_id,
+                cadence=lambda: self.liveness.cadence,
+                stopped=self._stopped,
+                active=lambda: self._started.is_set() and not self._stopping,
+                fence=self._fence_all,
+                rejoin=self._rejoin,
+            )
+            self._graylink.start()
             # Triggers are armed BEFORE we join: every fire after our membership's
             # join time is one we fire (the leader relies on it when resharding).
             # Added before the scheduler starts, they are armed together as it starts
@@ -256,6 +275,25 @@ class Runtime:
         except BaseException:
             self._teardown()
             raise
+
+    def _housekept(self) -> list[JobRunner]:
+        """The runners housekeeping probes and repairs: none while the session is
+        given up for unanswered commits (their writes are held; all is fenced)."""
+        if not self.commit_health.writes_allowed:
+            return []
+        return list(self._runners.values())
+
+    def _fence_all(self) -> None:
+        for runner in self.runners.values():
+            runner.fence_all()
+
+    def _rejoin(self) -> None:
+        """After a relinquished session: what a new session does (see _on_state)."""
+        if self._stopping:
+            return
+        self._spawn(self._reput_instance)
+        for runner in self.runners.values():
+            runner.request_repair()
 
     def _session_id(self) -> str:
         try:
@@ -427,7 +465,7 @@ class Runtime:
             self._coordinator.submit(lambda: guarded(fn, "instance"))
 
     def _reput_instance(self) -> None:
-        if self.registrar is not None:
+        if self.registrar is not None and self.commit_health.writes_allowed:
             self.registrar.reput_instance()
 
     def _on_state(self, state: ConnectionState) -> None:

@@ -399,6 +399,20 @@ class MemoryStore(CoordinationStore):
                 self._session = self._sid_shown = server._new_session()
                 self._set_state(ConnectionState.CONNECTED)
 
+    def relinquish_session(self) -> None:
+        """:meth:`CoordinationStore.relinquish_session`: the session ends now on the
+        server (its ephemerals are deleted in one transaction, watchers see it), LOST,
+        then CONNECTED with a new session id (while suspended, on :meth:`resume`). No
+        :meth:`fail_next` rule applies: a real store stops renewing the session
+        whatever its link does, and the server then ends it anyway."""
+        self.expire()
+
+    def clear_failures(self) -> None:
+        """Drop every rule armed by :meth:`fail_next` that has not run out yet (the
+        link is healthy again)."""
+        with self._lock:
+            self._failures.clear()
+
     def expire_session(self, timeout: float = 15.0) -> None:
         """:class:`~shardkeeper.registry.faults.SessionFaults`: :meth:`expire`
         (immediate here; ``timeout`` is for the real backends)."""

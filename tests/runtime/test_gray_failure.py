@@ -1,0 +1,261 @@
+"""The gray failure (issue 25, reliability review finding 2): the session lives, commits
+go unanswered.
+
+Before, nothing related commit failures to the session: a gray instance kept its
+membership (so nobody could take its items) and a gray leader kept leadership (so a
+third instance's death was never failed over and no reshard ran). Now an instance
+whose commits go unanswered for one session timeout T fences itself and gives up its
+session (runtime/graylink.py), and rejoins once a probe commit is answered.
+
+Deterministic on the MemoryStore: ``fail_next("commit", count=10**6)`` makes every
+commit of one store raise OperationTimeoutError (nothing applied) while its session,
+its reads and its other calls stay fine: the gray link.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from shardkeeper.config import JobConfig
+from shardkeeper.coordination.model import Assignment
+from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.errors import OperationTimeoutError
+from shardkeeper.job import ShardedJob, ShardingContext
+from shardkeeper.registry.memory import MemoryServer, MemoryStore
+from shardkeeper.runtime import Runtime
+from shardkeeper.testing.faults import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+JOB = "gray"
+P = JobPaths(JOB)
+#: the session timeout of every store here; the interval of the job
+T = 1.2
+INTERVAL = 0.5
+#: "never": a rule that outlasts the test
+FOREVER = 10**6
+
+
+class Recording(ShardedJob):
+    """Records every execution as (wall start, fire time, item, valid, failover); holds
+    the items of ``hold`` until released."""
+
+    def __init__(self, hold: bool = False) -> None:
+        self.runs: list[tuple[float, float, int, bool, bool]] = []
+        self.lock = threading.Lock()
+        self.hold = hold
+        self.holding: set[int] = set()
+        self.release = threading.Event()
+
+    def execute(self, ctx: ShardingContext) -> None:
+        began = time.time()
+        if self.hold and not self.release.is_set():
+            with self.lock:
+                self.holding.add(ctx.item)
+            self.release.wait(60)
+        with self.lock:
+            self.runs.append(
+                (began, ctx.fire_time.timestamp(), ctx.item, ctx.is_valid(), ctx.is_failover)
+            )
+
+    def first_valid(
+        self, items: set[int], *, fired_after: float = 0.0, failover: bool | None = None
+    ) -> float | None:
+        """When the first valid run of one of ``items`` began (None: none yet)."""
+        with self.lock:
+            starts = [
+                began
+                for began, ft, i, valid, fo in self.runs
+                if i in items and valid and ft > fired_after and failover in (None, fo)
+            ]
+        return min(starts) if starts else None
+
+
+@pytest.fixture
+def server() -> Iterator[MemoryServer]:
+    srv = MemoryServer()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+
+
+@pytest.fixture
+def runtimes() -> Iterator[list[Runtime]]:
+    started: list[Runtime] = []
+    try:
+        yield started
+    finally:
+        for rt in started:
+            rt.stop_now()
+
+
+def cfg(**over: Any) -> JobConfig:
+    base: dict[str, Any] = {
+        "name": JOB,
+        "interval": INTERVAL,
+        "sharding_total_count": 3,
+        "failover": True,
+        "sharding_wait_timeout": 3,
+        "execution_wait_timeout": 3,
+    }
+    base.update(over)
+    return JobConfig(**base)
+
+
+def start(
+    runtimes: list[Runtime], store: MemoryStore, job: ShardedJob, config: JobConfig
+) -> Runtime:
+    rt = Runtime(store, shutdown_grace=1, worker_threads=4)
+    rt.add_job(job, config)
+    rt.start()
+    runtimes.append(rt)
+    return rt
+
+
+def owners(admin: MemoryStore) -> dict[int, str]:
+    node = admin.get(P.sharding)
+    return {} if node is None else dict(Assignment.from_bytes(node.value).owners)
+
+
+def items_of(admin: MemoryStore, rt: Runtime) -> set[int]:
+    return {i for i, owner in owners(admin).items() if owner == rt.instance_id}
+
+
+def test_a_gray_leader_gives_up_its_session_and_the_others_take_over(
+    server: MemoryServer, runtimes: list[Runtime]
+) -> None:
+    """Runtimes A (the leader), B and C. A's commits all time out while its session
+    lives; C dies with items running (its marks persistent). Before, nothing ever
+    happened: A stayed the leader, so C's marks were never requeued, and A's items
+    never ran anywhere. Now, within about 2T + one interval, C's marks are requeued
+    and run on B, and A's items run on B for new fires."""
+    admin = server.store(session_timeout=T)
+    admin.start()
+    a_store, b_store, c_store = (server.store(session_timeout=T) for _ in range(3))
+    a_job, b_job, c_job = Recording(), Recording(), Recording(hold=True)
+    a = start(runtimes, a_store, a_job, cfg())
+    wait_until(lambda: a.runners[JOB].leader.is_leader, 10, message="A never led")
+    b = start(runtimes, b_store, b_job, cfg())
+    c = start(runtimes, c_store, c_job, cfg())
+    try:
+        # everyone owns an item, and C is running its own (held: its marks stay)
+        wait_until(
+            lambda: all(items_of(admin, rt) for rt in (a, b, c)),
+            15,
+            message=lambda: f"not every instance got an item: {owners(admin)}",
+        )
+        wait_until(lambda: c_job.holding, 10, message="C never ran an item")
+        assert admin.get(P.leader).value.decode() == a.instance_id  # type: ignore[union-attr]
+        a_items, c_items = items_of(admin, a), set(c_job.holding)
+
+        # the gray link: A's commits all time out, nothing applied; reads, session fine
+        a_store.fail_next("commit", count=FOREVER, error=OperationTimeoutError)
+        gray_at = time.time()
+        # C dies: cut off for good; the server ends its session after T
+        c_store.suspend()
+
+        bound = 3 * T + 2 * INTERVAL + 6.0  # wait generously; the bound is asserted below
+        c_taken = wait_until(
+            lambda: b_job.first_valid(c_items, failover=True),
+            bound,
+            message=lambda: (
+                f"C's items {c_items} were never failed over to B: B ran {b_job.runs}, "
+                f"leader {admin.get(P.leader)}, marks {admin.children(P.running_root)}"
+            ),
+        )
+        a_taken = wait_until(
+            lambda: b_job.first_valid(a_items, fired_after=gray_at),
+            bound,
+            message=lambda: (
+                f"A's items {a_items} never ran on B for a new fire: B ran {b_job.runs}, "
+                f"assignment {owners(admin)}"
+            ),
+        )
+        # A gave up the session (and with it the leadership) and stays out while gray
+        leader = admin.get(P.leader)
+        assert leader is not None and leader.value.decode() == b.instance_id
+        assert not admin.exists(P.instance(a.instance_id))
+        assert a.commit_health.relinquished == 1
+        c_latency, a_latency = c_taken - gray_at, a_taken - gray_at
+        print(f"gray at 0: C's items on B after {c_latency:.2f}s, A's after {a_latency:.2f}s")
+        # the bound (docs/failover.md, "Gray links"): T + T/3 to give up the session
+        # (here the server ends it at once), then the others' reaction and a fire;
+        # 2T + one interval, with a second of room for a loaded test machine
+        assert max(c_latency, a_latency) < 2 * T + INTERVAL + 1.0, (c_latency, a_latency)
+        # A ran nothing validly after giving up its session
+        relinquished = a._graylink.relinquished_at  # type: ignore[union-attr]
+        assert relinquished is not None
+        with a_job.lock:
+            assert not [r for r in a_job.runs if r[3] and r[0] > gray_at + 2 * T], a_job.runs
+    finally:
+        c_job.release.set()
+
+
+def test_a_gray_follower_gives_up_its_items(server: MemoryServer, runtimes: list[Runtime]) -> None:
+    """Runtimes A and B, B the leader, A's commits time out: before, A's items were
+    skipped at every fire for as long as it lasted (its membership stayed). Now they
+    run on B from the fire after A gave up its session."""
+    admin = server.store(session_timeout=T)
+    admin.start()
+    a_store, b_store = server.store(session_timeout=T), server.store(session_timeout=T)
+    a_job, b_job = Recording(), Recording()
+    b = start(runtimes, b_store, b_job, cfg(sharding_total_count=2))
+    wait_until(lambda: b.runners[JOB].leader.is_leader, 10)
+    a = start(runtimes, a_store, a_job, cfg(sharding_total_count=2))
+    wait_until(lambda: items_of(admin, a) and items_of(admin, b), 15)
+    wait_until(lambda: a_job.runs, 10)
+    a_items = items_of(admin, a)
+    a_store.fail_next("commit", count=FOREVER, error=OperationTimeoutError)
+    gray_at = time.time()
+    taken = wait_until(
+        lambda: b_job.first_valid(a_items, fired_after=gray_at),
+        3 * T + 2 * INTERVAL + 6.0,
+        message=lambda: f"A's items {a_items} never ran on B: {b_job.runs}, {owners(admin)}",
+    )
+    print(f"A's items on B after {taken - gray_at:.2f}s")
+    assert taken - gray_at < 2 * T + INTERVAL + 1.0
+    assert not admin.exists(P.instance(a.instance_id))
+
+
+def test_a_gray_instance_rejoins_when_a_probe_commit_is_answered(
+    server: MemoryServer, runtimes: list[Runtime]
+) -> None:
+    """After giving up its session, A holds its writes (no re-registration on the new
+    session while commits fail) and probes; once commits are answered again it
+    rejoins: a new membership, and items of later fires run on A again."""
+    admin = server.store(session_timeout=T)
+    admin.start()
+    a_store, b_store = server.store(session_timeout=T), server.store(session_timeout=T)
+    a_job, b_job = Recording(), Recording()
+    a = start(runtimes, a_store, a_job, cfg(sharding_total_count=2))
+    wait_until(lambda: a.runners[JOB].leader.is_leader, 10)
+    b = start(runtimes, b_store, b_job, cfg(sharding_total_count=2))
+    wait_until(lambda: items_of(admin, a) and items_of(admin, b), 15)
+    first_member = admin.get(P.instance(a.instance_id))
+    assert first_member is not None
+    a_store.fail_next("commit", count=FOREVER, error=OperationTimeoutError)
+    wait_until(lambda: a.commit_health.relinquished == 1, 4 * T + 2, message="A never gave up")
+    # while gray it stays out: B owns every item and runs them; A does not come back
+    wait_until(lambda: set(owners(admin).values()) == {b.instance_id}, 6 * T)
+    out_since = time.time()
+    wait_until(lambda: b_job.first_valid({0, 1}, fired_after=out_since), 10)
+    assert not admin.exists(P.instance(a.instance_id))
+    assert a.commit_health.rejoined == 0
+
+    a_store.clear_failures()  # the link heals
+    healed_at = time.time()
+    wait_until(lambda: a.commit_health.rejoined == 1, 4 * T + 2, message="A never rejoined")
+    member = wait_until(lambda: admin.get(P.instance(a.instance_id)), 10)
+    assert member.created_revision > first_member.created_revision  # a new membership
+    wait_until(
+        lambda: a_job.first_valid({0, 1}, fired_after=healed_at),
+        6 * T + 4 * INTERVAL + 5,
+        message=lambda: f"A ran nothing after rejoining: {a_job.runs}, {owners(admin)}",
+    )
+    assert a.commit_health.relinquished == 1  # healthy since: no second give-up
