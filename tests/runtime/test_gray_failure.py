@@ -24,10 +24,13 @@ import pytest
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.model import Assignment
 from shardkeeper.coordination.paths import JobPaths
-from shardkeeper.errors import OperationTimeoutError
+from shardkeeper.errors import OperationTimeoutError, StoreLimitError, StoreUnavailableError
 from shardkeeper.job import ShardedJob, ShardingContext
+from shardkeeper.registry.base import Check, Put
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
+from shardkeeper.runtime.commithealth import CommitHealth, Health
+from shardkeeper.runtime.commitwatch import CommitWatch
 from shardkeeper.testing.faults import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -259,3 +262,142 @@ def test_a_gray_instance_rejoins_when_a_probe_commit_is_answered(
         message=lambda: f"A ran nothing after rejoining: {a_job.runs}, {owners(admin)}",
     )
     assert a.commit_health.relinquished == 1  # healthy since: no second give-up
+
+
+# -- the parts, with a clock of their own ------------------------------------------------
+
+
+class FakeClock:
+    """A monotonic clock moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def health(window: float = 4.0) -> tuple[CommitHealth, FakeClock]:
+    clock = FakeClock()
+    return CommitHealth(lambda: window, clock), clock
+
+
+def test_commit_health_gives_up_after_a_window_without_an_answer() -> None:
+    """Failed commits for a whole window, none answered: relinquish; one answered
+    commit sent after them resets the count."""
+    h, clock = health()
+    assert not h.should_relinquish()  # nothing attempted: an idle instance is healthy
+    h.failed(h.sending())
+    clock.now += 3.9
+    h.failed(h.sending())
+    assert not h.should_relinquish()  # 3.9 s < 4 s since the first failure was sent
+    clock.now += 0.1
+    assert h.should_relinquish()
+    assert h.unanswered_for() == pytest.approx(4.0)
+    sent = h.sending()
+    h.answered(sent)  # the link carries commits again
+    assert not h.should_relinquish() and h.unanswered_for() == 0.0
+
+
+def test_commit_health_counts_a_commit_in_flight_from_its_send_time() -> None:
+    """A commit that hangs counts from when it was sent: the operation timeout (5 s by
+    default, above T) does not stretch the bound."""
+    h, clock = health()
+    h.sending()  # never returns within the window
+    clock.now += 4.0
+    assert h.should_relinquish()
+
+
+def test_commit_health_a_late_answer_to_an_older_commit_does_not_clear_newer_failures() -> None:
+    """The answer to a commit sent before the failures says nothing about the link
+    after them (a slow reply that landed late)."""
+    h, clock = health()
+    old = h.sending()
+    clock.now += 1.0
+    h.failed(h.sending())
+    clock.now += 1.0
+    h.answered(old)
+    clock.now += 2.9
+    assert not h.should_relinquish()  # 3.9 s since the failed one was sent
+    clock.now += 0.1
+    assert h.should_relinquish()
+
+
+def test_commit_health_an_answered_commit_sent_after_a_hanging_one_clears_it() -> None:
+    """A commit in flight for long while later ones are answered: the link works (one
+    slow request is not a gray link)."""
+    h, clock = health()
+    h.sending()
+    clock.now += 1.0
+    h.answered(h.sending())
+    clock.now += 10.0
+    assert not h.should_relinquish()
+
+
+def test_commit_health_a_refusal_before_sending_says_nothing() -> None:
+    """A commit withdrawn without news of the link (a client-side limit) neither
+    counts as a failure nor clears one."""
+    h, clock = health()
+    h.failed(h.sending())
+    h.withdrawn(h.sending())
+    clock.now += 4.0
+    assert h.should_relinquish()
+    h2, clock2 = health()
+    h2.withdrawn(h2.sending())
+    clock2.now += 10.0
+    assert not h2.should_relinquish()
+
+
+def test_commit_health_relinquish_and_rejoin() -> None:
+    """Relinquished: writes held, no second give-up; an answered probe rejoins once and
+    forgets what was sent before it."""
+    h, clock = health()
+    h.failed(h.sending())
+    clock.now += 5.0
+    assert h.should_relinquish()
+    h.relinquish()
+    assert h.state is Health.RELINQUISHED and not h.writes_allowed
+    assert not h.should_relinquish()
+    assert h.probe_answered(clock())
+    assert h.state is Health.HEALTHY and h.writes_allowed
+    assert (h.relinquished, h.rejoined) == (1, 1)
+    assert not h.should_relinquish()
+    assert not h.probe_answered(clock())  # healthy already: nothing to rejoin
+
+
+def test_commit_watch_reports_outcomes_and_holds_writes(server: MemoryServer) -> None:
+    """The wrapper: a refused commit is an answer, a store error a failure, a client
+    limit neither; while relinquished every write is refused before it is sent and
+    reads go on."""
+    store = server.store(session_timeout=T)
+    store.start()
+    h, clock = health()
+    watched = CommitWatch(store, h)
+    assert watched.commit([Check("/x", exists=True)]).succeeded is False  # answered
+    store.fail_next("commit", error=OperationTimeoutError)
+    with pytest.raises(OperationTimeoutError):
+        watched.commit([Put("/x", b"1")])
+    clock.now += 4.0
+    assert h.should_relinquish()
+    with pytest.raises(StoreLimitError):
+        watched.commit([Put(f"/x{i}", b"") for i in range(store.max_ops_per_commit + 1)])
+    assert h.should_relinquish()  # the client-side refusal cleared nothing
+    h.relinquish()
+    before = store.round_trips
+    for write in (
+        lambda: watched.commit([Put("/x", b"2")]),
+        lambda: watched.commit_groups([], [[Put("/x", b"2")]]),
+        lambda: watched.put("/x", b"2"),
+        lambda: watched.create("/y"),
+        lambda: watched.delete("/x"),
+    ):
+        with pytest.raises(StoreUnavailableError, match="held back"):
+            write()
+    assert store.round_trips == before  # nothing was sent
+    assert watched.exists("/x") is False and watched.get("/x") is None  # reads go on
+    assert watched.max_ops_per_commit == store.max_ops_per_commit
+    assert watched.round_trips == store.round_trips  # a backend's extras pass through
+    h.probe_answered(clock())
+    watched.put("/x", b"3")
+    assert store.get("/x").value == b"3"  # type: ignore[union-attr]
+    store.close()

@@ -120,7 +120,9 @@ class CommitHealth:
         """The commit sent at ``sent`` got no answer (a store error)."""
         with self._lock:
             self._landed(sent)
-            if sent > self._answered_sent:
+            # a tie with an answered commit's send time still counts: the order of
+            # two commits sent in the same clock tick is unknown
+            if sent >= self._answered_sent:
                 bisect.insort(self._failed, sent)
 
     def _unanswered_since(self) -> float | None:
