@@ -105,7 +105,7 @@ import itertools
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,12 +122,14 @@ __all__ = [
     "percentile",
 ]
 
-INSTANCE_FAULTS = ("kill", "freeze", "term", "partition")
+INSTANCE_FAULTS = ("kill", "freeze", "term", "partition", "gray")
 STORE_FAULTS = ("store_kill", "store_isolate")
 #: events after which an instance is not healthy until it is back
-UNHEALTHY = ("kill", "freeze", "term", "down", "partition", "self_exit")
+UNHEALTHY = ("kill", "freeze", "term", "down", "partition", "self_exit", "gray")
 #: events after which it is healthy again
-HEALTHY = ("up", "thaw", "heal")
+HEALTHY = ("up", "thaw", "heal", "gray_end")
+#: the end of each instance fault that leaves the process running
+FAULT_ENDS = {"freeze": "thaw", "partition": "heal", "gray": "gray_end"}
 DISCONNECTED = ("suspended", "lost")
 
 
@@ -146,6 +148,16 @@ class Params:
     wait_timeout: float = 5.0
     #: the registry's operation timeout: how long a commit may stay in flight
     operation_timeout: float = 2.0
+    #: the job's name ("" for a history of one job whose records carry none)
+    name: str = ""
+    #: the longest an item works (seconds): bounds when a run-now must have run
+    work: float = 0.0
+
+    @property
+    def run_now_deadline(self) -> float:
+        """Seconds after a run-now request by which its items must have started (a
+        reshard wait, a running item it folds behind, a trigger period, slack)."""
+        return self.wait_timeout + self.work + 2 * self.period + 2 * self.slack
 
     @property
     def crash_recover(self) -> float:
@@ -158,7 +170,7 @@ class Params:
         return 3 * self.session_timeout + 2 * self.period + self.slack
 
 
-@dataclass
+@dataclass(slots=True)
 class Execution:
     """One execution of one item by one instance (start record + optional end)."""
 
@@ -178,6 +190,20 @@ class Execution:
     valid_through: float | None = None
     #: time of the first ctx.is_valid() check that said false (None: never)
     invalid_at: float | None = None
+    #: the job (records of a one-job worker carry none)
+    job: str = ""
+    #: it returned early because ctx.should_stop() said true: not done
+    stopped: bool = False
+    stop_reason: str | None = None
+    #: a run-now's ctx.params (None: none)
+    params: dict[str, str] | None = None
+    #: earlier fire times this run covers (ctx.covers: misfire folding)
+    covers: tuple[float, ...] = ()
+
+    @property
+    def done(self) -> bool:
+        """It ran to its end while valid (an interrupted run is not done)."""
+        return self.valid is True and not self.stopped
 
     @property
     def key(self) -> tuple[float, int]:
@@ -199,6 +225,8 @@ class Execution:
         end = f"{self.end:.3f}" if self.end is not None else f"(died {self.until:.3f})"
         kind = "failover" if self.failover else "misfire" if self.misfire else "normal"
         fenced = f" invalid_at {self.invalid_at:.3f}" if self.invalid_at is not None else ""
+        if self.stopped:
+            fenced += f" STOPPED({self.stop_reason or 'should_stop'})"
         return (
             f"item {self.item} fire {self.fire:.3f} on {self.instance} [{kind}] "
             f"{self.start:.3f}..{end} token {self.token} valid={self.valid}{fenced}"
@@ -225,6 +253,8 @@ class Snapshot:
     registered: frozenset[str]
     running: dict[int, str]
     queued: dict[int, str]
+    #: when the read ended (None: at once); marks are judged over [t, t_end]
+    t_end: float | None = None
 
 
 @dataclass
@@ -241,7 +271,7 @@ class History:
     exits: list[tuple[str, float]] = field(default_factory=list)
     #: (time, owner levels) of every assignment the driver saw: levels are
     #: (effective fire, {item: instance}), newest first (Assignment.owners_for)
-    assignments: list[tuple[float, list[tuple[float, dict[int, str]]]]] = field(
+    assignments: list[tuple[float, list[tuple[float, Mapping[int, str]]]]] = field(
         default_factory=list
     )
     #: (time, error) of every registry read of the observer that failed
@@ -270,6 +300,13 @@ class Report:
     stats: dict[str, Any] = field(default_factory=dict)
     excused: dict[str, int] = field(default_factory=dict)
     faults: list[str] = field(default_factory=list)
+    gray_latency: list[float] = field(default_factory=list)
+    #: run-now requests whose params did not reach an item's ctx.params
+    params_lost: list[str] = field(default_factory=list)
+    #: executions with params no run-now request of this job carried
+    params_unknown: list[str] = field(default_factory=list)
+    #: interrupted (should_stop) and never run again, at the final stop (not failed)
+    stopped_at_end: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -283,7 +320,17 @@ class Report:
             or self.duplicates
             or self.self_shutdowns
             or self.not_rejoined
+            or self.params_lost
+            or self.params_unknown
         )
+
+    @property
+    def excused_by_category(self) -> dict[str, int]:
+        """The excused pairs by :func:`excuse_category`."""
+        out: dict[str, int] = defaultdict(int)
+        for reason, n in self.excused.items():
+            out[excuse_category(reason)] += n
+        return dict(out)
 
     @property
     def excused_fraction(self) -> float:
@@ -296,7 +343,7 @@ class Report:
         p = self.params
         s = self.stats
         lines = [
-            "== chaos history check ==",
+            "== chaos history check" + (f": job {p.name}" if p.name else "") + " ==",
             f"params: items={p.count} period={p.period:g}s session_timeout="
             f"{p.session_timeout:g}s pre={p.pre:g}s slack={p.slack:g}s "
             f"wait={p.wait_timeout:g}s op={p.operation_timeout:g}s",
@@ -310,7 +357,13 @@ class Report:
             f"self-shutdowns={len(self.self_shutdowns)} "
             f"not-rejoined={len(self.not_rejoined)} "
             f"sessions-lost-without-instance-fault={len(self.spurious_session_loss)} "
-            f"excused={100 * self.excused_fraction:.1f}% of pairs",
+            f"excused={100 * self.excused_fraction:.1f}% of pairs "
+            f"params-lost={len(self.params_lost)} "
+            f"params-unknown={len(self.params_unknown)}",
+            "excused by category: "
+            + (
+                ", ".join(f"{k}={v}" for k, v in sorted(self.excused_by_category.items())) or "none"
+            ),
             f"executions: {s.get('executions', 0)} started, {s.get('ended', 0)} ended "
             f"({s.get('normal', 0)} normal, {s.get('failover', 0)} failover, "
             f"{s.get('misfire', 0)} misfire), {s.get('interrupted', 0)} interrupted by "
@@ -322,6 +375,14 @@ class Report:
             _latency_line("failover latency after kill -9", self.failover_latency),
             _latency_line("takeover latency after freeze", self.takeover_latency),
             _latency_line("takeover latency after partition", self.partition_latency),
+            _latency_line("takeover latency after gray link", self.gray_latency),
+            _latency_line("start delay (normal runs: start - fire)", s.get("start_delay", [])),
+            f"interrupted (should_stop): {s.get('stopped', 0)}, run again: "
+            f"{s.get('stopped_rerun', 0)}, at the final stop: {len(self.stopped_at_end)}; "
+            f"folded via ctx.covers: {s.get('covers_folded', 0)}; run-now requests: "
+            f"{s.get('run_now', 0)} (item runs with their params: "
+            f"{s.get('run_now_delivered', 0)}, excused: {s.get('run_now_excused', 0)})",
+            f"start commits per (instance, fire): {s.get('commits_line', 'n/a')}",
             f"fenced without takeover (store disconnected during the run): "
             f"{len(self.fenced_no_takeover)}",
         ]
@@ -335,6 +396,9 @@ class Report:
             ("STUCK STATE", self.stuck),
             ("SELF-SHUTDOWNS", self.self_shutdowns),
             ("NOT REJOINED AFTER HEAL", self.not_rejoined),
+            ("RUN-NOW PARAMS LOST", self.params_lost),
+            ("PARAMS FROM NO RUN-NOW", self.params_unknown),
+            ("interrupted at the final stop (not failed)", self.stopped_at_end),
             (
                 "sessions lost without an instance fault (reported, not failed)",
                 self.spurious_session_loss,
@@ -387,22 +451,59 @@ def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
             yield rec
 
 
-def load_history(workdir: Path, params: Params) -> History:
-    """Read ``exec-*.jsonl``, ``events.jsonl`` and ``snapshots.jsonl`` from ``workdir``."""
+@dataclass
+class _Raw:
+    """A run directory's records, read once (split by job by :func:`load_histories`)."""
+
+    records: list[dict[str, Any]]
+    events: list[Event]
+    #: (job or "", time, levels)
+    assignments: list[tuple[str, float, list[tuple[float, Mapping[int, str]]]]]
+    #: (job or "", snapshot)
+    snapshots: list[tuple[str, Snapshot]]
+    snapshot_errors: list[tuple[float, str]]
+
+
+class OwnerList(Mapping[int, str]):
+    """The owners of one assignment level in the compact form the driver logs for
+    jobs of thousands of items: instance ids once, an index per item."""
+
+    __slots__ = ("_ids", "_owner")
+
+    def __init__(self, ids: list[str], owner: list[int]) -> None:
+        self._ids = ids
+        self._owner = owner
+
+    def __getitem__(self, item: int) -> str:
+        if not 0 <= item < len(self._owner) or self._owner[item] < 0:
+            raise KeyError(item)
+        return self._ids[self._owner[item]]
+
+    def __iter__(self) -> Iterator[int]:
+        return (i for i, o in enumerate(self._owner) if o >= 0)
+
+    def __len__(self) -> int:
+        return sum(1 for o in self._owner if o >= 0)
+
+
+def _level_owners(raw: Any) -> Mapping[int, str]:
+    if isinstance(raw, dict) and "ids" in raw and "owner" in raw:
+        return OwnerList([str(x) for x in raw["ids"]], [int(x) for x in raw["owner"]])
+    return {int(k): str(v) for k, v in dict(raw).items()}
+
+
+def _read_raw(workdir: Path) -> _Raw:
     records: list[dict[str, Any]] = []
     for path in sorted(workdir.glob("exec-*.jsonl")):
         records += _read_jsonl(path)
     events: list[Event] = []
-    assignments: list[tuple[float, list[tuple[float, dict[int, str]]]]] = []
+    assignments: list[tuple[str, float, list[tuple[float, Mapping[int, str]]]]] = []
     events_path = workdir / "events.jsonl"
     if events_path.exists():
         for rec in _read_jsonl(events_path):
             if rec.get("kind") == "assignment":
-                levels = [
-                    (float(eff), {int(k): str(v) for k, v in dict(own).items()})
-                    for eff, own in rec.get("levels", [])
-                ]
-                assignments.append((float(rec["t"]), levels))
+                levels = [(float(eff), _level_owners(own)) for eff, own in rec.get("levels", [])]
+                assignments.append((str(rec.get("job", "")), float(rec["t"]), levels))
                 continue
             events.append(
                 Event(
@@ -415,7 +516,7 @@ def load_history(workdir: Path, params: Params) -> History:
                     },
                 )
             )
-    snapshots: list[Snapshot] = []
+    snapshots: list[tuple[str, Snapshot]] = []
     snapshot_errors: list[tuple[float, str]] = []
     snap_path = workdir / "snapshots.jsonl"
     if snap_path.exists():
@@ -424,14 +525,30 @@ def load_history(workdir: Path, params: Params) -> History:
                 snapshot_errors.append((float(rec["t"]), str(rec["error"])))
                 continue
             snapshots.append(
-                Snapshot(
-                    t=float(rec["t"]),
-                    owners={int(k): str(v) for k, v in rec.get("owners", {}).items()},
-                    registered=frozenset(rec.get("registered", [])),
-                    running={int(k): str(v) for k, v in rec.get("running", {}).items()},
-                    queued={int(k): str(v) for k, v in rec.get("queued", {}).items()},
+                (
+                    str(rec.get("job", "")),
+                    Snapshot(
+                        t=float(rec["t"]),
+                        owners={int(k): str(v) for k, v in rec.get("owners", {}).items()},
+                        registered=frozenset(rec.get("registered", [])),
+                        running={int(k): str(v) for k, v in rec.get("running", {}).items()},
+                        queued={int(k): str(v) for k, v in rec.get("queued", {}).items()},
+                        t_end=_opt_float(rec.get("t_end")),
+                    ),
                 )
             )
+    return _Raw(records, events, assignments, snapshots, snapshot_errors)
+
+
+def _history(raw: _Raw, params: Params, job: str | None) -> History:
+    """The history of ``job`` (None: every record, for a one-job run)."""
+
+    def mine(name: str) -> bool:
+        return job is None or name == job
+
+    records = [
+        r for r in raw.records if r.get("phase") not in ("start", "end") or mine(r.get("job", ""))
+    ]
     states: dict[str, list[tuple[float, str]]] = defaultdict(list)
     exits: list[tuple[str, float]] = []
     for rec in records:
@@ -443,18 +560,32 @@ def load_history(workdir: Path, params: Params) -> History:
         seq.sort()
     return History(
         params,
-        executions_from_records(records, events),
-        events,
-        snapshots,
+        executions_from_records(records, raw.events),
+        raw.events,
+        [snap for name, snap in raw.snapshots if mine(name)],
         states=dict(states),
         exits=exits,
-        snapshot_errors=snapshot_errors,
-        assignments=assignments,
+        snapshot_errors=raw.snapshot_errors,
+        assignments=[(t, levels) for name, t, levels in raw.assignments if mine(name)],
     )
 
 
+def load_history(workdir: Path, params: Params) -> History:
+    """Read ``exec-*.jsonl``, ``events.jsonl`` and ``snapshots.jsonl`` from ``workdir``
+    (a run of one job: every record is the job's)."""
+    return _history(_read_raw(workdir), params, None)
+
+
+def load_histories(workdir: Path, params: Mapping[str, Params]) -> dict[str, History]:
+    """One history per job of ``params`` (job name -> its parameters), from one read
+    of ``workdir``: each with its own executions, assignments and snapshots, and the
+    run's events, connection states and exits."""
+    raw = _read_raw(workdir)
+    return {name: _history(raw, p, name) for name, p in params.items()}
+
+
 def _assigned_owner(
-    assignments: list[tuple[float, list[tuple[float, dict[int, str]]]]],
+    assignments: list[tuple[float, list[tuple[float, Mapping[int, str]]]]],
     fire: float,
     item: int,
     horizon: float,
@@ -462,7 +593,7 @@ def _assigned_owner(
     """The instance the assignment gave ``item`` for ``fire``, as the last assignment
     seen up to ``horizon`` says (each assignment keeps the owners in effect for recent
     fires, so the last one answers for a fire an earlier reshard already covered)."""
-    chosen: list[tuple[float, dict[int, str]]] | None = None
+    chosen: list[tuple[float, Mapping[int, str]]] | None = None
     for t, levels in assignments:
         if t > horizon:
             break
@@ -478,6 +609,10 @@ def _assigned_owner(
 
 def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _opt_params(value: Any) -> dict[str, str] | None:
+    return {str(k): str(v) for k, v in dict(value).items()} if value else None
 
 
 def executions_from_records(
@@ -499,6 +634,9 @@ def executions_from_records(
                 failover=bool(rec.get("failover", False)),
                 misfire=bool(rec.get("misfire", False)),
                 start=float(rec["start"]),
+                job=str(rec.get("job", "")),
+                params=_opt_params(rec.get("params")),
+                covers=tuple(float(x) for x in rec.get("covers") or ()),
             )
             out[(ex.instance, ex.execution_id, ex.start)] = ex
         elif rec.get("phase") == "end":
@@ -516,12 +654,18 @@ def executions_from_records(
                 failover=bool(rec.get("failover", False)),
                 misfire=bool(rec.get("misfire", False)),
                 start=k[2],
+                job=str(rec.get("job", "")),
+                params=_opt_params(rec.get("params")),
+                covers=tuple(float(x) for x in rec.get("covers") or ()),
             )
             out[k] = found
         found.end = float(rec["end"])
         found.valid = bool(rec.get("valid", True))
         found.valid_through = _opt_float(rec.get("valid_through"))
         found.invalid_at = _opt_float(rec.get("invalid_at"))
+        found.stopped = bool(rec.get("stopped", False))
+        reason = rec.get("stop_reason")
+        found.stop_reason = None if reason is None else str(reason)
     for ex in out.values():
         ex.until = ex.end if ex.end is not None else down.get(ex.instance, math.inf)
     return sorted(out.values(), key=lambda e: (e.start, e.instance))
@@ -570,16 +714,24 @@ def check(history: History) -> Report:
 
     disconnected = _disconnected_intervals(history.states, events)
     leaderless = _leaderless_windows(p, events)
+    ops = _OperatorWindows.of(p, events)
+    folded = _folded_by_covers(execs)
 
-    _check_started_work(report, by_key, disconnected, leaderless, _fault_intervals(events))
-    _check_fired_work(report, history, events, by_key, by_item, disconnected, leaderless)
+    _check_started_work(
+        report, p, events, by_key, disconnected, leaderless, _fault_intervals(events), folded
+    )
+    _check_fired_work(
+        report, history, events, by_key, by_item, disconnected, leaderless, ops, folded
+    )
     _check_overlaps(report, by_item)
     _check_duplicates(report, events, by_key, disconnected)
-    _check_stuck(report, history, events)
+    _check_stuck(report, history, events, ops)
     _check_self_shutdowns(report, history, events)
     _check_rejoined(report, p, events, execs)
     _spurious_session_losses(report, p, history, events)
     _latencies(report, events, execs, by_key)
+    _check_run_now(report, history, events, by_item, disconnected, leaderless, ops)
+    _figures(report, execs)
 
     ended = [e for e in execs if e.end is not None]
     report.stats.update(
@@ -636,16 +788,16 @@ def _leaderless_windows(p: Params, events: list[Event]) -> list[_Window]:
 
 
 def _fault_intervals(events: list[Event]) -> dict[str, list[tuple[float, float]]]:
-    """Per instance: frozen (freeze..thaw) and partitioned (partition..heal) intervals."""
+    """Per instance: frozen (freeze..thaw), partitioned (partition..heal) and gray
+    (gray..gray_end) intervals."""
     out: dict[str, list[tuple[float, float]]] = defaultdict(list)
     since: dict[tuple[str, str], float] = {}
+    ends = {end: start for start, end in FAULT_ENDS.items()}
     for ev in events:
-        if ev.kind in ("freeze", "partition"):
+        if ev.kind in FAULT_ENDS:
             since[(ev.instance, ev.kind)] = ev.t
-        elif ev.kind == "thaw" and (ev.instance, "freeze") in since:
-            out[ev.instance].append((since.pop((ev.instance, "freeze")), ev.t))
-        elif ev.kind == "heal" and (ev.instance, "partition") in since:
-            out[ev.instance].append((since.pop((ev.instance, "partition")), ev.t))
+        elif ev.kind in ends and (ev.instance, ends[ev.kind]) in since:
+            out[ev.instance].append((since.pop((ev.instance, ends[ev.kind])), ev.t))
     for (inst, _kind), t in since.items():
         out[inst].append((t, math.inf))
     return out
@@ -664,17 +816,35 @@ def _overlaps(a: float, b: float, intervals: Iterable[tuple[float, float]]) -> b
 
 def _check_started_work(
     report: Report,
+    p: Params,
+    events: list[Event],
     by_key: dict[tuple[float, int], list[Execution]],
     disconnected: dict[str, list[tuple[float, float]]],
     leaderless: list[_Window],
     faulted: dict[str, list[tuple[float, float]]],
+    folded: set[tuple[float, int]],
 ) -> None:
     """A started (fire, item) left a running mark: it must end validly somewhere. A
     run fenced while its own store was disconnected (the session kept, nobody took
     over) is accepted and listed, unless its instance was frozen or partitioned then
-    (its session expired: failover had to take the item over)."""
+    (its session expired: failover had to take the item over). An interrupted run
+    (it returned on should_stop) is not done: the pair must run again (or be folded
+    into a later run that covers it), except when the driver's final stop
+    interrupted it (listed, not failed)."""
+    stop = min((ev.t for ev in events if ev.kind == "stop"), default=math.inf)
+    stopped = rerun = 0
     for key, runs in sorted(by_key.items()):
-        if any(e.valid is True for e in runs):
+        interrupted = [e for e in runs if e.stopped]
+        stopped += len(interrupted)
+        if any(e.done for e in runs):
+            first_stop = min((e.end or math.inf for e in interrupted), default=math.inf)
+            rerun += any(e.done and e.start >= first_stop for e in runs)
+            continue
+        if key in folded:
+            rerun += bool(interrupted)
+            continue
+        if interrupted and all(e.stopped and (e.end or 0.0) >= stop for e in runs):
+            report.stopped_at_end += [e.describe() for e in runs]
             continue
         fenced = [e for e in runs if e.valid is False]
         explained = [
@@ -689,10 +859,12 @@ def _check_started_work(
         if fenced and len(explained) == len(runs):
             report.fenced_no_takeover += [e.describe() for e in explained]
             continue
+        what = "interrupted and never run again" if interrupted else "never completed validly"
         report.lost.append(
-            f"started but never completed validly: fire {key[0]:.3f} item {key[1]}: "
+            f"started but {what}: fire {key[0]:.3f} item {key[1]}: "
             + "; ".join(e.describe() for e in runs)
         )
+    report.stats.update(stopped=stopped, stopped_rerun=rerun)
 
 
 def _owner_at(runs: list[Execution], t: float) -> str | None:
@@ -760,15 +932,21 @@ def _nobody_healthy(events: list[Event]) -> list[_Window]:
     out: list[_Window] = []
     since: float | None = None
     seen_up = False
+    disabled: set[str] = set()  # switched off by the operator: runs no item
     for ev in events:
         if ev.kind in HEALTHY:
             healthy.add(ev.instance)
             seen_up = seen_up or ev.kind == "up"
         elif ev.kind in UNHEALTHY:
             healthy.discard(ev.instance)
-        if seen_up and not healthy and since is None:
+        elif ev.kind == "op_disable_instance":
+            disabled.add(ev.instance)
+        elif ev.kind == "op_enable_instance":
+            disabled.discard(ev.instance)
+        able = healthy - disabled
+        if seen_up and not able and since is None:
             since = ev.t
-        elif healthy and since is not None:
+        elif able and since is not None:
             out.append(_Window(since, ev.t, "no healthy instance"))
             since = None
     if since is not None:
@@ -784,6 +962,8 @@ def _check_fired_work(
     by_item: dict[int, list[Execution]],
     disconnected: dict[str, list[tuple[float, float]]],
     leaderless: list[_Window],
+    ops: _OperatorWindows,
+    folded: set[tuple[float, int]],
 ) -> None:
     p = history.params
     ups = [ev.t for ev in events if ev.kind == "up"]
@@ -800,6 +980,7 @@ def _check_fired_work(
     per_item = _instance_windows(p, events, by_item)
     per_instance = _fault_windows(p, events)
     nobody = _nobody_healthy(events)
+    items = max([p.count] + [max(old, new) for _t, old, new in ops.counts])
     # a disconnected owner excuses its fires only until its session could have
     # expired and the others resharded (st + P + slack): later fires must run elsewhere
     clipped = {
@@ -807,18 +988,32 @@ def _check_fired_work(
         for inst, spans in disconnected.items()
     }
     excused: dict[str, int] = defaultdict(int)
-    covered = 0
+    covered = pairs = 0
     for t in fires:
-        for item in range(p.count):
+        count = ops.count_at(p.count, t)
+        for item in range(items):
+            changing = ops.count_changing(p, t, item)
+            if item >= count and not changing:
+                continue  # not an item of the job at this fire
+            pairs += 1
             runs = by_key.get((t, item), [])
-            if any(e.valid is True for e in runs):
+            if any(e.done for e in runs):
                 covered += 1
+                continue
+            if (t, item) in folded:
+                excused["folded: covered by a later run (ctx.covers)"] += 1
                 continue
             if runs:
                 continue  # started: judged by _check_started_work
             owner = _owner_at(by_item.get(item, []), t)
             if _inside(t, nobody):
                 excused["no healthy instance"] += 1
+            elif changing:
+                excused["operator: sharding_total_count changed"] += 1
+            elif _inside(t, ops.job):
+                excused["operator: job disabled"] += 1
+            elif _inside(t, ops.items.get(item, [])):
+                excused["operator: item disabled"] += 1
             elif _inside(t, leaderless):
                 excused["store without a leader (measured)"] += 1
             elif owner is not None and _overlaps(
@@ -852,7 +1047,7 @@ def _check_fired_work(
         fires=len(fires),
         first_fire=fires[0] if fires else 0.0,
         last_fire=fires[-1] if fires else 0.0,
-        pairs=len(fires) * p.count,
+        pairs=pairs,
         covered=covered,
     )
 
@@ -938,7 +1133,7 @@ def _check_duplicates(
         if len(ran) < 2:
             continue
         count += 1
-        valid = [e for e in ran if e.valid is True]
+        valid = [e for e in ran if e.done]
         reasons: list[str] = []
         if any(e.valid is False for e in ran):
             reasons.append("fenced zombie")
@@ -974,7 +1169,9 @@ def _live_at(events: list[Event], t: float) -> set[str]:
     return live
 
 
-def _check_stuck(report: Report, history: History, events: list[Event]) -> None:
+def _check_stuck(
+    report: Report, history: History, events: list[Event], ops: _OperatorWindows
+) -> None:
     p = history.params
     quiet = [ev.t for ev in events if ev.kind == "quiet"]
     if not quiet:
@@ -999,8 +1196,9 @@ def _check_stuck(report: Report, history: History, events: list[Event]) -> None:
         in_progress[(ex.instance, ex.item)].append((ex.start - p.slack, ex.until + p.slack))
     clean_since: float | None = None
     last_problems: list[str] = []
+    count = ops.count_at(p.count, q)
     for snap in snaps:
-        problems = _snapshot_problems(snap, live, p.count, in_progress)
+        problems = _snapshot_problems(snap, live, count, in_progress)
         if problems:
             if snap.t > deadline or clean_since is not None:
                 report.stuck.append(
@@ -1033,10 +1231,12 @@ def _snapshot_problems(
     dead_running = {i: o for i, o in snap.running.items() if o not in live}
     if dead_running:
         out.append(f"running marks of dead instances {dead_running}")
+    # a read of thousands of marks takes a while: a mark is judged over the read
+    end = snap.t if snap.t_end is None else snap.t_end
     phantom = {
         i: o
         for i, o in snap.running.items()
-        if o in live and not any(a <= snap.t <= b for a, b in in_progress.get((o, i), []))
+        if o in live and not any(a <= end and snap.t <= b for a, b in in_progress.get((o, i), []))
     }
     if phantom:
         out.append(f"phantom running marks of live instances (nothing in progress) {phantom}")
@@ -1071,7 +1271,7 @@ def _check_rejoined(report: Report, p: Params, events: list[Event], execs: list[
     """After a heal the instance must run items again, without a restart."""
     stop = min((ev.t for ev in events if ev.kind == "stop"), default=math.inf)
     for ev in events:
-        if ev.kind != "heal":
+        if ev.kind not in ("heal", "gray_end"):
             continue
         deadline = ev.t + p.quiet_deadline
         interrupted = any(
@@ -1116,6 +1316,7 @@ def _latencies(
         "kill": report.failover_latency,
         "freeze": report.takeover_latency,
         "partition": report.partition_latency,
+        "gray": report.gray_latency,
     }
     for ev in events:
         if ev.kind not in targets:
@@ -1131,3 +1332,257 @@ def _latencies(
             ]
             if later:
                 targets[ev.kind].append(min(later) - ev.t)
+
+
+# ---- the operator's actions, folding, run-now, per-job figures (issue 25 section 5) ----
+
+
+@dataclass
+class _OperatorWindows:
+    """What the operator switched off for one job, and its count changes."""
+
+    #: per item: from its disable (less PRE) to its enable (plus P + SLACK)
+    items: dict[int, list[_Window]]
+    #: the whole job switched off
+    job: list[_Window]
+    #: (time, old, new) of every sharding_total_count change
+    counts: list[tuple[float, int, int]]
+
+    @classmethod
+    def of(cls, p: Params, events: list[Event]) -> _OperatorWindows:
+        """The windows of ``p.name``'s job from the ``op_*`` events."""
+        items: dict[int, list[_Window]] = defaultdict(list)
+        job: list[_Window] = []
+        counts: list[tuple[float, int, int]] = []
+        open_items: dict[int, float] = {}
+        open_job: float | None = None
+        for ev in events:
+            if str(ev.extra.get("job", "")) != p.name:
+                continue
+            if ev.kind == "op_disable_item":
+                open_items.setdefault(int(ev.extra["item"]), ev.t)
+            elif ev.kind == "op_enable_item" and int(ev.extra["item"]) in open_items:
+                began = open_items.pop(int(ev.extra["item"]))
+                items[int(ev.extra["item"])].append(
+                    _Window(began - p.pre, ev.t + p.period + p.slack, "operator: item disabled")
+                )
+            elif ev.kind == "op_disable_job" and open_job is None:
+                open_job = ev.t
+            elif ev.kind == "op_enable_job" and open_job is not None:
+                job.append(
+                    _Window(open_job - p.pre, ev.t + p.period + p.slack, "operator: job disabled")
+                )
+                open_job = None
+            elif ev.kind == "op_count":
+                counts.append((ev.t, int(ev.extra["old"]), int(ev.extra["new"])))
+        for item, began in open_items.items():  # never enabled again: to the end
+            items[item].append(_Window(began - p.pre, math.inf, "operator: item disabled"))
+        if open_job is not None:
+            job.append(_Window(open_job - p.pre, math.inf, "operator: job disabled"))
+        return cls(dict(items), job, counts)
+
+    def count_at(self, initial: int, t: float) -> int:
+        """The job's sharding_total_count at ``t``."""
+        count = initial
+        for at, _old, new in self.counts:
+            if at <= t:
+                count = new
+        return count
+
+    def count_changing(self, p: Params, t: float, item: int) -> bool:
+        """Whether ``item`` is one a count change adds or removes, at a fire ``t``
+        within the change's window (from PRE before it until the reshard it asks for
+        applies: a trigger, the sharding wait and slack)."""
+        for at, old, new in self.counts:
+            if (
+                min(old, new) <= item < max(old, new)
+                and at - p.pre <= t <= at + p.period + p.wait_timeout + p.slack
+            ):
+                return True
+        return False
+
+
+def _folded_by_covers(execs: list[Execution]) -> set[tuple[float, int]]:
+    """The (fire, item) pairs a done run names in ``ctx.covers`` (misfire folding
+    that says which fire times it covers)."""
+    return {(round(t, 3), e.item) for e in execs if e.done for t in e.covers}
+
+
+def _check_run_now(
+    report: Report,
+    history: History,
+    events: list[Event],
+    by_item: dict[int, list[Execution]],
+    disconnected: dict[str, list[tuple[float, float]]],
+    leaderless: list[_Window],
+    ops: _OperatorWindows,
+) -> None:
+    """Every run-now with params of this job: each item must start a run carrying
+    exactly those params within :attr:`Params.run_now_deadline`, unless its owner
+    (by the runs) was faulted, disconnected or switched off in that window, the store
+    had no leader or a member fault, the item or job was switched off, or the job
+    resharded around the request (the item moved: either owner may be the one
+    asked). Executions whose params no request of this job carried are listed."""
+    p = history.params
+    triggers = [
+        ev
+        for ev in events
+        if ev.kind == "op_trigger"
+        and str(ev.extra.get("job", "")) == p.name
+        and ev.extra.get("ok", True)
+        and ev.extra.get("params")
+    ]
+    known = {
+        json.dumps(ev.extra["params"], sort_keys=True)
+        for ev in events
+        if ev.kind == "op_trigger" and str(ev.extra.get("job", "")) == p.name
+    }
+    for e in history.executions:
+        if e.params and json.dumps(e.params, sort_keys=True) not in known:
+            report.params_unknown.append(f"{e.describe()} params {e.params}")
+    windows = _fault_windows(p, events)
+    delivered = excused = 0
+    reshards = [t for t, _levels in history.assignments]
+    for ev in triggers:
+        wanted = {str(k): str(v) for k, v in dict(ev.extra["params"]).items()}
+        a, b = ev.t - p.pre, ev.t + p.run_now_deadline
+        got = {
+            item
+            for item, runs in by_item.items()
+            if any(e.params == wanted and ev.t - p.slack <= e.start <= b for e in runs)
+        }
+        delivered += len(got)
+        resharded = any(ev.t - p.period - p.slack <= t <= b for t in reshards)
+        store_fault = any(a <= x.t <= b for x in events if x.kind in STORE_FAULTS) or any(
+            w.start < b and a < w.end for w in leaderless
+        )
+        for item in range(ops.count_at(p.count, ev.t)):
+            if item in got:
+                continue
+            owner = _owner_at(by_item.get(item, []), ev.t)
+            switched = any(
+                w.start < b and a < w.end for w in (*ops.job, *ops.items.get(item, []))
+            ) or ops.count_changing(p, ev.t, item)
+            owner_fault = owner is None or (
+                any(w.start < b and a < w.end for w in windows.get(owner, []))
+                or _overlaps(a, b, disconnected.get(owner, []))
+                or any(
+                    a <= x.t <= b
+                    and x.instance == owner
+                    and x.kind in (*UNHEALTHY, "op_disable_instance")
+                    for x in events
+                )
+            )
+            if resharded or store_fault or switched or owner_fault:
+                excused += 1
+                continue
+            report.params_lost.append(
+                f"run-now {wanted} at {ev.t:.3f}: item {item} (owner {owner}) ran no "
+                f"execution with these params within {p.run_now_deadline:g}s "
+                f"({_context(ev.t, events)})"
+            )
+    report.stats.update(run_now=len(triggers), run_now_delivered=delivered, run_now_excused=excused)
+
+
+def _figures(report: Report, execs: list[Execution]) -> None:
+    """Start delays of normal runs, and start commits per (instance, fire): the
+    distinct fencing tokens of one instance's normal runs of one fire."""
+    normal = [e for e in execs if not e.failover and not e.misfire and not e.params]
+    report.stats["start_delay"] = [e.start - e.fire for e in normal]
+    tokens: dict[tuple[str, float], set[int]] = defaultdict(set)
+    items: dict[tuple[str, float], int] = defaultdict(int)
+    for e in normal:
+        tokens[(e.instance, e.key[0])].add(e.token)
+        items[(e.instance, e.key[0])] += 1
+    if tokens:
+        commits = [float(len(v)) for v in tokens.values()]
+        sizes = [float(v) for v in items.values()]
+        report.stats["commits_line"] = (
+            f"p50={percentile(commits, 0.5):.0f} max={max(commits):.0f} "
+            f"(items per (instance, fire) p50={percentile(sizes, 0.5):.0f} "
+            f"max={max(sizes):.0f})"
+        )
+        report.stats["commits_max"] = max(commits)
+        report.stats["items_max"] = max(sizes)
+
+
+def excuse_category(reason: str) -> str:
+    """The group an excuse reason belongs to: ``folded``, ``no healthy instance``,
+    ``store without a leader``, ``operator``, or ``owner dead/frozen before start``
+    (every other rule: the owner, or the instance a reshard had just chosen, was
+    killed, frozen, partitioned, stopped, gray or disconnected before it started the
+    fire; issue 25 section 4 is to make those run or fold instead)."""
+    if reason.startswith(("coalesced", "folded")):
+        return "folded"
+    if reason == "no healthy instance":
+        return reason
+    if reason.startswith("store without a leader"):
+        return "store without a leader"
+    if reason.startswith("operator"):
+        return "operator"
+    return "owner dead/frozen before start"
+
+
+@dataclass
+class JobsReport:
+    """One :class:`Report` per job of a run; :attr:`ok` when every job's is."""
+
+    reports: dict[str, Report]
+
+    @property
+    def ok(self) -> bool:
+        """Every job passed."""
+        return all(r.ok for r in self.reports.values())
+
+    def table(self) -> str:
+        """One line of figures per job."""
+        head = (
+            f"{'job':<8} {'pairs':>7} {'covered':>7} {'lost':>5} {'folded':>6} "
+            f"{'operator':>8} {'nobody':>6} {'leaderless':>10} {'dead/frozen':>11} "
+            f"{'unfenced':>8} {'zombie':>6} {'stuck':>5} {'stopped':>7} {'rerun':>5} "
+            f"{'run-now':>7} {'params':>6} {'commits':>7} {'delay p95':>9} "
+            f"{'failover p50/max':>16} {'takeover p50/max':>16}"
+        )
+        lines = ["== per-job figures ==", head]
+        for name, r in self.reports.items():
+            s = r.stats
+            cat = r.excused_by_category
+            delay = s.get("start_delay") or []
+            lines.append(
+                f"{name:<8} {s.get('pairs', 0):>7} {s.get('covered', 0):>7} "
+                f"{len(r.lost):>5} {cat.get('folded', 0):>6} {cat.get('operator', 0):>8} "
+                f"{cat.get('no healthy instance', 0):>6} "
+                f"{cat.get('store without a leader', 0):>10} "
+                f"{cat.get('owner dead/frozen before start', 0):>11} "
+                f"{len(r.overlaps):>8} {len(r.zombie_overlaps):>6} {len(r.stuck):>5} "
+                f"{s.get('stopped', 0):>7} {s.get('stopped_rerun', 0):>5} "
+                f"{s.get('run_now', 0):>7} {len(r.params_lost):>6} "
+                f"{s.get('commits_max', 0):>7.0f} "
+                f"{(percentile(delay, 0.95) if delay else math.nan):>9.2f} "
+                f"{_p50_max(r.failover_latency):>16} "
+                f"{_p50_max(r.takeover_latency + r.partition_latency + r.gray_latency):>16}"
+            )
+        lines.append(
+            "RESULT: "
+            + (
+                "OK"
+                if self.ok
+                else "FAILED (" + ", ".join(n for n, r in self.reports.items() if not r.ok) + ")"
+            )
+        )
+        return "\n".join(lines)
+
+    def render(self, limit: int = 25) -> str:
+        """Every job's report, then the table."""
+        return "\n".join([*(r.render(limit) for r in self.reports.values()), self.table()])
+
+
+def _p50_max(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{percentile(values, 0.5):.2f}/{max(values):.2f}"
+
+
+def check_jobs(workdir: Path, params: Mapping[str, Params]) -> JobsReport:
+    """Load a multi-job run from ``workdir`` and check each job of ``params``."""
+    return JobsReport({name: check(h) for name, h in load_histories(workdir, params).items()})

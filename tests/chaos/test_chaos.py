@@ -29,6 +29,8 @@ import json
 import os
 import random
 import signal
+import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -45,7 +47,10 @@ from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.netns import Netns, NetworkLab, unavailable_reason
 from shardkeeper.testing.proxy import SlowProxy, slow_proxies
 from shardkeeper.testing.servers import ClusterError, ServerCluster, cluster_class
-from tests.chaos.checker import Params, Report, check, load_history
+from tests.chaos.checker import JobsReport, Params, Report, check, check_jobs, load_history
+from tests.chaos.launcher import ChaosCluster
+from tests.chaos.operators import Jobs, Operator
+from tests.chaos.worker import JobSpec
 from tests.jobs.cluster import Cluster, Instance
 
 # CPU-heavy: one xdist worker runs all of these, so they never compete with each other
@@ -60,10 +65,63 @@ WORK = 0.5
 FAULTS = ("kill", "freeze", "store", "graceful")
 NET_FAULTS = ("partition", "slow", "isolate")
 SEED_VAR = "SHARDKEEPER_CHAOS_SEED"
+#: seconds to wait for the operator's current action (a CLI call, a restart) at the end
+CLI_JOIN = 120.0
 #: the slow-link fault: delay per chunk and direction, and the stalled fraction
 SLOW_DELAY = (0.05, 0.2)
 SLOW_STALL_FRACTION = 0.1
 SLOW_STALL = 0.3
+#: the gray link: the proxy attribute that holds requests but lets session traffic
+#: through, if the proxy has one (see gray_mode)
+GRAY_MODES = ("hold_requests", "gray", "hold")
+#: the bulk job: items per instance (each fire's start spans several commits) and its
+#: interval (what 4 instances sustain on a 2-core machine: see docs/failover.md)
+BULK_PER_INSTANCE = 2500
+BULK_INTERVAL = 10.0
+#: ZooKeeper heap per member for the production-like workload (the 96 MB default of
+#: the test servers runs out of memory with thousands of marks a fire: issue 25)
+ZK_HEAP_MB = 512
+#: etcd keeps every revision until compacted: the driver compacts this often, as
+#: --auto-compaction-mode=periodic would
+ETCD_COMPACT_EVERY = 30.0
+#: the bulk job's PRE (see job_params)
+BULK_PRE = 3.0
+
+
+def production_jobs(instances: int) -> tuple[JobSpec, ...]:
+    """The workload of ``make chaos``: today's job and three that look like
+    production (issue 25 section 5), all run by every instance at once."""
+    return (
+        JobSpec(JOB, "sleep", PERIOD, ITEMS, WORK),
+        JobSpec("bulk", "bulk", BULK_INTERVAL, BULK_PER_INSTANCE * instances),
+        # items 2.5 intervals long that poll should_stop(): folding and interruption
+        JobSpec("long", "long", 2.0, 6, 5.0),
+        # 1.5 M pure-Python iterations an item (about 0.3 s on an idle core)
+        JobSpec("cpu", "cpu", 2.0, 4, 1.5),
+    )
+
+
+def operator_jobs() -> Jobs:
+    """What the operator acts on in the production workload."""
+    return Jobs(
+        trigger=(JOB, "long"),
+        item_job=JOB,
+        item_count=ITEMS,
+        switch_job="cpu",
+        count_job=JOB,
+        count_low=ITEMS,
+        count_high=ITEMS + 4,
+    )
+
+
+def gray_mode() -> str | None:
+    """The name of the proxy's gray-link switch (requests held, session pings let
+    through), or None when the proxy has no such mode."""
+    probe = SlowProxy(("127.0.0.1", 9), max_seconds=1)
+    try:
+        return next((n for n in GRAY_MODES if hasattr(probe, n)), None)
+    finally:
+        probe.close()
 
 
 @dataclass(frozen=True)
@@ -81,6 +139,10 @@ class Plan:
     partition_hold: tuple[float, float] = (1.0, 5.0)
     #: the fault to start with (the short runs start with a partition)
     first: str | None = None
+    #: the jobs every instance runs (empty: today's single job, tests/jobs/worker.py)
+    jobs: tuple[JobSpec, ...] = ()
+    #: an operator acts through the CLI during the faults (tests/chaos/operators.py)
+    operator: bool = False
 
 
 def chaos_seed() -> int:
@@ -110,30 +172,95 @@ class Driver:
         self.workdir = workdir
         self.rng = random.Random(plan.seed)
         self.out = out
-        self.workers = Cluster(
-            url=url,
-            workdir=workdir,
-            defaults={
-                "job": JOB,
-                "interval": PERIOD,
-                "count": plan.items,
-                "work": plan.work,
-                "failover": True,
-                "grace": 10,
-            },
-        )
+        self.workers: Cluster | ChaosCluster
+        if plan.jobs:
+            self.workers = ChaosCluster(url=url, workdir=workdir, jobs=plan.jobs, grace=10)
+        else:
+            self.workers = Cluster(
+                url=url,
+                workdir=workdir,
+                defaults={
+                    "job": JOB,
+                    "interval": PERIOD,
+                    "count": plan.items,
+                    "work": plan.work,
+                    "failover": True,
+                    "grace": 10,
+                },
+            )
         self.live: list[Instance] = []
         self.frozen: list[Instance] = []
+        #: instances a fault or the operator is acting on (the other one leaves them be)
+        self.busy: set[str] = set()
+        self.lock = threading.RLock()
         self._events = workdir / "events.jsonl"
+        self._events_lock = threading.Lock()
+        self.gray = gray_mode() if net is not None else None
 
     # -- recording ----------------------------------------------------------------
 
-    def log(self, kind: str, **fields: Any) -> float:
-        """Append one event (with the wall-clock time the workers also use)."""
-        t = time.time()
-        with self._events.open("a") as fh:
-            fh.write(json.dumps({"t": t, "kind": kind, **fields}) + "\n")
+    def log(self, kind: str, at: float | None = None, **fields: Any) -> float:
+        """Append one event (with the wall-clock time the workers also use, or
+        ``at``: when an operator's command began)."""
+        t = time.time() if at is None else at
+        line = json.dumps({"t": t, "kind": kind, **fields}) + "\n"
+        with self._events_lock, self._events.open("a") as fh:
+            fh.write(line)
         return t
+
+    # -- sharing instances with the operator ----------------------------------------
+
+    def _victim(self) -> Instance | None:
+        """A live instance nobody else is acting on (now marked busy), or None."""
+        with self.lock:
+            free = [i for i in self.live if i.instance_id not in self.busy]
+            if not free:
+                return None
+            victim = self.rng.choice(free)
+            self.busy.add(victim.instance_id)
+            return victim
+
+    def _done(self, inst: Instance) -> None:
+        with self.lock:
+            self.busy.discard(inst.instance_id)
+
+    def live_ids(self) -> list[str]:
+        """Ids of the live instances nobody is acting on."""
+        with self.lock:
+            return [i.instance_id for i in self.live if i.instance_id not in self.busy]
+
+    def operator_restart(self, instance_id: str, stop: Callable[[str], bool]) -> bool:
+        """The operator's restart of one instance: ``stop`` asks it to leave (the
+        CLI's shutdown), then its exit is awaited and a new instance started."""
+        with self.lock:
+            inst = next(
+                (
+                    i
+                    for i in self.live
+                    if i.instance_id == instance_id and i.instance_id not in self.busy
+                ),
+                None,
+            )
+            if inst is None:
+                return False
+            self.busy.add(instance_id)
+        try:
+            self.log("term", instance=instance_id, via="cli shutdown")
+            if not stop(instance_id):
+                inst.proc.send_signal(signal.SIGTERM)  # the CLI failed: the supervisor's way
+            try:
+                code: int | None = inst.proc.wait(40)
+            except subprocess.TimeoutExpired:
+                inst.kill()
+                code = inst.proc.returncode
+            with self.lock:
+                self.live.remove(inst)
+            self.log("down", instance=instance_id, code=code)
+            self._release(inst)
+            self.start_instance()
+        finally:
+            self._done(inst)
+        return True
 
     def start_instance(self) -> Instance:
         """Start one worker and log it up once it is READY. With network faults on, in
@@ -162,7 +289,8 @@ class Driver:
                 lab.remove(box)
                 raise
             self.links[inst.instance_id] = (box, proxies)
-        self.live.append(inst)
+        with self.lock:
+            self.live.append(inst)
         self.log("up", instance=inst.instance_id, pid=inst.proc.pid)
         return inst
 
@@ -180,9 +308,10 @@ class Driver:
         start a replacement (a supervisor would)."""
         for inst in list(self.live):
             code = inst.proc.poll()
-            if code is None:
+            if code is None or inst.instance_id in self.busy:
                 continue
-            self.live.remove(inst)
+            with self.lock:
+                self.live.remove(inst)
             self.log("self_exit", instance=inst.instance_id, code=code)
             self.log("down", instance=inst.instance_id, code=code)
             self._release(inst)
@@ -223,28 +352,39 @@ class Driver:
 
     def fault_kill(self) -> None:
         """kill -9 an instance, then start a new one."""
-        victim = self.rng.choice(self.live)
-        self._mid_execution()
-        self.log("kill", instance=victim.instance_id)
-        victim.kill()
-        self.live.remove(victim)
-        self.log("down", instance=victim.instance_id)
-        self._release(victim)
+        victim = self._victim()
+        if victim is None:
+            return
+        try:
+            self._mid_execution()
+            self.log("kill", instance=victim.instance_id)
+            victim.kill()
+            with self.lock:
+                self.live.remove(victim)
+            self.log("down", instance=victim.instance_id)
+            self._release(victim)
+        finally:
+            self._done(victim)
         self._pace(*self.plan.restart_delay)
         self.start_instance()
 
     def fault_freeze(self) -> None:
         """SIGSTOP an instance past its session timeout (it becomes a zombie), SIGCONT."""
-        victim = self.rng.choice(self.live)
-        self._mid_execution()
-        victim.proc.send_signal(signal.SIGSTOP)
-        self.frozen.append(victim)
-        held = SESSION_TIMEOUT + self.rng.uniform(1.0, 2.5)
-        self.log("freeze", instance=victim.instance_id, hold=round(held, 2))
-        time.sleep(held)
-        victim.proc.send_signal(signal.SIGCONT)
-        self.frozen.remove(victim)
-        self.log("thaw", instance=victim.instance_id)
+        victim = self._victim()
+        if victim is None:
+            return
+        try:
+            self._mid_execution()
+            victim.proc.send_signal(signal.SIGSTOP)
+            self.frozen.append(victim)
+            held = SESSION_TIMEOUT + self.rng.uniform(1.0, 2.5)
+            self.log("freeze", instance=victim.instance_id, hold=round(held, 2))
+            time.sleep(held)
+            victim.proc.send_signal(signal.SIGCONT)
+            self.frozen.remove(victim)
+            self.log("thaw", instance=victim.instance_id)
+        finally:
+            self._done(victim)
 
     def fault_store(self) -> None:
         """Kill one store member, restart it on the same ports and data."""
@@ -261,40 +401,78 @@ class Driver:
 
     def fault_graceful(self) -> None:
         """SIGTERM an instance (it finishes its items and leaves), start a new one."""
-        victim = self.rng.choice(self.live)
-        self.log("term", instance=victim.instance_id)
-        code = victim.term(timeout=30)
-        self.live.remove(victim)
-        self.log("down", instance=victim.instance_id, code=code)
-        self._release(victim)
+        victim = self._victim()
+        if victim is None:
+            return
+        try:
+            self.log("term", instance=victim.instance_id)
+            code = victim.term(timeout=30)
+            with self.lock:
+                self.live.remove(victim)
+            self.log("down", instance=victim.instance_id, code=code)
+            self._release(victim)
+        finally:
+            self._done(victim)
         self._pace(0.5, 2.0)
         self.start_instance()
 
     def fault_partition(self) -> None:
         """Cut an instance's network namespace off while its items run (1-5 session
         timeouts), then heal it: it must fence itself and rejoin without a restart."""
-        victim = self.rng.choice(self.live)
-        box, _ = self.links[victim.instance_id]
-        self._mid_execution()
-        held = SESSION_TIMEOUT * self.rng.uniform(*self.plan.partition_hold)
-        box.cut()
-        self.log("partition", instance=victim.instance_id, hold=round(held, 2))
-        time.sleep(held)
-        box.heal()
-        self.log("heal", instance=victim.instance_id)
+        victim = self._victim()
+        if victim is None:
+            return
+        try:
+            box, _ = self.links[victim.instance_id]
+            self._mid_execution()
+            held = SESSION_TIMEOUT * self.rng.uniform(*self.plan.partition_hold)
+            box.cut()
+            self.log("partition", instance=victim.instance_id, hold=round(held, 2))
+            time.sleep(held)
+            box.heal()
+            self.log("heal", instance=victim.instance_id)
+        finally:
+            self._done(victim)
 
     def fault_slow(self) -> None:
         """Slow an instance's link down (delay and stalls) for a few seconds."""
-        victim = self.rng.choice(self.live)
-        _, proxies = self.links[victim.instance_id]
-        held = self.rng.uniform(3.0, 8.0)
-        for x in proxies:
-            x.slow = True
-        self.log("slow", instance=victim.instance_id, hold=round(held, 2))
-        time.sleep(held)
-        for x in proxies:
-            x.slow = False
-        self.log("fast", instance=victim.instance_id)
+        victim = self._victim()
+        if victim is None:
+            return
+        try:
+            _, proxies = self.links[victim.instance_id]
+            held = self.rng.uniform(3.0, 8.0)
+            for x in proxies:
+                x.slow = True
+            self.log("slow", instance=victim.instance_id, hold=round(held, 2))
+            time.sleep(held)
+            for x in proxies:
+                x.slow = False
+            self.log("fast", instance=victim.instance_id)
+        finally:
+            self._done(victim)
+
+    def fault_gray(self) -> None:
+        """A gray link: the instance's requests are held (commits stall past the
+        operation timeout) while its session traffic goes through, for 1-5 session
+        timeouts; it must fence itself and give its items up (issue 25 section 2)."""
+        assert self.gray is not None
+        victim = self._victim()
+        if victim is None:
+            return
+        try:
+            _, proxies = self.links[victim.instance_id]
+            self._mid_execution()
+            held = SESSION_TIMEOUT * self.rng.uniform(1.0, 5.0)
+            for x in proxies:
+                setattr(x, self.gray, True)
+            self.log("gray", instance=victim.instance_id, hold=round(held, 2), mode=self.gray)
+            time.sleep(held)
+            for x in proxies:
+                setattr(x, self.gray, False)
+            self.log("gray_end", instance=victim.instance_id)
+        finally:
+            self._done(victim)
 
     def fault_isolate(self) -> None:
         """Partition one store member from its peers (its clients still reach it)."""
@@ -319,9 +497,12 @@ class Driver:
         a reshard had just given an item to when a fault hit that instance."""
         store = open_store(self.url)
         store.start()
+        names = [j.name for j in self.plan.jobs] or [JOB]
+        paths = {JobPaths(name).sharding: name for name in names}
 
         def seen(event: WatchEvent) -> None:
-            if event.path != P.sharding or event.value is None:
+            job = paths.get(event.path)
+            if job is None or event.value is None:
                 return
             try:
                 doc = Assignment.from_bytes(event.value)
@@ -331,11 +512,13 @@ class Driver:
             levels += [(doc.previous_effective, doc.previous), *doc.older]
             self.log(
                 "assignment",
+                job=job,
                 generation=doc.generation,
                 levels=[[eff, {str(i): o for i, o in own.items()}] for eff, own in levels],
             )
 
-        store.watch(P.sharding, seen)
+        for path in paths:
+            store.watch(path, seen)
         return store
 
     def run(self) -> None:
@@ -346,6 +529,22 @@ class Driver:
         self._pace(3.0, 3.0)  # let the first reshards settle: faults start on a steady job
         until = time.time() + self.plan.duration
         kinds = FAULTS + (NET_FAULTS if self.net is not None else ())
+        if self.gray is not None:
+            kinds += ("gray",)
+        self._side: list[threading.Thread] = []
+        if self.plan.operator:
+            self.operator = Operator(self, self.url, operator_jobs(), self.plan.seed + 1, self.out)
+            self._side.append(
+                threading.Thread(
+                    target=self.operator.run, args=(until - 10,), name="operator", daemon=True
+                )
+            )
+        if self.servers.backend == "etcd" and self.plan.jobs:
+            self._side.append(
+                threading.Thread(target=self._compact, args=(until,), name="compactor", daemon=True)
+            )
+        for th in self._side:
+            th.start()
         # every kind of fault at least once (in a seeded order), then random ones
         order = list(kinds)
         self.rng.shuffle(order)
@@ -358,8 +557,49 @@ class Driver:
             self.out(f"  {time.strftime('%H:%M:%S')} fault: {kind}")
             getattr(self, f"fault_{kind}")()
             self._pace(1.5, 4.0)
+        self._join_side()
         self.reap()
         self.log("quiet")
+
+    def _join_side(self) -> None:
+        """Wait for the operator (its current action and the restore of its
+        switches) and the compactor to end."""
+        op = getattr(self, "operator", None)
+        if op is not None:
+            op.stop()
+        for th in getattr(self, "_side", []):
+            th.join(CLI_JOIN)
+            if th.is_alive():
+                self.out(f"  {th.name} did not end within {CLI_JOIN:g}s")
+        self._side = []
+
+    def _compact(self, until: float) -> None:
+        """etcd: compact the history every ETCD_COMPACT_EVERY seconds (a production
+        etcd runs with auto-compaction; the test servers do not)."""
+        endpoints = self.servers.hosts_string
+        while time.time() < until:
+            time.sleep(ETCD_COMPACT_EVERY)  # the compaction period, not a synchronisation
+            try:
+                status = subprocess.run(
+                    ["etcdctl", f"--endpoints={endpoints}", "endpoint", "status", "-w", "json"],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                    check=True,
+                    env={**os.environ, "ETCDCTL_API": "3"},
+                )
+                rev = max(int(x["Status"]["header"]["revision"]) for x in json.loads(status.stdout))
+                subprocess.run(
+                    ["etcdctl", f"--endpoints={endpoints}", "compact", str(rev)],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                    check=True,
+                    env={**os.environ, "ETCDCTL_API": "3"},
+                )
+                self.log("etcd_compact", revision=rev)
+            except (subprocess.SubprocessError, ValueError, KeyError, OSError) as exc:
+                self.log("etcd_compact_failed", error=str(exc)[-200:])
 
     # -- observation and teardown -------------------------------------------------
 
@@ -367,13 +607,15 @@ class Driver:
         """Read the registry a few times a second for ``seconds`` (the quiet period)."""
         store = open_store(self.url)
         store.start()
+        names = [j.name for j in self.plan.jobs] or [JOB]
         try:
             deadline = time.time() + seconds
             with (self.workdir / "snapshots.jsonl").open("a") as fh:
                 while time.time() < deadline:
-                    snap = snapshot(store)
-                    if snap is not None:
-                        fh.write(json.dumps(snap) + "\n")
+                    for name in names:
+                        snap = snapshot(store, name)
+                        if snap is not None:
+                            fh.write(json.dumps(snap) + "\n")
                     time.sleep(0.25)  # sampling rate of the observer, not a synchronisation
         finally:
             store.close()
@@ -381,6 +623,7 @@ class Driver:
     def stop(self) -> None:
         """Stop every worker (thawing frozen ones, healing cut links first) and log
         them down; remove their namespaces and proxies."""
+        self._join_side()
         for inst in self.frozen:
             if inst.proc.poll() is None:
                 inst.proc.send_signal(signal.SIGCONT)
@@ -389,6 +632,8 @@ class Driver:
                 box.heal()
             for x in proxies:
                 x.slow = False
+                if self.gray is not None:
+                    setattr(x, self.gray, False)
         if self.net is not None:
             for spot in self.net.members:
                 self.net.lab.rejoin(spot)
@@ -404,8 +649,11 @@ class Driver:
         self.live.clear()
 
 
-def snapshot(store: CoordinationStore) -> dict[str, Any] | None:
-    """The job's registry state now, or ``{"t", "error"}`` if it could not be read."""
+def snapshot(store: CoordinationStore, job: str = JOB) -> dict[str, Any] | None:
+    """The job's registry state now, or ``{"t", "error"}`` if it could not be read
+    (``t`` when the read began, ``t_end`` when it ended: thousands of marks take a
+    while to read)."""
+    P = JobPaths(job)
     try:
         t = time.time()
         node = store.get(P.sharding)
@@ -425,9 +673,11 @@ def snapshot(store: CoordinationStore) -> dict[str, Any] | None:
         registered = store.children(P.instances)
     except (StoreError, DocumentError, ValueError) as exc:
         # recorded, not dropped: a run whose registry cannot be read must say why
-        return {"t": time.time(), "error": f"{type(exc).__name__}: {exc}"}
+        return {"t": time.time(), "job": job, "error": f"{type(exc).__name__}: {exc}"}
     return {
         "t": t,
+        "t_end": time.time(),
+        "job": job,
         "owners": owners,
         "registered": registered,
         "running": running,
@@ -441,7 +691,7 @@ def run_chaos(
     namespace: str,
     workdir: Path,
     net: Network | None = None,
-) -> tuple[Report, str]:
+) -> tuple[Report | JobsReport, str]:
     """One full chaos run; returns the checker's report and its text."""
     # operation_timeout at or below the session timeout, as docs/registry-backends.md
     # advises: a request stuck in a store leader election then ends within it
@@ -457,6 +707,8 @@ def run_chaos(
         session_timeout=SESSION_TIMEOUT,
         operation_timeout=SESSION_TIMEOUT,
     )
+    per_job = {spec.name: job_params(spec) for spec in plan.jobs}
+    quiet = max([params.quiet_deadline] + [x.quiet_deadline for x in per_job.values()])
     lines: list[str] = []
 
     def out(line: str) -> None:
@@ -469,20 +721,58 @@ def run_chaos(
         f"{plan.work}s, workdir {workdir}, network faults: "
         + ("on" if net is not None else f"OFF ({unavailable_reason()})")
     )
+    if plan.jobs:
+        out(
+            "jobs: "
+            + "; ".join(
+                f"{j.name} ({j.kind}: {j.count} items every {j.interval:g}s, work {j.work:g})"
+                for j in plan.jobs
+            )
+            + f"; operator: {'on' if plan.operator else 'off'}"
+        )
     driver = Driver(plan, servers, url, workdir, out, net)
+    if plan.jobs:
+        out(
+            "gray link: "
+            + (
+                f"proxy mode {driver.gray!r}"
+                if driver.gray
+                else "OFF (the proxy has no mode that holds requests but lets session "
+                "traffic through" + ("" if net is not None else "; no network faults") + ")"
+            )
+        )
     began = time.time()
     try:
         driver.run()
         # long enough to see repairs (session expiry, failover, a repair pass) and
         # then the registry staying clean
-        driver.observe(params.quiet_deadline + 4.0)
+        driver.observe(quiet + 4.0)
     finally:
         driver.stop()
-    report = check(load_history(workdir, params))
+    report: Report | JobsReport = (
+        check_jobs(workdir, per_job) if plan.jobs else check(load_history(workdir, params))
+    )
     text = "\n".join(lines) + f"\nwall time {time.time() - began:.0f}s\n" + report.render()
     (workdir / "report.txt").write_text(text)
     print(report.render(), flush=True)
     return report, text
+
+
+def job_params(spec: JobSpec) -> Params:
+    """The checker's parameters for one job of the workload."""
+    # pre: how long before a fault its owner may not have marked a fire's items
+    # running yet; the bulk job's start spans several commits of 2,500 marks each
+    pre = BULK_PRE if spec.kind == "bulk" else 0.5
+    return Params(
+        count=spec.count,
+        period=spec.interval,
+        session_timeout=SESSION_TIMEOUT,
+        operation_timeout=SESSION_TIMEOUT,
+        wait_timeout=spec.sharding_wait,
+        pre=pre,
+        name=spec.name,
+        work=spec.work if spec.kind in ("sleep", "long") else 0.0,
+    )
 
 
 @pytest.fixture
@@ -512,11 +802,13 @@ def chaos_store(
         return
     with NetworkLab() as lab:
         members = lab.store_members(3)
+        sizing: dict[str, Any] = {"heap_mb": ZK_HEAP_MB} if backend == "zookeeper" else {}
         servers = cluster_class(backend)(
             size=3,
             base_dir=tmp_path_factory.mktemp(f"chaos-{backend}"),
             host=[m.address for m in members],
             prefixes=[m.prefix for m in members],
+            **sizing,
         )
         with servers:
             yield servers, Network(lab, members)
@@ -557,9 +849,18 @@ def test_chaos_long(
     chaos_dir: Path,
     chaos_duration: int,
 ) -> None:
-    """``--chaos-duration`` seconds of random faults with 4 instances (make chaos)."""
+    """``--chaos-duration`` seconds of random faults with 4 instances running the
+    production-like workload (make chaos): today's job, a bulk job of 2,500 items per
+    instance, long items that poll should_stop(), CPU-bound items, an operator acting
+    through the CLI, a gray link where the proxy can make one; every job checked."""
     servers, net = chaos_store
-    plan = Plan(duration=chaos_duration, instances=4, seed=chaos_seed())
+    plan = Plan(
+        duration=chaos_duration,
+        instances=4,
+        seed=chaos_seed(),
+        jobs=production_jobs(4),
+        operator=True,
+    )
     report, text = run_chaos(plan, servers, namespace, chaos_dir, net)
     assert report.ok, text + "\n" + _worker_logs(chaos_dir)
 
