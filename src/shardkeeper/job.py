@@ -4,7 +4,7 @@
   called once per item this instance owns at each trigger.
 * :class:`DataflowJob`: implement ``fetch_data(ctx)`` and ``process_data(ctx, data)``;
   with ``streaming = True`` it loops until a fetch returns nothing or the runtime
-  asks it to stop (reshard pending, shutdown, fenced off).
+  asks it to stop (``ctx.should_stop()``: shutdown, fenced off, timed out).
 * :class:`ScriptJob`: set ``command``; it runs once per item with the context as
   JSON (last argument and ``SHARDKEEPER_CONTEXT``); a non-zero exit is a failure.
 
@@ -14,6 +14,7 @@ A job class can carry its configuration as the class attribute ``config``
 
 from __future__ import annotations
 
+import enum
 import inspect
 import json
 import logging
@@ -37,6 +38,7 @@ __all__ = [
     "ScriptJob",
     "ShardedJob",
     "ShardingContext",
+    "StopReason",
 ]
 
 log = logging.getLogger(__name__)
@@ -46,8 +48,27 @@ def _always_true() -> bool:
     return True
 
 
-def _never() -> bool:
-    return False
+class StopReason(enum.StrEnum):
+    """Why this execution must end (``ctx.stop_reason()``).
+
+    Only these end an execution: a pending reshard does not (the new assignment
+    applies from the next fire; the fires before it keep their owners), and neither
+    does a failover run of the item of an instance that died.
+    """
+
+    SHUTDOWN = "shutdown"
+    """This instance is stopping gracefully: wrap up and return; the execution is
+    still valid (its writes are still this instance's to make)."""
+    FENCED = "fenced"
+    """``ctx.is_valid()`` is false: this instance may no longer own the item (another
+    may take it over). Write nothing more."""
+    TIMEOUT = "timeout"
+    """The execution ran past the job's ``execution_timeout``: it is reported timed
+    out and is no longer valid. Write nothing more."""
+
+
+def _no_stop() -> StopReason | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -89,16 +110,33 @@ class ShardingContext:
     #: JOB --param k=v``); empty for scheduled fires and their re-runs
     params: dict[str, str] = field(default_factory=dict)
     _valid: Callable[[], bool] = field(default=_always_true, repr=False, compare=False)
-    _stop: Callable[[], bool] = field(default=_never, repr=False, compare=False)
+    _stop: Callable[[], StopReason | None] = field(default=_no_stop, repr=False, compare=False)
 
     def is_valid(self) -> bool:
         """False once this execution is fenced off (see the class docstring for when)."""
         return self._valid()
 
     def should_stop(self) -> bool:
-        """True when a long-running execution should wrap up (shutdown, reshard
-        pending, fenced off)."""
-        return self._stop() or not self._valid()
+        """True when THIS execution must end: the instance is stopping, the execution
+        is fenced off, or it timed out (:meth:`stop_reason` says which). A pending
+        reshard is no reason: the new assignment applies from the next fire.
+
+        An execution that returns without raising after it was told to stop is
+        recorded ``interrupted``, not ``ok``, and its item is run again (handed to
+        failover when the job has failover on, else at its owner's next fire): return
+        early only when the work is not done."""
+        return self.stop_reason() is not None
+
+    def stop_reason(self) -> StopReason | None:
+        """Why this execution must end (a :class:`StopReason`), or None when it may go
+        on. ``timeout`` comes first, then ``fenced`` (a hard stop fences too), then
+        ``shutdown`` (a graceful stop: still valid)."""
+        reason = self._stop()
+        if reason is StopReason.TIMEOUT:
+            return reason
+        if not self._valid():
+            return StopReason.FENCED
+        return reason
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly view (used by ScriptJob and logs)."""

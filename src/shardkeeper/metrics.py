@@ -23,10 +23,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from shardkeeper.counters import STAT_KEYS, SkipReason
 from shardkeeper.errors import StoreError
 from shardkeeper.observe import ExecutionRecord, Outcome, SkipRecord
 from shardkeeper.registry.base import ConnectionState
-from shardkeeper.runtime.jobstate import STAT_KEYS, SkipReason
 
 if TYPE_CHECKING:
     from shardkeeper.runtime.runner import JobRunner
@@ -61,7 +61,7 @@ class RuntimeMetrics:
         r = self.registry
         self.executions = Counter(
             "shardkeeper_executions",
-            "Item executions that ended, by outcome (ok, failed, fenced).",
+            "Item executions that ended, by outcome (ok, failed, fenced, timed_out, interrupted).",
             ["job", "outcome"],
             registry=r,
         )

@@ -49,6 +49,10 @@ class Outcome(enum.StrEnum):
     """The item was not run for this fire (its trigger was skipped)."""
     TIMED_OUT = "timed_out"
     """``execute`` ran longer than the job's execution timeout."""
+    INTERRUPTED = "interrupted"
+    """``execute`` returned after ``ctx.should_stop()`` told it to stop (the instance
+    was stopping): its work may be unfinished, so the item runs again (failover on:
+    elsewhere at once; off: at its owner's next fire)."""
 
 
 @dataclass(frozen=True)

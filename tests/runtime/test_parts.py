@@ -183,7 +183,8 @@ def test_a_lost_start_reply_is_adopted(store: MemoryStore) -> None:
 
 def test_the_leader_waits_for_live_running_items_but_not_for_orphans(store: MemoryStore) -> None:
     """Marks of dead owners are requeued first, so they never hold a reshard; a live
-    owner's running item does (until execution_wait_timeout)."""
+    owner's running item does (until execution_wait_timeout; then the reshard applies
+    from the next fire)."""
     services = JobServices.build(store, JOB, ME)
     state = JobState(JobConfig(name=JOB, interval=1, sharding_total_count=2, failover=True))
     state.registered = True
@@ -199,8 +200,14 @@ def test_the_leader_waits_for_live_running_items_but_not_for_orphans(store: Memo
     store.put(services.paths.instance("other"), b"{}", ephemeral=True)
     store.put(services.paths.necessary, b"y")
     store.put(services.paths.running(1), RunningMark("other", 2.0, "x").to_bytes())
-    assert leader.serve_reshard(time.time(), time.monotonic()) is ReshardStep.WAIT
-    assert leader.serve_reshard(time.time(), time.monotonic() - 999) is ReshardStep.POSTPONED
+    fire = time.time()
+    assert leader.serve_reshard(fire, time.monotonic()) is ReshardStep.WAIT
+    # past execution_wait_timeout: committed anyway, from the next fire; the item goes on
+    assert leader.serve_reshard(fire, time.monotonic() - 999) is ReshardStep.DONE
+    assert not store.exists(services.paths.necessary)
+    assignment = services.sharding.read()[0]
+    assert assignment is not None and assignment.effective_fire > fire
+    assert store.exists(services.paths.running(1))
 
 
 @pytest.mark.parametrize(("flag_delay", "applies_now"), [(-0.5, True), (0.5, False)])

@@ -2,9 +2,11 @@
 
 Resharding is lazy (see docs/concepts.md): membership changes, count changes,
 enabling/disabling instances and the reconcile check only set the flag; the
-leader recomputes the assignment at the next trigger, once no item runs, and
-writes it and clears the flag in ONE atomic commit that also checks it is still
-the leader. Followers that find the flag wait (bounded) until it is gone.
+leader recomputes the assignment at the next trigger, once no item runs or, when
+items still run after ``execution_wait_timeout``, to apply from the next fire
+(running items are never stopped for a reshard), and writes it and clears the flag
+in ONE atomic commit that also checks it is still the leader. Followers that find
+the flag wait (bounded) until it is gone.
 """
 
 from __future__ import annotations

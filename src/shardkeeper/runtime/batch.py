@@ -13,8 +13,10 @@ __all__ = [
     "FAILED",
     "FENCED",
     "FIRE_LEAD",
+    "INTERRUPTED",
     "MAX_BACKOFF",
     "OK",
+    "RAN_FIRES",
     "RAN_MEMORY",
     "TIMED_OUT",
     "ZOMBIE",
@@ -23,10 +25,18 @@ __all__ = [
 ]
 
 OK, FAILED, FENCED, ZOMBIE, TIMED_OUT = "ok", "failed", "fenced", "zombie", "timed_out"
+#: returned without raising after ``ctx.should_stop()`` told it to stop: its work may
+#: be unfinished, so its item runs again (handed off like a fenced item)
+INTERRUPTED = "interrupted"
 #: longest wait between two attempts of a failed item, seconds
 MAX_BACKOFF = 300.0
-#: how many recent execution ids an instance remembers as run here
+#: how many recent execution ids an instance remembers as run here, beyond the
+#: latest RAN_FIRES fires (those are remembered whole, whatever their size)
 RAN_MEMORY = 4096
+#: the latest fires whose executions here are all remembered, however many items
+#: they had (a late-applied start commit concerns a fire just run: a batch larger
+#: than RAN_MEMORY must not forget its own first items)
+RAN_FIRES = 3
 #: seconds ahead of its due time that a scheduled fire is delivered and decided: the
 #: assignment read and the start commit (a few milliseconds, more under load) happen
 #: before the fire is due, and the items start at the due time itself, not a commit
@@ -63,6 +73,9 @@ class Batch:
     outcomes: dict[int, str] = field(default_factory=dict)
     #: items that ran past the execution timeout (told to stop, no longer valid)
     timed_out: set[int] = field(default_factory=set)
+    #: items whose ``ctx.should_stop()`` answered true (shutdown or hard stop): one
+    #: that then returns is interrupted, not done
+    told_to_stop: set[int] = field(default_factory=set)
     #: when it was launched here (monotonic seconds)
     launched_at: float = field(default_factory=time.monotonic)
     #: attempts each item took (retries)

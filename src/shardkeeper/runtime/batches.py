@@ -8,8 +8,13 @@ Items of a fenced batch (that never started, or ran while fenced: they were told
 they are invalid and may have stopped half-way) are handed to failover by a
 conditional commit, so a valid execution runs them again; they are never left
 marked (a live instance must not keep a mark it will not clear), and never cleared
-as if done. A commit that fails is remembered and retried by every housekeeping pass
-until it succeeds; until then those marks count as this instance's own. The
+as if done. An item that returned after ``ctx.should_stop()`` told it to stop (a
+graceful or hard stop) is *interrupted*: its work may be unfinished, so it is handed
+off the same way (failover on: another instance runs it again; failover off: its mark
+is cleared and its owner runs it at the next fire), and recorded as such. A commit
+that fails is remembered and retried by every housekeeping pass (and by a graceful
+stop, within its grace period) until it succeeds; until then those marks count as
+this instance's own. The
 completion commit also writes each finished item's last result
 (coordination/results.py), with that item's deletion: no extra round trip.
 """
@@ -27,15 +32,23 @@ from datetime import UTC, datetime
 from shardkeeper.coordination.model import DocumentError, FailoverEntry
 from shardkeeper.coordination.results import ItemResult
 from shardkeeper.errors import StoreError
-from shardkeeper.job import ClusterOnceListener, JobListener, ShardedJob, ShardingContext
+from shardkeeper.job import (
+    ClusterOnceListener,
+    JobListener,
+    ShardedJob,
+    ShardingContext,
+    StopReason,
+)
 from shardkeeper.observe import ExecutionRecord, Observers, Outcome, format_traceback
 from shardkeeper.runtime.attempts import run_once
 from shardkeeper.runtime.batch import (
     FAILED,
     FENCED,
     FIRE_LEAD,
+    INTERRUPTED,
     MAX_BACKOFF,
     OK,
+    RAN_FIRES,
     RAN_MEMORY,
     TIMED_OUT,
     ZOMBIE,
@@ -86,9 +99,12 @@ class Batches:
         self._on_idle = on_idle
         self._lock = threading.RLock()
         self._batches: list[Batch] = []
-        #: execution ids that ran here lately (a late-applied start commit may mark
-        #: their items again: those marks are cleared, not failed over)
-        self._ran: OrderedDict[str, None] = OrderedDict()
+        #: execution ids that ran here lately, by fire time, oldest fire first (a
+        #: late-applied start commit may mark their items again: those marks are
+        #: cleared, not failed over); the latest RAN_FIRES fires are kept whole
+        self._ran: OrderedDict[float, set[str]] = OrderedDict()
+        #: execution id -> its fire time in ``_ran`` (one lookup per mark checked)
+        self._ran_index: dict[str, float] = {}
         self._unfinished: list[_Unfinished] = []
         #: item -> (end of its last success, failures in a row since), as known here:
         #: carried into the next result document without reading the store
@@ -140,22 +156,51 @@ class Batches:
             )
 
     def ran_here(self, execution: str) -> bool:
-        """Whether ``execution`` ran here lately (see ``FailoverService.requeue_own``)."""
+        """Whether ``execution`` ran here lately (see ``FailoverService.requeue_own``):
+        every execution of the latest RAN_FIRES fires run here, and of older fires as
+        many as RAN_MEMORY ids allow."""
         with self._lock:
-            return execution in self._ran
+            return execution in self._ran_index
 
-    def _remember_ran(self, executions: list[str]) -> None:
+    def _remember_ran(self, fire_time: float, executions: list[str]) -> None:
+        if not executions:
+            return
         with self._lock:
+            ids = self._ran.setdefault(fire_time, set())
+            self._ran.move_to_end(fire_time)
             for execution in executions:
-                self._ran[execution] = None
-                self._ran.move_to_end(execution)
-            while len(self._ran) > RAN_MEMORY:
-                self._ran.popitem(last=False)
+                old = self._ran_index.get(execution)
+                if old is not None and old != fire_time:
+                    self._ran[old].discard(execution)
+                ids.add(execution)
+                self._ran_index[execution] = fire_time
+            # Whole fires are forgotten, oldest first, and never one of the latest
+            # RAN_FIRES: a batch of 100,000 items is remembered whole (an id memory
+            # bounded by count alone evicted a big batch's own first items).
+            while len(self._ran) > RAN_FIRES and len(self._ran_index) > RAN_MEMORY:
+                _fire, gone = self._ran.popitem(last=False)
+                for execution in gone:
+                    del self._ran_index[execution]
 
     def unfinished(self) -> bool:
         """Whether marks of finished batches still wait to be cleared or handed off."""
         with self._lock:
             return bool(self._unfinished)
+
+    def stop_reason(self, batch: Batch, item: int) -> StopReason | None:
+        """Why ``item`` of ``batch`` must end, as far as this instance knows (its
+        ``ctx.stop_reason()`` adds fencing): its execution timed out, or the instance
+        is stopping. A stop answered here is remembered: an execution that then
+        returns is interrupted, not done. A pending reshard is no reason (the new
+        assignment applies from the next fire)."""
+        if item in batch.timed_out:
+            return StopReason.TIMEOUT
+        st = self._state
+        if st.stopping or st.hard_stop:
+            with self._lock:
+                batch.told_to_stop.add(item)
+            return StopReason.SHUTDOWN
+        return None
 
     # -- running ------------------------------------------------------------------
 
@@ -221,6 +266,11 @@ class Batches:
             outcome = FENCED
         else:
             outcome, started, error = self._attempts(batch, item)
+            if outcome == OK and item in batch.told_to_stop:
+                # told to stop, it returned: maybe half-way, so not done for the
+                # cluster (handed off below, like a fenced item, and run again)
+                outcome = INTERRUPTED
+                self._state.count("interrupted")
             if outcome in (FAILED, TIMED_OUT):
                 self._state.count("timed_out" if outcome == TIMED_OUT else "failed")
                 exc = error or TimeoutError(
@@ -344,9 +394,12 @@ class Batches:
         *,
         attempt: int = 0,
     ) -> None:
-        kind = {OK: Outcome.OK, FAILED: Outcome.FAILED, TIMED_OUT: Outcome.TIMED_OUT}.get(
-            outcome, Outcome.FENCED
-        )
+        kind = {
+            OK: Outcome.OK,
+            FAILED: Outcome.FAILED,
+            TIMED_OUT: Outcome.TIMED_OUT,
+            INTERRUPTED: Outcome.INTERRUPTED,
+        }.get(outcome, Outcome.FENCED)
         if outcome == FENCED:
             started = time.time()  # it never started: zero duration
         err_type, message, trace = format_traceback(error) if error is not None else ("", "", "")
@@ -415,9 +468,12 @@ class Batches:
             # ephemeral marks died with the session the batch started in: a mark at
             # the same path now is somebody else's, whatever a pre-read would say
             monitor = False
-        again = (FENCED, ZOMBIE)
+        # to be run again: never started, ran fenced, or returned when told to stop
+        again = (FENCED, ZOMBIE, INTERRUPTED)
         ran = {i: batch.tokens.get(i, 0) for i in batch.items if batch.outcomes.get(i) not in again}
-        self._remember_ran([batch.execution_ids[i] for i in ran if i in batch.execution_ids])
+        self._remember_ran(
+            batch.fire_time, [batch.execution_ids[i] for i in ran if i in batch.execution_ids]
+        )
         never = {i: batch.tokens.get(i, 0) for i in batch.items if batch.outcomes.get(i) in again}
         entry = _Unfinished(
             batch.fire_time,

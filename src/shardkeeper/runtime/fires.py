@@ -35,7 +35,7 @@ from shardkeeper.runtime.trigger import (
     fmt_fire,
 )
 
-__all__ = ["MAX_QUEUED_FIRES", "POLL_AFTER_ERROR", "FireQueue", "SkipSink"]
+__all__ = ["MAX_QUEUED_FIRES", "MAX_QUEUED_REQUESTS", "POLL_AFTER_ERROR", "FireQueue", "SkipSink"]
 
 log = logging.getLogger("shardkeeper.runtime.runner")
 
@@ -44,6 +44,12 @@ SkipSink = Callable[[str, SkipReason, float, str], None]
 
 #: fires queued behind the one in progress, at most (more are coalesced)
 MAX_QUEUED_FIRES = 2
+#: fires that carry a request (an operator's run-now ``params``, a one-off job's
+#: catch-up ``only``) are not folded into a plain misfire re-run, which would lose
+#: it; this many may wait, beyond that the oldest is skipped (recorded, logged)
+MAX_QUEUED_REQUESTS = 8
+#: how often a graceful stop retries a failed completion commit (seconds)
+STOP_RETRY_EVERY = 0.2
 #: how soon a fire whose decision met a store error is decided again
 POLL_AFTER_ERROR = 0.1
 #: a missed fire is marked in the registry (``misfire/{item}``) only when the run
@@ -69,6 +75,8 @@ class FireQueue:
     _last_fire: float
     _on_skip: SkipSink
     _observers: Observers
+    #: when a graceful stop may next retry the failed completion commits (monotonic)
+    _stop_retry_after: float = 0.0
 
     @property
     def name(self) -> str:
@@ -98,10 +106,19 @@ class FireQueue:
 
     def stop_pending(self) -> bool:
         """During a graceful stop: items still run here, a batch whose items ended is
-        still committing its completion, or a fire from before the stop is still to
-        be decided (queued, waiting, or owed as a misfire re-run)."""
+        still committing its completion or has a failed completion commit to retry,
+        or a fire from before the stop is still to be decided (queued, waiting, or
+        owed as a misfire re-run).
+
+        The stop loop polls this; a failed completion commit is retried from here
+        (on the job's lane, every STOP_RETRY_EVERY at most), as no housekeeping pass
+        runs while stopping: leaving with it unsettled let the leader fail over the
+        marks of items that had run, and they ran again elsewhere."""
         st = self.state
-        settled = not self.batches.unfinished()
+        unfinished = self.batches.unfinished()
+        if unfinished:
+            self._retry_unfinished_soon()
+        settled = not unfinished
         with st.lock:
             owed = (
                 settled
@@ -113,7 +130,25 @@ class FireQueue:
         # closed the store under the commit, and the marks it was clearing were
         # failed over and run again elsewhere
         in_progress = not self.batches.idle
-        return owed or in_progress or self.running_count() > 0 or self.pending_fires() > 0
+        return (
+            owed
+            or in_progress
+            or unfinished
+            or self.running_count() > 0
+            or self.pending_fires() > 0
+        )
+
+    def _retry_unfinished_soon(self) -> None:
+        now = time.monotonic()
+        if now < self._stop_retry_after:
+            return
+        self._stop_retry_after = now + STOP_RETRY_EVERY
+        self.submit("settle", self._settle_unfinished)
+
+    def _settle_unfinished(self) -> None:
+        """Retry the failed completion commits (lane task, during a graceful stop)."""
+        if self.batches.retry_unfinished():
+            self._on_batch_done()  # a misfire re-run from before the stop may be due
 
     def deciding(self, fire_time: float) -> bool:
         """Whether a fire of ``fire_time`` is queued or being decided here (one whose
@@ -168,18 +203,52 @@ class FireQueue:
         dropped: Fire | None = None
         with self._fires_lock:
             if len(self._fires) > MAX_QUEUED_FIRES:
-                dropped = self._fires[1]
-                del self._fires[1]
-            self._fires.append(fire)
+                dropped = self._to_fold(fire)
+            if dropped is not fire:
+                self._fires.append(fire)
         if dropped is not None:
             self._fold(dropped)
         self.submit("fires", self._pump)
 
+    def _to_fold(self, arriving: Fire) -> Fire | None:
+        """Which fire gives way when too many wait (under ``_fires_lock``): the oldest
+        waiting plain fire (never the one being decided, at the front); else the
+        arriving fire if plain; else, past MAX_QUEUED_REQUESTS, the oldest waiting
+        request. None: the arriving request is queued beyond the plain bound.
+
+        Folding turns a fire into a misfire re-run of every item with no params:
+        right for a fire of the schedule, wrong for a run-now with params or a
+        catch-up of a few items, which keep their place instead."""
+        waiting = list(self._fires)[1:]
+        for n, queued in enumerate(waiting, start=1):
+            if _plain(queued):
+                del self._fires[n]
+                return queued
+        if _plain(arriving):
+            return arriving
+        if len(waiting) >= MAX_QUEUED_REQUESTS:
+            del self._fires[1]
+            return waiting[0]
+        return None
+
     def _fold(self, fire: Fire) -> None:
         # A fire that queued up behind one still waiting (for a reshard, say) is a
         # misfire: it runs once more after the fire ahead of it, like a fire that
-        # found its items running.
+        # found its items running. A request (params, only) cannot be folded into a
+        # plain re-run: it is skipped, said so, only past MAX_QUEUED_REQUESTS.
         st = self.state
+        if not _plain(fire):
+            log.warning(
+                "%s: %d requests already wait; run-now at %s (params %s, items %s) skipped",
+                self.name,
+                MAX_QUEUED_REQUESTS,
+                fmt_fire(fire.fire_time),
+                fire.params,
+                "all" if fire.only is None else sorted(fire.only),
+            )
+            st.count("skipped")
+            self._on_skip(self.name, SkipReason.QUEUED, fire.fire_time, "")
+            return
         if st.config.misfire:
             with st.lock:
                 if st.misfire_at is None or fire.fire_time < st.misfire_at:
@@ -358,3 +427,9 @@ class FireQueue:
                 st.misfire_at = misfire_at
         elif st.config.failover:
             self.submit("claim", self.try_claim)
+
+
+def _plain(fire: Fire) -> bool:
+    """Whether ``fire`` carries nothing a misfire re-run would lose (no run-now
+    params, no catch-up's item subset)."""
+    return not fire.params and fire.only is None and not fire.catchup

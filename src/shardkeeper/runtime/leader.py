@@ -26,7 +26,6 @@ class ReshardStep(enum.Enum):
 
     DONE = "done"  # committed, or nothing to do (no flag, not leader)
     WAIT = "wait"  # items still run: try again shortly (bounded by the caller)
-    POSTPONED = "postponed"  # gave up for this trigger (items ran too long)
 
 
 class LeaderDuties:
@@ -100,9 +99,19 @@ class LeaderDuties:
         return interval > 0 and time.monotonic() - self._last_reconcile >= interval
 
     def serve_reshard(self, fire: float, waited_since: float) -> ReshardStep:
-        """Reshard for the trigger at ``fire`` if the flag is set: once no item runs
-        (marks of dead owners are requeued first, so they never block it), in one
-        commit checked against leadership and the flag's version."""
+        """Reshard for the trigger at ``fire`` if the flag is set, in one commit
+        checked against leadership and the flag's version.
+
+        It waits (WAIT, up to ``execution_wait_timeout`` from ``waited_since``) for
+        the running items to end, so that the new assignment can apply to this fire
+        (marks of dead owners are requeued first, so they never hold it). Items
+        still running then are not waited for further, and never stopped (a pending
+        reshard is no reason to: ``ctx.should_stop()``): the reshard is committed to
+        apply from the next fire. The fires up to this one keep their owners (the
+        assignment keeps the previous ones), and an item that moved while it still
+        runs starts at its new owner once its running mark is gone (the start commit
+        checks it), so waiting on long items can neither stop them nor hold the
+        reshard (and with its flag every start commit of the job) for good."""
         cfg = self._state.config
         if not self.is_leader:
             return ReshardStep.DONE
@@ -124,12 +133,13 @@ class LeaderDuties:
             if self._s.execution.any_running():
                 if time.monotonic() - waited_since < cfg.execution_wait_timeout:
                     return ReshardStep.WAIT
-                log.warning(
-                    "%s: reshard postponed: items still running after %.1fs",
+                log.info(
+                    "%s: items still running after %.1fs: the reshard applies from the "
+                    "next fire (they go on)",
                     cfg.name,
                     cfg.execution_wait_timeout,
                 )
-                return ReshardStep.POSTPONED
+                from_next_fire = True
         for _attempt in range(3):  # the flag may be set again while we compute
             flag = self._s.store.get(self._s.paths.necessary)
             if flag is None:

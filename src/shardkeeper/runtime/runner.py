@@ -378,7 +378,8 @@ class JobRunner(FireQueue, Reactions):
             props=dict(cfg.props),
             params=dict(batch.params),
             _valid=lambda: item not in batch.timed_out and self._valid(batch),
-            _stop=lambda: item in batch.timed_out or self.state.stopping or self._reshard_hint(),
+            # timed out or stopping; never a pending reshard (batches.stop_reason)
+            _stop=lambda: self.batches.stop_reason(batch, item),
         )
 
     def _valid(self, batch: Batch) -> bool:
@@ -398,12 +399,6 @@ class JobRunner(FireQueue, Reactions):
     def _fence_because(self, why: str) -> None:
         if self.batches.fence_all():
             log.warning("%s: executions fenced: %s", self.name, why)
-
-    def _reshard_hint(self) -> bool:
-        try:
-            return self.sharding.is_necessary()
-        except StoreError:
-            return False
 
     # -- failover -------------------------------------------------------------------
 
