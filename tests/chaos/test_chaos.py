@@ -514,7 +514,7 @@ class Driver:
                 "assignment",
                 job=job,
                 generation=doc.generation,
-                levels=[[eff, {str(i): o for i, o in own.items()}] for eff, own in levels],
+                levels=[[eff, _owners_json(own)] for eff, own in levels],
             )
 
         for path in paths:
@@ -647,6 +647,18 @@ class Driver:
         for inst in self.workers.instances:
             self._release(inst)
         self.live.clear()
+
+
+def _owners_json(owners: dict[int, str]) -> Any:
+    """An assignment level for events.jsonl: ``{item: instance}``, or for thousands of
+    items the compact ``{"ids": [...], "owner": [index per item, -1: none]}`` the
+    checker also reads (tests/chaos/checker.py's OwnerList)."""
+    if len(owners) <= 256:
+        return {str(i): o for i, o in owners.items()}
+    ids = sorted(set(owners.values()))
+    index = {x: n for n, x in enumerate(ids)}
+    size = max(owners) + 1
+    return {"ids": ids, "owner": [index[owners[i]] if i in owners else -1 for i in range(size)]}
 
 
 def snapshot(store: CoordinationStore, job: str = JOB) -> dict[str, Any] | None:

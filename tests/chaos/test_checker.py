@@ -624,3 +624,259 @@ def test_a_fault_of_the_newly_assigned_owner_excuses_its_first_fires() -> None:
     report = check(history)
     assert not report.lost, report.render()
     assert report.excused.get("kill of the newly assigned owner") == 3
+
+
+# ---- the production-like workload's rules (issue 25 section 5) -----------------------
+
+
+def test_interrupted_run_without_a_rerun_is_lost() -> None:
+    """An execution that returned because should_stop() said true is not done: with
+    no run of the pair after it, the pair is lost (the previous checker counted the
+    valid=true end as a run)."""
+    b = Builder()
+    b.steady(skip={(T0 + 10, 0)})
+    b.run(A, 0, T0 + 10).stopped = True
+    b.frame()
+    report = check(b.history())
+    assert not report.ok
+    assert len(report.lost) == 1 and "interrupted and never run again" in report.lost[0]
+    assert report.stats["stopped"] == 1 and report.stats["stopped_rerun"] == 0
+
+
+def test_interrupted_run_that_runs_again_passes() -> None:
+    """The interrupted pair run again by its next owner (the failover hand-off) is
+    done, and counted as run again."""
+    b = Builder()
+    b.steady(skip={(T0 + 10, 0)})
+    b.run(A, 0, T0 + 10).stopped = True
+    b.run(B, 0, T0 + 10, start=T0 + 10.5, failover=True)
+    b.frame()
+    report = check(b.history())
+    assert report.ok, report.render()
+    assert report.stats["stopped"] == 1 and report.stats["stopped_rerun"] == 1
+    assert not report.duplicates  # an interrupted run and its re-run are no duplicate
+
+
+def test_interrupted_by_the_final_stop_is_listed_not_lost() -> None:
+    """A run the driver's final stop interrupted cannot be run again: listed, not lost."""
+    b = Builder()
+    b.steady(skip={(T0 + k, 0) for k in range(30, END)})
+    # the later fires of item 0 are folded behind the run the stop interrupted
+    b.run(A, 0, T0 + 30, end=T0 + END + 0.5).stopped = True
+    b.frame()
+    report = check(b.history())
+    assert report.ok, report.render()
+    assert len(report.stopped_at_end) == 1
+
+
+def test_a_pair_folded_into_a_later_run_by_covers_is_excused_as_folded() -> None:
+    """A fire that never ran itself but that a later done run names in ctx.covers is
+    folded, not lost; the same fire without the covers is lost."""
+    b = Builder()
+    b.steady(skip={(T0 + 10, 0)})
+    later = next(e for e in b.executions if e.item == 0 and e.fire == T0 + 11)
+    later.covers = (T0 + 10,)
+    b.frame()
+    report = check(b.history())
+    assert report.ok, report.render()
+    assert report.excused == {"folded: covered by a later run (ctx.covers)": 1}
+    assert report.excused_by_category == {"folded": 1}
+    later.covers = ()
+    assert len(check(b.history()).lost) == 1
+
+
+def test_item_disabled_by_the_operator_is_excused_in_its_window_only() -> None:
+    """Fires of an item the operator switched off are excused from PRE before the
+    disable to P + SLACK after the enable; a missing fire after that is lost."""
+    b = Builder()
+    off = {(T0 + k, 1) for k in range(10, 15)}
+    b.steady(skip=off | {(T0 + 18, 1)})
+    b.event(T0 + 9.8, "op_disable_item", job="", item=1)
+    b.event(T0 + 14.2, "op_enable_item", job="", item=1)
+    b.frame()
+    report = check(b.history())
+    assert report.excused == {"operator: item disabled": 5}
+    assert len(report.lost) == 1 and f"fire {T0 + 18:.3f} item 1" in report.lost[0]
+
+
+def test_fires_while_the_job_is_disabled_are_excused() -> None:
+    """Every item's fires while the operator had the job switched off are excused."""
+    b = Builder()
+    b.steady(skip={(T0 + k, i) for k in range(10, 13) for i in (0, 1)})
+    b.event(T0 + 9.9, "op_disable_job", job="")
+    b.event(T0 + 12.5, "op_enable_job", job="")
+    b.frame()
+    report = check(b.history())
+    assert report.ok, report.render()
+    assert report.excused == {"operator: job disabled": 6}
+    assert report.excused_by_category == {"operator": 6}
+
+
+def test_count_up_and_down_changes_the_checked_items() -> None:
+    """``config set sharding_total_count`` 2 -> 3 at T0+10 and back at T0+20: item 2
+    is checked only in between (excused within a change's window: a trigger, the
+    sharding wait and slack), and a fire of it missing in between is lost."""
+    b = Builder()
+    b.steady()
+    for k in range(18, 20):  # item 2 runs from the reshard on, except T0+17
+        b.run(A, 2, T0 + k)
+    b.event(T0 + 10.0, "op_count", job="", old=2, new=3)
+    b.event(T0 + 20.0, "op_count", job="", old=3, new=2)
+    b.frame()
+    report = check(b.history())
+    # windows: fires T0+10..T0+17 and T0+20..T0+27; item 2 is checked T0+10..T0+27
+    assert report.excused.get("operator: sharding_total_count changed") == 8 + 8
+    assert report.stats["pairs"] == 2 * report.stats["fires"] + 18
+    assert [x for x in report.lost if "item 2" in x] == []
+    b2 = Builder()
+    b2.steady()
+    b2.run(A, 2, T0 + 19)  # T0+18 of item 2 is missing, outside both windows
+    b2.event(T0 + 10.0, "op_count", job="", old=2, new=3)
+    b2.event(T0 + 20.0, "op_count", job="", old=3, new=2)
+    b2.frame()
+    lost = check(b2.history()).lost
+    assert len(lost) == 1 and f"fire {T0 + 18:.3f} item 2" in lost[0]
+
+
+def test_run_now_params_must_reach_every_healthy_owners_items() -> None:
+    """A run-now with params: each item's owner must start a run carrying them. Here
+    item 1's owner B ran the run-now without them: params lost (the previous checker
+    did not look at params at all); with B's run carrying them, it passes."""
+    b = Builder()
+    b.steady()
+    at = T0 + 12.3
+    b.event(at, "op_trigger", job="", params={"op": "7-1"}, ok=True)
+    b.run(A, 0, at + 0.05, start=at + 0.1).params = {"op": "7-1"}
+    missing = b.run(B, 1, at + 0.05, start=at + 0.1)
+    b.frame()
+    report = check(b.history())
+    assert not report.ok
+    assert len(report.params_lost) == 1 and "item 1 (owner " + B in report.params_lost[0]
+    missing.params = {"op": "7-1"}
+    report = check(b.history())
+    assert report.ok, report.render()
+    assert report.stats["run_now"] == 1 and report.stats["run_now_delivered"] == 2
+
+
+def test_run_now_of_a_killed_owner_is_excused_and_unknown_params_are_rejected() -> None:
+    """The owner killed right after the request excuses its item; an execution whose
+    params no request carried is rejected."""
+    b = Builder()
+    b.steady(skip={(T0 + k, 1) for k in range(13, END)})
+    for k in range(13, END):
+        b.run(A, 1, T0 + k, start=T0 + k + 0.05)
+    at = T0 + 12.3
+    b.event(at, "op_trigger", job="", params={"op": "9-9"}, ok=True)
+    b.run(A, 0, at, start=at + 0.1).params = {"op": "9-9"}
+    b.event(at + 0.2, "kill", B)
+    b.event(at + 0.2, "down", B)
+    b.frame(live=(A,))
+    report = check(b.history())
+    assert not report.params_lost and report.stats["run_now_excused"] == 1
+    b.run(A, 0, T0 + 20.5, start=T0 + 20.6).params = {"op": "nobody-asked"}
+    report = check(b.history())
+    assert len(report.params_unknown) == 1 and not report.ok
+
+
+def test_gray_link_of_the_owner_excuses_like_a_partition_and_must_rejoin() -> None:
+    """A gray link (requests held, session alive) of item 0's owner excuses its fires
+    for st + P + SLACK, its takeover latency is measured, and the instance must run
+    items again after the link is back (the previous checker knew no gray events)."""
+    b = Builder()
+    b.steady(skip={(T0 + k, 0) for k in range(10, END)})
+    b.run(A, 0, T0 + 10, end=T0 + 14, valid=False, valid_through=T0 + 10.5, invalid_at=T0 + 11)
+    b.run(B, 0, T0 + 10, start=T0 + 12.5, failover=True)
+    for k in range(13, END):
+        b.run(B, 0, T0 + k, start=T0 + k + 0.05)
+    b.event(T0 + 10.1, "gray", A)
+    b.event(T0 + 16.0, "gray_end", A)
+    b.frame()
+    report = check(b.history())
+    assert report.excused.get("gray of owner") == 2, report.render()
+    assert report.gray_latency == [T0 + 12.5 - (T0 + 10.1)]
+    assert report.not_rejoined and f"{A} healed" in report.not_rejoined[0]
+    b.run(A, 1, T0 + 20.5, start=T0 + 20.6)  # A gets an item again: rejoined
+    assert not check(b.history()).not_rejoined
+
+
+def test_an_instance_disabled_by_the_operator_counts_as_unable_to_run() -> None:
+    """While the only live instance is switched off, no instance can run: excused as
+    no healthy instance."""
+    b = Builder()
+    b.steady(skip={(T0 + k, i) for k in range(10, 13) for i in (0, 1)})
+    b.event(T0 + 9.0, "kill", B)
+    b.event(T0 + 9.0, "down", B)
+    b.event(T0 + 9.5, "op_disable_instance", A)
+    b.event(T0 + 12.9, "op_enable_instance", A)
+    b.event(T0 + 13.0, "up", B)
+    b.frame()
+    report = check(b.history())
+    assert report.excused.get("no healthy instance", 0) == 6, report.render()
+
+
+def test_excuse_categories_separate_owner_faults_from_folding() -> None:
+    """The report groups excuses: owner faults before start apart from folding, no
+    healthy instance, a leaderless store and the operator's switches."""
+    from tests.chaos.checker import excuse_category
+
+    assert excuse_category("kill of owner") == "owner dead/frozen before start"
+    assert excuse_category("owner's store disconnected (measured)") == (
+        "owner dead/frozen before start"
+    )
+    assert excuse_category("freeze of the newly assigned owner") == (
+        "owner dead/frozen before start"
+    )
+    assert excuse_category("coalesced: earlier fire running or waiting") == "folded"
+    assert excuse_category("no healthy instance") == "no healthy instance"
+    assert excuse_category("store without a leader (measured)") == "store without a leader"
+    assert excuse_category("operator: item disabled") == "operator"
+
+
+def test_load_histories_splits_jobs_and_reads_compact_assignments(tmp_path: Path) -> None:
+    """One run directory with two jobs: each job's history has its own executions,
+    snapshots and assignments (the compact owner lists included), and check_jobs
+    fails the run when one job lost a pair, naming that job."""
+    from tests.chaos.checker import check_jobs, load_histories
+
+    lines = []
+    for k in range(END):
+        for job, item, inst in (("a", 0, A), ("b", 0, B), ("b", 1, A)):
+            if (job, k) == ("b", 10) and item == 1:
+                continue  # job b loses one pair
+            rec = {
+                "job": job, "instance": inst, "item": item, "fire": T0 + k,
+                "token": k, "execution_id": f"{job}@{k}#{item}", "failover": False,
+                "misfire": False, "start": T0 + k + 0.01,
+            }  # fmt: skip
+            lines.append(json.dumps({**rec, "phase": "start"}))
+            lines.append(json.dumps({**rec, "phase": "end", "end": T0 + k + 0.3, "valid": True}))
+    (tmp_path / "exec-0.jsonl").write_text("\n".join(lines) + "\n")
+    events = [
+        {"t": T0 - 0.5, "kind": "up", "instance": A},
+        {"t": T0 - 0.4, "kind": "up", "instance": B},
+        {"t": T0 + 1, "kind": "assignment", "job": "b",
+         "levels": [[T0 + 2, {"ids": [A, B], "owner": [1, 0]}]]},
+        {"t": T0 + 24, "kind": "quiet"},
+        {"t": T0 + END, "kind": "stop"},
+    ]  # fmt: skip
+    (tmp_path / "events.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    snaps = [
+        {"t": T0 + 24 + n * 0.5, "t_end": T0 + 24.1 + n * 0.5, "job": job,
+         "owners": owners, "registered": [A, B], "running": {}, "queued": {}}
+        for n in range(23)
+        for job, owners in (("a", {"0": A}), ("b", {"0": B, "1": A}))
+    ]  # fmt: skip
+    (tmp_path / "snapshots.jsonl").write_text("\n".join(json.dumps(s) for s in snaps) + "\n")
+    params = {
+        "a": Params(count=1, name="a"),
+        "b": Params(count=2, name="b"),
+    }
+    hist = load_histories(tmp_path, params)
+    assert {e.job for e in hist["a"].executions} == {"a"} and len(hist["a"].executions) == END
+    assert len(hist["b"].snapshots) == 23 and hist["b"].snapshots[0].t_end is not None
+    ((_t, levels),) = hist["b"].assignments
+    assert dict(levels[0][1]) == {0: B, 1: A} and not hist["a"].assignments
+    report = check_jobs(tmp_path, params)
+    assert report.reports["a"].ok, report.reports["a"].render()
+    assert not report.ok and len(report.reports["b"].lost) == 1
+    assert "FAILED (b)" in report.table() and "== chaos history check: job a ==" in report.render()
