@@ -42,6 +42,8 @@ ACTIONS = (
 )
 #: seconds one CLI command may take (a store member down, a leader election)
 CLI_TIMEOUT = 60.0
+#: seconds a rolling restart waits for a fault on an instance to end
+ROLLING_WAIT = 30.0
 #: attempts of a command that undoes a switch (it must not stay switched off)
 UNDO_ATTEMPTS = 5
 
@@ -55,6 +57,10 @@ class OperatorTarget(Protocol):
 
     def live_ids(self) -> list[str]:
         """The ids of the instances up now (not being faulted or restarted)."""
+        ...
+
+    def all_ids(self) -> list[str]:
+        """The ids of every live instance (a fault may be acting on some)."""
         ...
 
     def operator_restart(self, instance_id: str, stop: Callable[[str], bool]) -> bool:
@@ -197,16 +203,23 @@ class Operator:
     def op_rolling_restart(self) -> None:
         """``shutdown --wait`` every instance in turn, each replaced by a new one."""
         self.target.log("op_rolling_start")
+
+        def stop(instance_id: str) -> bool:
+            ok, _ = self._act("op_shutdown", ["shutdown", instance_id, "--wait", "40"])
+            return ok
+
+        restarted: list[str] = []
         for inst in self.target.live_ids():
-            if self._stopping:
-                break
-
-            def stop(instance_id: str) -> bool:
-                ok, _ = self._act("op_shutdown", ["shutdown", instance_id, "--wait", "40"])
-                return ok
-
-            self.target.operator_restart(inst, stop)
-        self.target.log("op_rolling_end")
+            # an instance a fault is acting on is restarted once the fault is over;
+            # one the fault driver replaced meanwhile is already gone
+            deadline = time.monotonic() + ROLLING_WAIT
+            while not self.target.operator_restart(inst, stop):
+                if time.monotonic() > deadline or inst not in self.target.all_ids():
+                    break
+                time.sleep(0.5)  # an operator waiting for a fault to end: polling
+            else:
+                restarted.append(inst)
+        self.target.log("op_rolling_end", restarted=restarted)
 
     def restore(self) -> None:
         """Put the count back to its low value (the final state the checker judges)."""
