@@ -56,7 +56,7 @@ test-latest:
 	$(LATEST_VENV)/bin/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "$(FAST_MARK)" $(PYTEST_ARGS)
 
 chaos: system-deps venv
-	$(PY) -m pytest -q tests/chaos --chaos-duration $${DURATION:-600} -m chaos
+	$(PY) -m pytest -q tests/chaos --chaos-duration $${DURATION:-600} -m chaos $(if $(STORE),-k '$(STORE)',)
 
 bench: system-deps venv
 	$(VENV)/bin/pip install -q -e '.[bench]'
