@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from shardkeeper._imports import is_import_path
-from shardkeeper.coordination.assignment_codec import ASSIGNMENT_MAX_BYTES
 from shardkeeper.errors import JobConfigError
+from shardkeeper.limits import ASSIGNMENT_MAX_BYTES
 from shardkeeper.scheduling.triggers import resolve_time_zone
 
 from .fields import (

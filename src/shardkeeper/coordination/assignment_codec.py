@@ -33,6 +33,9 @@ from array import array
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+# defined below configuration, which checks job sizes against it (see limits.py)
+from shardkeeper.limits import ASSIGNMENT_MAX_BYTES
+
 __all__ = [
     "ASSIGNMENT_MAX_BYTES",
     "MAX_ITEM",
@@ -45,10 +48,6 @@ __all__ = [
     "worst_case_bytes",
 ]
 
-ASSIGNMENT_MAX_BYTES = 900_000
-"""The largest assignment value written: under ZooKeeper's 1 MB request limit
-(1,048,575 bytes; the backend refuses requests over 1,000,000 bytes of values) with
-room for the other operations of the reshard commit. etcd takes 1.5 MiB."""
 
 READABLE_MAX_BYTES = 128 * 1024
 """The ``ranges`` form is used while the whole value stays at most this size."""

@@ -28,7 +28,7 @@ from typing import Any
 
 from shardkeeper.coordination.snapshot import JobSnapshot
 from shardkeeper.errors import ShardkeeperError
-from shardkeeper.scheduling.scheduler import build_trigger
+from shardkeeper.scheduling.triggers import build_trigger
 
 __all__ = ["FAILING", "OK", "STALE", "JobHealth", "assess"]
 

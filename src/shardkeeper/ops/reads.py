@@ -25,7 +25,7 @@ from shardkeeper.ops.views import (
 )
 from shardkeeper.registry.base import check_path
 from shardkeeper.registry.url import RegistrySettings
-from shardkeeper.scheduling.scheduler import build_trigger
+from shardkeeper.scheduling.triggers import build_trigger
 
 __all__ = ["Reads", "next_fire"]
 

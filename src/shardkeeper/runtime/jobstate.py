@@ -3,53 +3,18 @@ repair). Only flags and counters: every part re-reads the store for the truth.""
 
 from __future__ import annotations
 
-import enum
 import threading
 from dataclasses import dataclass, field
 
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.strategies import ShardingStrategy, resolve_strategy
+
+# defined below the runtime so that its observers (metrics) need not import it
+from shardkeeper.counters import STAT_KEYS, SkipReason
 from shardkeeper.errorhandlers import ErrorHandler, resolve_error_handler
 from shardkeeper.registry.base import Check
 
 __all__ = ["STAT_KEYS", "JobState", "SkipReason"]
-
-STAT_KEYS = (
-    "triggers",
-    "executed",
-    "failed",
-    "skipped",
-    "misfires",
-    "failovers",
-    "fenced",
-    "reshards",
-    "repairs",
-    "retries",
-    "timed_out",
-    "store_errors",
-)
-
-
-class SkipReason(enum.Enum):
-    """Why a trigger started no item here."""
-
-    NOT_REGISTERED = "not registered in the job (registration is retried)"
-    SUSPENDED = "connection to the store suspended"
-    STOPPING = "instance stopping"
-    DISABLED = "job disabled"
-    NO_ITEMS = "no items assigned to this instance"
-    RESHARD_TIMEOUT = "resharding did not finish in time"
-    RUNNING_ELSEWHERE = "items still run elsewhere"
-    BUSY = "previous items still running here (misfire off)"
-    QUEUED = "fires queued up behind one still waiting (misfire off)"
-    BEFORE_JOIN = "fired before this instance (re-)joined the job"
-    DUPLICATE = "the same fire was delivered twice"
-    CHANGING = "assignment kept changing"
-    MEMBERSHIP = "membership changed since registration (re-registering)"
-    STORE = "store did not answer"
-    STORE_LIMIT = "the store refuses the start commit as too large (raise its request limits)"
-    MISSED = "missed by the scheduler (later than the grace time, misfire off)"
-    DONE = "one-off job done already"
 
 
 @dataclass
