@@ -159,7 +159,8 @@ class Story:
             "demo",
             session_timeout=self.timing.session_timeout,
             connection_timeout=5.0,
-            operation_timeout=5.0,
+            # at most the session timeout, as the registry URL requires
+            operation_timeout=self.timing.session_timeout,
         )
         self.store = open_store(self.url)
         self.store.start()

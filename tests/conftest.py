@@ -17,7 +17,7 @@ Stores:
   test module may override it to add ``"memory"`` (id ``mem``, the reference store on
   ``memory_server``): the fixtures below then build MemoryStores.
 * ``registry_url``: a URL on the single-node server of ``backend``, with a namespace
-  unique to the test and short timeouts (session 2 s, connection 5 s, operation 5 s).
+  unique to the test and short timeouts (session 2 s, connection 5 s, operation 2 s).
 * ``store_factory(url=None, **options)``: a started store (``registry_url`` unless a
   URL is given; options override the URL's), closed at teardown.
 * ``store``: one started store on ``registry_url``.

@@ -32,7 +32,9 @@ LEAD = 5.0
 
 @pytest.fixture
 def cluster(registry_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(url=registry_url, workdir=tmp_path, defaults={"job": JOB, "sharding_wait": 1.0})
+    # sharding_wait: the least the fixture's 2 s operation timeout allows (two start
+    # attempts, config/timing.py)
+    c = Cluster(url=registry_url, workdir=tmp_path, defaults={"job": JOB, "sharding_wait": 4.0})
     try:
         yield c
     finally:

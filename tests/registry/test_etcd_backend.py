@@ -747,7 +747,7 @@ def test_a_read_through_a_dead_member_is_sent_again_to_another(
     leader = etcd_cluster.leader()
     dead = leader if victim == "leader" else (leader + 1) % len(etcd_cluster.hosts)
     host, port = etcd_cluster.hosts[dead]
-    url = etcd_cluster.url(namespace, session_timeout=4, operation_timeout=5)
+    url = etcd_cluster.url(namespace, session_timeout=4, operation_timeout=4)
     with started(url) as store:
         # the etcd3 client starts on a random endpoint: steer it onto the one to kill
         store._client._current_endpoint_label = f"{host}:{port}"

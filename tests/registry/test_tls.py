@@ -46,7 +46,7 @@ pytestmark = pytest.mark.timeout(90)
 
 #: short timeouts: a refused client must fail within CONNECT seconds (+ the probe)
 CONNECT = 2.0
-FAST = {"session_timeout": 2.0, "connection_timeout": CONNECT, "operation_timeout": 5.0}
+FAST = {"session_timeout": 2.0, "connection_timeout": CONNECT, "operation_timeout": 2.0}
 
 
 @pytest.fixture(scope="module")

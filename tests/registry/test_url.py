@@ -62,11 +62,11 @@ def test_longest_timeout_is_accepted() -> None:
 
 
 def test_defaults_for_timeouts_and_credentials() -> None:
-    """Without options: session 4 s, connection 5 s, operation 5 s, no credentials."""
+    """Without options: session 4 s, connection 5 s, operation 2 s, no credentials."""
     settings = parse_registry_url("etcd://h:2379/ns")
     assert settings.session_timeout == 4.0
     assert settings.connection_timeout == 5.0
-    assert settings.operation_timeout == 5.0
+    assert settings.operation_timeout == 2.0
     assert settings.username is None
     assert settings.password is None
 
@@ -74,11 +74,11 @@ def test_defaults_for_timeouts_and_credentials() -> None:
 def test_timeout_options_are_parsed_as_seconds() -> None:
     """session/connection/operation timeouts are read as float seconds."""
     settings = parse_registry_url(
-        "zk://h:1/ns?session_timeout=2.5&connection_timeout=0.75&operation_timeout=3"
+        "zk://h:1/ns?session_timeout=2.5&connection_timeout=0.75&operation_timeout=1.5"
     )
     assert settings.session_timeout == 2.5
     assert settings.connection_timeout == 0.75
-    assert settings.operation_timeout == 3.0
+    assert settings.operation_timeout == 1.5
 
 
 def test_credentials_in_userinfo_are_percent_decoded() -> None:

@@ -324,7 +324,9 @@ def test_a_read_cut_off_by_a_frozen_member_is_sent_again(
     """A read in flight when its member freezes fails with ConnectionLoss once kazoo
     gives up on the connection; kazoo moves to another member and the store sends the
     read again, within the one operation timeout."""
-    store = open_store(zk_ensemble.url(namespace, session_timeout=3, operation_timeout=6))
+    # kazoo gives up on a silent member after 2/3 of the session timeout: the
+    # operation timeout (at most the session timeout) leaves a third for the re-send
+    store = open_store(zk_ensemble.url(namespace, session_timeout=6, operation_timeout=6))
     assert isinstance(store, ZooKeeperStore)
     with store:
         store.put("/r/k", b"1")

@@ -17,7 +17,13 @@ Credentials go in the user-info part (``zk://user:secret@host:2181/ns``) or as
   heartbeat before it declares the session dead and deletes its ephemeral nodes.
   This is the floor of failover latency.
 * ``connection_timeout`` (default 5): how long :meth:`start` waits for a session.
-* ``operation_timeout`` (default 5): how long one request may take.
+* ``operation_timeout`` (default 2, or the session timeout when that is shorter):
+  how long one request may take. At most ``session_timeout`` (ZooKeeper and etcd; a
+  URL giving more is refused): a request stuck in a store leader election then ends
+  within the session it was sent in, and the housekeeping probe is answered or given
+  up on before the freshness clock (0.9 x the session timeout) runs out. A job's
+  ``sharding_wait_timeout`` must also leave room for two such requests, a start
+  commit that timed out and its retry (see :mod:`shardkeeper.config.timing`).
 
 One count, etcd only:
 
@@ -63,12 +69,29 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from shardkeeper.errors import InvalidRegistryURLError
 from shardkeeper.registry.tls import URL_OPTION, check_tls_options
 
-__all__ = ["ENV_VAR", "MAX_TIMEOUT_SECONDS", "RegistrySettings", "parse_registry_url", "redact"]
+__all__ = [
+    "DEFAULT_OPERATION_TIMEOUT",
+    "DEFAULT_SESSION_TIMEOUT",
+    "ENV_VAR",
+    "MAX_TIMEOUT_SECONDS",
+    "RegistrySettings",
+    "parse_registry_url",
+    "redact",
+    "timeout_problem",
+]
 
 ENV_VAR = "SHARDKEEPER_REGISTRY"
 
 MAX_TIMEOUT_SECONDS = 3600
 """The longest session, connection or operation timeout a URL may give."""
+
+DEFAULT_SESSION_TIMEOUT = 4.0
+"""The session timeout when a URL gives none (seconds): the floor of failover latency."""
+
+DEFAULT_OPERATION_TIMEOUT = 2.0
+"""The operation timeout when a URL gives none (seconds), or the session timeout when
+that is shorter. Half the default session timeout, so that a commit that timed out
+and its retry (2 x 2 s) fit in the default ``sharding_wait_timeout`` (5 s)."""
 
 DEFAULT_TXN_OPS = 128
 """etcd's default ``--max-txn-ops``, and the least ``max_txn_ops`` a URL may give."""
@@ -107,6 +130,24 @@ def redact(url: str) -> str:
     return _SECRET_IN_QUERY.sub(r"\1***", url)
 
 
+def timeout_problem(backend: str, session_timeout: float, operation_timeout: float) -> str | None:
+    """Why ``operation_timeout`` does not fit ``session_timeout`` (None when it does).
+
+    A request may take at most the session timeout: one stuck in a store leader
+    election longer than that outlives the session it was sent in, and a housekeeping
+    probe that takes that long has already let the freshness clock (0.9 T) run out.
+    The in-process memory store sends no request anywhere: any value is fine there.
+    """
+    if backend == "memory" or operation_timeout <= session_timeout:
+        return None
+    return (
+        f"operation_timeout={operation_timeout:g} is longer than session_timeout="
+        f"{session_timeout:g}; give an operation_timeout of at most {session_timeout:g} "
+        f"seconds (default {DEFAULT_OPERATION_TIMEOUT:g}, or the session timeout when "
+        f"shorter), or a longer session_timeout"
+    )
+
+
 def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -121,9 +162,11 @@ class RegistrySettings(BaseModel):
     backend: Literal["zookeeper", "etcd", "memory"]
     hosts: tuple[tuple[str, int], ...]
     namespace: str
-    session_timeout: float = Field(default=4.0, gt=0)
+    session_timeout: float = Field(default=DEFAULT_SESSION_TIMEOUT, gt=0)
     connection_timeout: float = Field(default=5.0, gt=0)
-    operation_timeout: float = Field(default=5.0, gt=0)
+    #: at most session_timeout; when not given, DEFAULT_OPERATION_TIMEOUT or the
+    #: session timeout when that is shorter (see _default_operation_timeout)
+    operation_timeout: float = Field(default=DEFAULT_OPERATION_TIMEOUT, gt=0)
     username: str | None = None
     # kept out of repr (settings end up in logs and tracebacks)
     password: str | None = Field(default=None, repr=False)
@@ -150,6 +193,25 @@ class RegistrySettings(BaseModel):
         if isinstance(data, dict) and "tls" not in data and any(data.get(f) for f in files):
             return {**data, "tls": True}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_operation_timeout(cls, data: Any) -> Any:
+        # a short session asked for (session_timeout=1 for fast failover) brings the
+        # default operation timeout down with it rather than being refused for it
+        if isinstance(data, dict) and "operation_timeout" not in data:
+            session = data.get("session_timeout", DEFAULT_SESSION_TIMEOUT)
+            number = isinstance(session, int | float) and not isinstance(session, bool)
+            if number and 0 < session < DEFAULT_OPERATION_TIMEOUT:
+                return {**data, "operation_timeout": float(session)}
+        return data
+
+    @model_validator(mode="after")
+    def _timeouts_fit(self) -> RegistrySettings:
+        problem = timeout_problem(self.backend, self.session_timeout, self.operation_timeout)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
     @model_validator(mode="after")
     def _tls_usable(self) -> RegistrySettings:
@@ -413,6 +475,11 @@ def _parse(url: str) -> RegistrySettings:
         raise InvalidRegistryURLError(
             url, "option acl_repair needs credentials: give a user name and password"
         )
+    session = options.get("session_timeout", DEFAULT_SESSION_TIMEOUT)
+    if "operation_timeout" in options:
+        problem = timeout_problem(backend, session, options["operation_timeout"])
+        if problem is not None:
+            raise InvalidRegistryURLError(url, problem)
     if tls is None:
         tls = bool(files)  # ca, cert or key imply TLS
     problem = check_tls_options(

@@ -60,6 +60,7 @@ from typing import NamedTuple
 from shardkeeper._imports import import_object
 from shardkeeper._version import __version__
 from shardkeeper.config import JobConfig
+from shardkeeper.config.timing import check_fire_deadline, request_bound
 from shardkeeper.coordination.config_service import ConfigService, instance_writer
 from shardkeeper.coordination.model import InstanceInfo, encode
 from shardkeeper.coordination.paths import JOBS, instance_path
@@ -406,7 +407,11 @@ def build_runners(
 ) -> dict[str, JobRunner]:
     """One runner per job, sharing the runtime's pools, clocks and observers. Jobs
     whose listeners want skipped triggers get them through one more observer, added
-    first (the runners keep the observers they are given)."""
+    first (the runners keep the observers they are given). Raises JobConfigError
+    for a job whose fire deadline cannot hold a timed-out start commit and its retry
+    on this store (``config/timing.py``)."""
+    for name, spec in specs.items():
+        check_fire_deadline(name, spec.config.sharding_wait_timeout, request_bound(store))
     skip_listeners = {name: spec.listeners for name, spec in specs.items()}
     if any(wants_skips(x) for found in skip_listeners.values() for x in found):
         observers.add(ListenerSkips(skip_listeners))

@@ -146,6 +146,11 @@ class EtcdCore(CoordinationStore):
         return float(self._ttl)
 
     @property
+    def operation_timeout(self) -> float:
+        """The registry URL's ``operation_timeout``: the longest one request waits."""
+        return self.settings.operation_timeout
+
+    @property
     def round_trips(self) -> int:
         """Requests sent by the public methods (see ``store.py``: Costs):
         :class:`~shardkeeper.registry.counting.CountsRequests`."""

@@ -227,6 +227,11 @@ class _Session(CoordinationStore):
         return self._settings.session_timeout
 
     @property
+    def operation_timeout(self) -> float:
+        """The registry URL's ``operation_timeout``: the longest one request waits."""
+        return self._settings.operation_timeout
+
+    @property
     def round_trips(self) -> int:
         """Requests sent so far (a multi counts as one): :class:`CountsRequests`."""
         return self._round_trips
