@@ -109,6 +109,11 @@ class ShardingContext:
     #: one-off parameters of an operator's run-now request (``shardkeeper trigger
     #: JOB --param k=v``); empty for scheduled fires and their re-runs
     params: dict[str, str] = field(default_factory=dict)
+    #: earlier fire times of this item that no run stood for (its owner died, froze
+    #: or lost its store before starting them, or this instance skipped them): with
+    #: misfire on, this run is their fold, as a misfire re-run is the fold of the
+    #: fires that came while the item ran. Oldest first; at most 100 (the newest).
+    covers: tuple[datetime, ...] = ()
     _valid: Callable[[], bool] = field(default=_always_true, repr=False, compare=False)
     _stop: Callable[[], StopReason | None] = field(default=_no_stop, repr=False, compare=False)
 
@@ -154,6 +159,7 @@ class ShardingContext:
             "is_misfire": self.is_misfire,
             "props": dict(self.props),
             "params": dict(self.params),
+            "covers": [t.isoformat() for t in self.covers],
         }
 
 

@@ -63,6 +63,8 @@ class Batch:
     contexts: dict[int, ShardingContext] = field(default_factory=dict)
     #: one-off parameters of the run-now request this batch serves
     params: dict[str, str] = field(default_factory=dict)
+    #: earlier fire times each item's run stands for (runtime/coverage.py)
+    covers: dict[int, tuple[float, ...]] = field(default_factory=dict)
     failover: bool = False
     misfire: bool = False
     fenced: bool = False

@@ -344,6 +344,8 @@ class FireQueue:
     def _record(self, fire: Fire, result: Launched | Skipped | Deferred) -> None:
         st = self.state
         if isinstance(result, Launched):
+            if result.skipped is not None:  # the fire's other items, as a skip
+                self._record(fire, result.skipped)
             return
         if isinstance(result, Deferred):
             if st.config.misfire:

@@ -63,6 +63,7 @@ from shardkeeper.runtime.repair import RepairHooks, RepairPass
 from shardkeeper.runtime.services import JobServices
 from shardkeeper.runtime.trigger import (
     Fire,
+    Skipped,
     TriggerFlow,
     fmt_fire,
 )
@@ -133,6 +134,11 @@ class JobRunner(FireQueue, Reactions):
             session=self._session,
             owns=self.batches.owns,
             ran=self.batches.ran_here,
+            # with misfire off, fires of items no instance ran (their owner gone
+            # before they started) are recorded as skips by the next owner
+            on_missed=lambda ft, items: self._record(
+                Fire(ft), Skipped(SkipReason.OWNER_GONE, items)
+            ),
         )
         self.repairs = RepairPass(
             services,
@@ -377,6 +383,7 @@ class JobRunner(FireQueue, Reactions):
             is_misfire=batch.misfire,
             props=dict(cfg.props),
             params=dict(batch.params),
+            covers=tuple(datetime.fromtimestamp(t, UTC) for t in batch.covers.get(item, ())),
             _valid=lambda: item not in batch.timed_out and self._valid(batch),
             # timed out or stopping; never a pending reshard (batches.stop_reason)
             _stop=lambda: self.batches.stop_reason(batch, item),
@@ -439,6 +446,7 @@ class JobRunner(FireQueue, Reactions):
             if claim is None:
                 return
             st.count("failovers")
+            self.trigger.coverage.decided([claim.item], claim.entry.fire_time)
             self._launch(
                 Batch(
                     fire_time=claim.entry.fire_time,

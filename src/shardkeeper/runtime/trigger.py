@@ -33,9 +33,11 @@ from datetime import UTC, datetime
 from shardkeeper.coordination.model import Assignment, RunningMark
 from shardkeeper.coordination.oneoff import OneOffService, OneOffView
 from shardkeeper.runtime.batches import Batch, execution_id
+from shardkeeper.runtime.coverage import Coverage, FireSchedule
 from shardkeeper.runtime.jobstate import JobState, SkipReason
 from shardkeeper.runtime.leader import LeaderDuties, ReshardStep
 from shardkeeper.runtime.services import JobServices
+from shardkeeper.scheduling.triggers import build_trigger
 
 __all__ = ["Fire", "Launched", "Skipped", "StepResult", "TriggerFlow", "Wait", "fmt_fire"]
 
@@ -118,6 +120,7 @@ class TriggerFlow:
         session: Callable[[], str],
         owns: Callable[[int, str], bool] = lambda _item, _execution: False,
         ran: Callable[[str], bool] = lambda _execution: False,
+        on_missed: Callable[[float, tuple[int, ...]], None] = lambda _ft, _items: None,
     ) -> None:
         self._s = services
         self._state = state
@@ -127,6 +130,10 @@ class TriggerFlow:
         self._session = session
         self._owns = owns
         self._ran = ran
+        self._on_missed = on_missed
+        #: the earlier fires each started item stands for (no fire silently lost)
+        self.coverage = Coverage(services.store, services.paths)
+        self._schedule: tuple[object, FireSchedule] | None = None
         #: the assignment as last read, with its version: a fire that finds items of
         #: its own in it commits against that version (a stale copy fails the commit
         #: and the fire reads again); a fire that finds none reads it fresh
@@ -231,9 +238,11 @@ class TriggerFlow:
             return Skipped(SkipReason.NO_ITEMS)
         held = self._local_items() & set(items)
         if held:
-            return self._not_due(fire, "earlier items still run; not due yet") or Deferred(
-                tuple(sorted(held))
-            )
+            not_due = self._not_due(fire, "earlier items still run; not due yet")
+            if not_due is not None:
+                return not_due
+            self.coverage.decided(held, ft)  # folded into the run still going here
+            return Deferred(tuple(sorted(held)))
         return self._start(fire, items, version)
 
     @staticmethod
@@ -300,6 +309,7 @@ class TriggerFlow:
                 misfire=fire.misfire,
                 session=session,
                 params=dict(fire.params),
+                covers=self._covers(list(result.marked), ft),
             )
             self._launch(batch)
             if result.reason is not None:
@@ -332,6 +342,7 @@ class TriggerFlow:
             return not_due
         held = self._local_items() & set(items)
         if held:
+            self.coverage.decided(held, ft)  # folded into the run still going here
             return Deferred(tuple(sorted(held)))
         # Marks of this very fire written by an earlier attempt whose reply was lost
         # are ours: adopt them instead of calling them "running elsewhere".
@@ -346,6 +357,7 @@ class TriggerFlow:
                 misfire=fire.misfire,
                 session=session,
                 params=dict(fire.params),
+                covers=self._covers(sorted(adopted), ft),
             )
             self._launch(batch)
             rest = [i for i in items if i not in adopted]
@@ -396,6 +408,28 @@ class TriggerFlow:
             gone = tuple(i for i in items if i in elsewhere)
             return Launched(step.items, Skipped(SkipReason.RUNNING_ELSEWHERE, gone))
         return step
+
+    def _covers(self, items: list[int], fire_time: float) -> dict[int, tuple[float, ...]]:
+        """The earlier fires of just-started ``items`` that no run stood for
+        (runtime/coverage.py): with misfire on this run is their fold; with it off
+        they are recorded as skips (owner gone) and the run covers nothing."""
+        cfg = self._state.config
+        if cfg.at is not None:
+            return {}  # a one-off job has one fire: nothing before it to cover
+        if self._schedule is None or self._schedule[0] is not cfg:
+            self._schedule = (cfg, FireSchedule(build_trigger(cfg)))
+        gaps = self.coverage.gaps(
+            items, fire_time, self._schedule[1], monitored=cfg.monitor_execution
+        )
+        if not gaps or cfg.misfire:
+            return gaps
+        by_fire: dict[float, list[int]] = {}
+        for item, missed in gaps.items():
+            for ft in missed:
+                by_fire.setdefault(ft, []).append(item)
+        for ft in sorted(by_fire):
+            self._on_missed(ft, tuple(sorted(by_fire[ft])))
+        return {}
 
     def _start_rest(
         self, fire: Fire, launched: Sequence[int], rest: list[int], version: int

@@ -1,0 +1,174 @@
+"""No (fire, item) silently lost: a fire whose owner was cut off before starting it
+is folded into the next owner's run of the item (``ctx.covers``), or recorded as a
+skip with misfire off (issue 25, section 4). On the MemoryStore: instance A is cut
+off from the store (suspended past its session timeout, as a frozen process or a cut
+link), so nobody starts its items' fires until B owns them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from shardkeeper.config import JobConfig
+from shardkeeper.job import ShardedJob, ShardingContext
+from shardkeeper.observe import ExecutionRecord, SkipRecord
+from shardkeeper.registry.memory import MemoryServer
+from shardkeeper.runtime import Runtime
+from shardkeeper.runtime.jobstate import SkipReason
+from shardkeeper.testing.faults import wait_until
+
+pytestmark = pytest.mark.timeout(90)
+
+JOB = "nolost"
+ITEMS = 4
+
+
+class Covering(ShardedJob):
+    """Records (instance, fire time, item, covered fire times) of every run."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runs: list[tuple[str, float, int, tuple[float, ...]]] = []
+
+    def execute(self, ctx: ShardingContext) -> None:
+        covered = tuple(t.timestamp() for t in ctx.covers)
+        with self.lock:
+            self.runs.append((ctx.instance_id, ctx.fire_time.timestamp(), ctx.item, covered))
+
+    def snapshot(self) -> list[tuple[str, float, int, tuple[float, ...]]]:
+        with self.lock:
+            return list(self.runs)
+
+
+@pytest.fixture
+def server() -> Iterator[MemoryServer]:
+    srv = MemoryServer()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+
+
+def _cfg(**over: Any) -> JobConfig:
+    base: dict[str, Any] = {
+        "name": JOB,
+        "interval": 1,
+        "sharding_total_count": ITEMS,
+        "failover": True,
+        "misfire": True,
+        "sharding_wait_timeout": 2,
+    }
+    base.update(over)
+    return JobConfig(**base)
+
+
+def _cut_off_a(
+    server: MemoryServer, runtimes: list[Runtime], job: Covering, config: JobConfig, **kw: Any
+) -> tuple[Runtime, Runtime, set[int], float]:
+    """A and B share the job; A is cut off from the store until its session expired
+    and B ran A's items. Returns (A, B, A's items, the time A was cut off)."""
+    a_store = server.store(session_timeout=1.0)
+    a = Runtime(a_store, shutdown_grace=1, **kw)
+    a.add_job(job, config)
+    a.start()
+    runtimes.append(a)
+    b = Runtime(server.store(session_timeout=1.0), shutdown_grace=1, **kw)
+    b.add_job(job, config)
+    b.start()
+    runtimes.append(b)
+
+    def items_of(rt: Runtime, after: float) -> set[int]:
+        return {i for who, ft, i, _c in job.snapshot() if who == rt.instance_id and ft > after}
+
+    t0 = time.time()
+    wait_until(
+        lambda: (
+            items_of(a, t0) and items_of(b, t0) and len(items_of(a, t0) | items_of(b, t0)) == ITEMS
+        ),
+        20,
+        message=lambda: f"the items were never split between A and B: {job.snapshot()[-8:]}",
+    )
+    last_a = max(ft for who, ft, _i, _c in job.snapshot() if who == a.instance_id)
+    mine = {i for who, ft, i, _c in job.snapshot() if who == a.instance_id and ft == last_a}
+    a_store.suspend()
+    cut = time.time()
+    wait_until(
+        lambda: mine <= items_of(b, cut + 1),
+        20,
+        message=lambda: f"B never ran A's items {mine}: {job.snapshot()[-8:]}",
+    )
+    return a, b, mine, last_a
+
+
+def test_fires_no_instance_started_are_covered_by_the_next_owners_run(
+    server: MemoryServer, runtimes: list[Runtime]
+) -> None:
+    job = Covering()
+    config = _cfg()
+    _a, b, mine, last_a = _cut_off_a(server, runtimes, job, config)
+    for item in mine:
+        first_b = min(
+            ft
+            for who, ft, i, _c in job.snapshot()
+            if i == item and who == b.instance_id and ft > last_a
+        )
+        stood_for = {ft for _w, ft, i, _c in job.snapshot() if i == item} | {
+            c for _w, _ft, i, cov in job.snapshot() if i == item for c in cov
+        }
+        # every fire of the item on the schedule up to B's first run of it was run
+        # or folded into a run that says so
+        due = {last_a + k for k in range(round(first_b - last_a) + 1)}
+        assert due <= stood_for, (
+            f"item {item}: fires {sorted(due - stood_for)} neither ran nor were folded "
+            f"(A last ran it at {last_a}, B first at {first_b})"
+        )
+        covering = [cov for who, ft, i, cov in job.snapshot() if i == item and ft == first_b]
+        assert covering and covering[0], f"B's first run of item {item} covers nothing"
+
+
+def test_with_misfire_off_fires_no_instance_started_are_recorded_as_skips(
+    server: MemoryServer, runtimes: list[Runtime]
+) -> None:
+    job = Covering()
+
+    class Skips:
+        """An execution observer keeping the skip records."""
+
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+            self.records: list[SkipRecord] = []
+
+        def on_execution(self, record: ExecutionRecord) -> None:
+            pass
+
+        def on_skip(self, record: SkipRecord) -> None:
+            with self.lock:
+                self.records.append(record)
+
+    skips = Skips()
+    config = _cfg(misfire=False)
+    _a, b, mine, last_a = _cut_off_a(server, runtimes, job, config, observers=[skips])
+    unrun = 0
+    for item in mine:
+        first_b = min(
+            ft
+            for who, ft, i, _c in job.snapshot()
+            if i == item and who == b.instance_id and ft > last_a
+        )
+        ran = {ft for _w, ft, i, _c in job.snapshot() if i == item}
+        missed = {last_a + k for k in range(1, round(first_b - last_a))} - ran
+        unrun += len(missed)
+        assert all(not cov for _w, _ft, i, cov in job.snapshot() if i == item)
+        with skips.lock:
+            gone = {
+                r.fire_time
+                for r in skips.records
+                if r.reason == SkipReason.OWNER_GONE.value and item in r.items
+            }
+        assert missed <= gone, f"item {item}: fires {sorted(missed - gone)} skipped unrecorded"
+    assert unrun, "no fire went unrun: the case was not exercised"
