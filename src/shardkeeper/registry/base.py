@@ -408,9 +408,10 @@ class CoordinationStore(ABC):
         nodes are gone. The store stops renewing the session at once, whatever the
         link does (so the server ends it at the latest one session timeout after its
         last renewal), and asks the server to end it now as far as the server can be
-        reached (bounded by the operation timeout). Listeners then get LOST, and the
-        store establishes a new session by itself: CONNECTED with a new
-        :attr:`session_id`, as after an expiry; this returns without waiting for it.
+        reached (bounded by the operation timeout). Listeners then get LOST (on
+        ZooKeeper after a SUSPENDED: its connection is cut), and the store establishes
+        a new session by itself: CONNECTED with a new :attr:`session_id`, as after an
+        expiry; this returns without waiting for it.
 
         The backends implement it; this default raises StoreError naming the store."""
         from shardkeeper.errors import StoreError  # local: this edit keeps to its method
@@ -439,14 +440,6 @@ class CoordinationStore(ABC):
     @abstractmethod
     def session_timeout(self) -> float:
         """The negotiated session timeout in seconds."""
-
-    @property
-    def operation_timeout(self) -> float | None:
-        """How long one request may take, in seconds (the registry URL's
-        ``operation_timeout``), or None (this default) for a store whose requests
-        never wait on a server (the in-process MemoryStore). A job's fire deadline
-        must hold two of them (``config/timing.py``)."""
-        return None
 
     def last_renewal(self) -> float | None:
         """When (``time.monotonic()``) this client sent the latest renewal of its

@@ -301,6 +301,32 @@ class EtcdStore(SessionMixin, GroupsMixin):
 
     # -- fault hooks (registry.faults.SessionFaults), for tests ------------------------
 
+    def relinquish_session(self) -> None:
+        """:meth:`CoordinationStore.relinquish_session` on etcd: the lease stops being
+        kept alive at once (the store is LOST from now on, and its session thread
+        grants a new lease instead of refreshing the old one: CONNECTED with the new
+        ``session_id``), then the old lease is revoked, bounded by the operation
+        timeout and the TTL: etcd deletes its keys at once when it can be reached, and
+        at the latest one TTL after the last keep-alive it received."""
+        self._require_started()
+        old = self._lease
+        # LOST first: a keep-alive in flight may still land, none is sent after it
+        self._set_state(ConnectionState.LOST)
+        self._check_session_now = True
+        self._wake.set()
+        timeout = max(0.5, min(self.settings.operation_timeout, float(self._ttl)))
+        try:
+            with self._translated("relinquish_session: revoke lease"):
+                self._send(
+                    "leasestub", "LeaseRevoke", rpc.LeaseRevokeRequest(ID=old), timeout=timeout
+                )
+        except StoreError as exc:
+            _log.warning(
+                "etcd session lease %x could not be revoked now (%s): it runs out within its TTL",
+                old,
+                exc,
+            )
+
     def expire_session(self, timeout: float = 15.0) -> None:
         """End the current session on the server: revoke its lease (etcd deletes every
         key attached to it at once). The session thread is woken to find the lease

@@ -7,18 +7,22 @@ the package docstring).
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import TypeVar
 
 from kazoo import exceptions as kz
+from kazoo.client import KazooClient
 
 from shardkeeper.errors import (
     ConfigError,
     StoreError,
     StoreLimitError,
+    StoreUnavailableError,
 )
+from shardkeeper.registry import tls
 from shardkeeper.registry.base import (
     Check,
     CommitResult,
@@ -236,3 +240,54 @@ class ZooKeeperStore(_Planner, _TreeWatcher):
             )
         with self._errors("commit"):
             return self._commit(self._deadline(), ops)
+
+    # -- giving the session up (the gray link: runtime/graylink.py) ---------------------
+
+    def relinquish_session(self) -> None:
+        """:meth:`CoordinationStore.relinquish_session` on ZooKeeper.
+
+        First the session stops being renewed, whatever the link does: kazoo forgets
+        its id and password and its connection is cut, so it connects again asking
+        for a NEW session and nothing pings the old one (the server ends it one
+        session timeout after its last ping at the latest). Then the old session is
+        closed on the server now, by a second client holding its id and password (as
+        :meth:`expire_session`), bounded by the operation timeout and the session
+        timeout: its ephemeral nodes go at once when the server can be reached. The
+        store reports LOST, then CONNECTED with the new session."""
+        client = self._zk
+        old = client.client_id
+        if old is None:
+            raise StoreUnavailableError("relinquish_session: the ZooKeeper store has no session")
+        if not (hasattr(client, "_session_id") and hasattr(client, "_session_passwd")):
+            raise StoreError(
+                "relinquish_session: this kazoo keeps no _session_id/_session_passwd; "
+                "install the kazoo version the package requires"
+            )
+        # kazoo's connection thread reads these only when it (re)connects: set now,
+        # the reconnect after the cut below asks for a new session
+        client._session_id = None
+        client._session_passwd = b"\x00" * 16
+        sock = kazoo_private.connection_socket(client)
+        if sock is not None:
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        timeout = max(0.5, min(self._settings.operation_timeout, self.session_timeout))
+        twin = KazooClient(
+            hosts=self._settings.hosts_string,
+            client_id=old,
+            timeout=self.session_timeout,
+            **tls.kazoo_options(self._settings),
+        )
+        try:
+            twin.start(timeout=timeout)
+            twin.stop()
+        except Exception as exc:  # unreachable now: it expires on its own (see above)
+            _log.warning(
+                "ZooKeeper session %#x could not be closed now (%s): it expires "
+                "within the session timeout",
+                old[0],
+                exc,
+            )
+        finally:
+            with suppress(Exception):
+                twin.close()
