@@ -2,7 +2,10 @@
 
 It ticks every T/3 (T = the session timeout). Each tick probes the store with one
 read of the instance node: an answer under the current session feeds the freshness
-clock (runtime/liveness.py), and executions are fenced when the clock goes stale.
+clock (runtime/liveness.py: on stores whose session any answered request renews; on
+etcd the clock follows the lease keep-alives instead), and executions are fenced when
+the clock goes stale. The runtime also asks for a probe at once (:meth:`Housekeeper.probe`)
+when the store reports a (re)connection.
 The probe goes on during start-up and during a graceful stop (executions started
 then must stay valid). Once the runtime has started, and while it is not stopping,
 the tick also re-creates the instance node if it is gone and queues the
@@ -16,7 +19,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable
 
 from shardkeeper.coordination.paths import instance_path
@@ -114,10 +116,19 @@ class Housekeeper:
                 runner.submit("prune", runner.leader.prune_once_markers)
         self._skips.flush()
 
+    def probe(self) -> None:
+        """Probe now, from any thread (the runtime asks after a (re)connection: the
+        probe's send time, unlike the time the event was delivered, is certainly
+        after the server heard from us)."""
+        try:
+            self._probe()
+        except Exception:  # a probe on a borrowed thread must not take it down
+            log.exception("liveness probe failed")
+
     def _probe(self) -> bool | None:
         """Whether the instance node exists (None: no answer); an answer under the
         session the probe went out in is contact for the freshness clock."""
-        sent = time.monotonic()
+        sent = self._liveness.now()
         if self._store.state not in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
             return None
         session = self._session_id()

@@ -1,13 +1,22 @@
 """Whether this process may still own what its session owns: the freshness clock.
 
 A session can expire without the client knowing yet (the process was frozen, a
-long GC pause, a cut link): the server counts the session timeout T from the last
-request it heard. The housekeeping thread probes the store every T/3 and records
-when a probe that went out under the current session was answered. An execution is
-valid only while that was less than ``FRESH_FRACTION * T`` ago: the server cannot
-have expired the session before ``sent + T``, and a taker can only start after the
-expiry (its requeue is conditional on our membership node being gone), so our items
-turn invalid before anyone else can start them.
+long GC pause, a cut link). An execution is valid only while the latest request known
+to have renewed the session was sent less than ``FRESH_FRACTION * T`` ago (T = the
+session timeout): the server cannot have ended the session before ``sent + T``, and a
+taker can only start after the end (its requeue is conditional on our membership
+node being gone), so our items turn invalid before anyone else can start them.
+
+What renews a session depends on the store (``CoordinationStore.last_renewal``):
+
+* ZooKeeper (and the MemoryStore): any request the server answers. The housekeeping
+  thread probes the store every T/3 and records when a probe that went out under the
+  current session was answered (:meth:`Liveness.contact`). A (re)connection is not
+  contact by itself: it only asks for a probe at once (its send time is after the
+  reconnection was seen, whenever the event thread gets to deliver it).
+* etcd: only the lease's own keep-alives. The store reports when it sent the latest
+  one that was answered, and the clock counts from that alone: an answered read or
+  commit proves nothing about the lease.
 """
 
 from __future__ import annotations
@@ -55,20 +64,29 @@ class Liveness:
         """Seconds between housekeeping passes: a third of the session timeout."""
         return self._store.session_timeout / 3
 
+    def now(self) -> float:
+        """The clock's reading: the send time to give :meth:`contact` for a request
+        about to go out."""
+        return self._clock()
+
     def fresh(self) -> bool:
         """Whether the session is certainly still ours (see module docstring)."""
-        with self._lock:
-            age = self._clock() - self._last_contact
-        return age < FRESH_FRACTION * self._store.session_timeout
+        return self.age() < FRESH_FRACTION * self._store.session_timeout
 
     def age(self) -> float:
-        """Seconds since the last answered probe was sent."""
+        """Seconds since the latest request known to have renewed the session was
+        sent (``inf`` when the store knows of no renewal of its current session)."""
+        renewed = self._store.last_renewal()
+        if renewed is not None:
+            return self._clock() - renewed
         with self._lock:
             return self._clock() - self._last_contact
 
     def contact(self, sent_at: float | None = None) -> None:
         """Record that the server answered a request sent at ``sent_at`` (default now)
-        under the current session."""
+        under the current session. Counted only for a store whose session every
+        answered request renews (``last_renewal()`` None); the others report their
+        renewals themselves."""
         at = self._clock() if sent_at is None else sent_at
         with self._lock:
             self._last_contact = max(self._last_contact, at)

@@ -471,10 +471,17 @@ class Runtime:
     def _on_state(self, state: ConnectionState) -> None:
         log.info("store connection: %s", state.value)
         if state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
-            # The server just answered with a live session. Executions of a lost
-            # session stay fenced (LOST fenced them, and fencing is sticky; a batch
-            # also remembers the session it started in).
-            self.liveness.contact()
+            # A live session again: probe at once rather than count this as contact.
+            # The event may be delivered long after the store saw the reconnection
+            # (the event thread delivers in order, behind slow drains and listeners),
+            # and the link may have dropped again meanwhile: "now" would stretch the
+            # freshness clock past the session's end. The probe's send time cannot.
+            # (On etcd the clock follows the lease keep-alives: the probe only checks
+            # the instance node.) Executions of a lost session stay fenced (LOST
+            # fenced them, fencing is sticky; a batch remembers its session).
+            housekeeper = self._housekeeper
+            if housekeeper is not None:
+                self._spawn(housekeeper.probe)
         for runner in self.runners.values():
             runner.on_state(state)
         if state is ConnectionState.CONNECTED:

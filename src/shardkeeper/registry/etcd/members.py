@@ -113,8 +113,8 @@ class MembersMixin(EtcdCore):
         with self._wlock:
             stale = self._watcher is not None and self._watcher_endpoint is endpoint
         if stale:
+            # (wakes the watch-recovery thread, which re-creates them)
             self._restart_watch_stream()
-            self._wake.set()
 
     def _endpoint(self) -> tuple[Any, Any]:
         """The endpoint to use now and its channel."""

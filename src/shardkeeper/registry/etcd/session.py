@@ -7,18 +7,38 @@ Sessions
 --------
 The session is ONE lease per store (TTL = ``session_timeout`` rounded up to whole
 seconds; the server may raise it to its minimum), refreshed by the store's session
-thread every TTL/3. Every ephemeral key is attached to it. Each refresh attempt waits
-at most TTL/4; one that fails on a member that cannot serve is sent again at once to
-the next member (see ``members.py``). A refresh that failed on every member ->
-SUSPENDED; the next successful one -> RECONNECTED; a refresh that finds the lease gone
-(TTL <= 0: expired or revoked) -> LOST, then a new lease is granted -> CONNECTED with
-the new ``session_id`` (the lease id in hex).
+thread every TTL/3, the first time as soon as the thread starts. Every ephemeral key
+is attached to it. A refresh that failed on every member -> SUSPENDED; the next
+successful one -> RECONNECTED; a refresh that finds the lease gone (TTL <= 0:
+expired or revoked) -> LOST, then a new lease is granted -> CONNECTED with the new
+``session_id`` (the lease id in hex).
 
+Validity
+--------
+Only a keep-alive (or the grant) renews the lease; a read or a commit answered by the
+server proves nothing about it. So the store remembers when it sent the latest
+renewal that was answered (:meth:`SessionMixin.last_renewal`): the server keeps the
+lease at least the TTL it then granted from that moment, and the runtime's freshness
+clock counts from there (``runtime/liveness.py``), never from other answers.
+
+The attempts of one refresh share what is left of the lease: each member gets at most
+(time left until the last renewal's send time + TTL) / (members still to try), at
+least 0.25 s, at most the operation timeout (once the lease may have run out, a
+quarter of the TTL: the answer tells whether it survived). A member that cannot serve is left at
+once for the next one (see ``members.py``); when every member failed the session is
+SUSPENDED, no later than the moment the lease may have run out.
+
+The session thread does nothing else: re-creating watches after their stream broke
+(which can wait up to the operation timeout on a member that holds the request) runs
+on the store's watch-recovery thread (``watch.py``), so that no keep-alive ever waits
+behind it.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import threading
 import time
 
 import etcd3.etcdrpc as rpc
@@ -29,24 +49,51 @@ from shardkeeper.registry.base import ConnectionState
 from shardkeeper.registry.etcd.core import RETRY_DELAY
 from shardkeeper.registry.etcd.errors import cannot_serve, is_stale_token
 from shardkeeper.registry.etcd.watch import WatchMixin
+from shardkeeper.registry.url import RegistrySettings
 
-__all__ = ["SessionMixin"]
+__all__ = ["MIN_KEEPALIVE_ATTEMPT", "SessionMixin"]
 
 _log = logging.getLogger(__name__)
+
+#: the shortest wait of one keep-alive attempt
+MIN_KEEPALIVE_ATTEMPT = 0.25
 
 
 class SessionMixin(WatchMixin):
     """The session thread of :class:`EtcdStore` (see the module docstring)."""
 
+    def __init__(self, settings: RegistrySettings) -> None:
+        super().__init__(settings)
+        # send time of the latest answered renewal of the current lease (-inf: none)
+        self._renewed_at = -math.inf
+
+    def last_renewal(self) -> float:
+        """:meth:`CoordinationStore.last_renewal`: when the latest lease keep-alive
+        (or grant) the server answered was sent; ``-inf`` while the store has no
+        lease known alive (before the first keep-alive answers, after LOST)."""
+        return self._renewed_at
+
     # -- internals: session ------------------------------------------------------------
 
     def _run_session(self) -> None:
-        next_check = time.monotonic() + self._ttl / 3
+        recovery = threading.Thread(
+            target=self._run_watch_recovery,
+            name=threading.current_thread().name.replace("-session", "-watches"),
+            daemon=True,
+        )
+        recovery.start()
+        try:
+            self._keep_session()
+        finally:
+            self._restore_wake.set()
+            recovery.join(self.settings.operation_timeout + 1.0)
+
+    def _keep_session(self) -> None:
+        # The grant made by start() was sent at a time this thread does not know:
+        # the first keep-alive goes out at once and its answer starts the validity.
+        next_check = time.monotonic()
         while not self._stopping.is_set():
             delay = next_check - time.monotonic()
-            with self._wlock:
-                if self._pending:
-                    delay = min(delay, RETRY_DELAY)
             if delay > 0 and not self._check_session_now:
                 self._wake.wait(delay)
             self._wake.clear()
@@ -59,14 +106,11 @@ class SessionMixin(WatchMixin):
                 except Exception:
                     _log.exception("etcd session check failed unexpectedly")
                     next_check = time.monotonic() + RETRY_DELAY
-            try:
-                self._restore_watches()
-            except Exception:
-                _log.exception("etcd watch recovery failed unexpectedly")
 
     def _session_step(self) -> float:
         """Refresh (or replace) the lease; return the delay until the next step."""
         if self._loop.state is ConnectionState.LOST:
+            sent = time.monotonic()
             try:
                 with self._translated("grant a new session lease"):
                     grant = self._send(
@@ -77,6 +121,7 @@ class SessionMixin(WatchMixin):
                 return RETRY_DELAY
             self._lease = int(grant.ID)
             self._ttl = int(grant.TTL) or self._ttl_wanted
+            self._renewed_at = sent
             self._set_state(ConnectionState.CONNECTED)
             return self._ttl / 3
         try:
@@ -97,29 +142,56 @@ class SessionMixin(WatchMixin):
             self._restart_watch_stream()
         return self._ttl / 3
 
+    def _attempt_timeout(self, members_left: int) -> float:
+        """The wait of the next keep-alive attempt when ``members_left`` members may
+        still be tried: an equal share of what is left of the lease (module
+        docstring, Validity), within [MIN_KEEPALIVE_ATTEMPT, operation timeout]."""
+        if self._renewed_at == -math.inf:
+            left = float(self._ttl)  # the first keep-alive, just after the grant
+        else:
+            left = self._renewed_at + self._ttl - time.monotonic()
+        # once the lease may have run out: long enough for a slow link to hear whether
+        # it did (a longer wait gives nothing more: the validity has ended anyway)
+        share = self._ttl / 4 if left <= 0 else left / max(members_left, 1)
+        return min(self.settings.operation_timeout, max(share, MIN_KEEPALIVE_ATTEMPT))
+
     def _keep_alive(self) -> int:
         """Refresh the lease once; return the TTL left (<= 0: the lease is gone).
 
-        Each attempt has a deadline of a quarter of the TTL (a reply slower than that
-        already eats into the lease). A member that cannot serve it (no answer in
-        time, unreachable, no leader) is left at once for the next one, and the
-        keep-alive is sent again there, each member at most once per refresh: with
-        refreshes every TTL/3, a client on a member cut off from its peers reaches
-        another member within about TTL/3 + TTL/4, before the lease runs out. Only when
-        every member failed is the error raised (the session goes SUSPENDED). (A
-        deadline that followed slow answers kept clients on an isolated member too
-        long: a 600 s chaos run lost a session that way.)
+        Each attempt waits its share of what is left of the lease
+        (:meth:`_attempt_timeout`), so that every member is tried before the lease
+        may have run out. A member that cannot serve it (no answer in time,
+        unreachable, no leader) is left at once for the next one, and the keep-alive
+        is sent again there, each member at most once per refresh. Only when every
+        member failed is the error raised (the session goes SUSPENDED). (A deadline
+        that followed slow answers kept clients on an isolated member too long: a
+        600 s chaos run lost a session that way.) An answered keep-alive records its
+        send time: the validity of everything the session owns counts from it.
         """
-        timeout = min(self.settings.operation_timeout, max(self._ttl / 4, 0.25))
         members = len(self._client.endpoints)
-        for left in range(members - 1, -1, -1):
+        for left in range(members, 0, -1):
+            lease = self._lease
+            sent = time.monotonic()
             try:
-                return self._keep_alive_once(timeout)
+                ttl = self._keep_alive_once(self._attempt_timeout(left))
             except (StoreUnavailableError, OperationTimeoutError) as exc:
-                if left == 0:
+                if left == 1:
                     raise
                 _log.info("etcd: lease keep-alive failed (%s); sending it to another member", exc)
+                continue
+            self._renewed(lease, sent, ttl)
+            return ttl
         raise AssertionError("unreachable")
+
+    def _renewed(self, lease: int, sent: float, ttl: int) -> None:
+        """Record the answer ``ttl`` of a keep-alive of ``lease`` sent at ``sent``."""
+        if lease != self._lease or self._loop.state is ConnectionState.LOST:
+            return  # the lease was given up meanwhile: its renewal proves nothing now
+        if ttl <= 0:
+            self._renewed_at = -math.inf
+            return
+        self._renewed_at = max(self._renewed_at, sent)
+        self._ttl = ttl
 
     def _keep_alive_once(self, timeout: float) -> int:
         req = rpc.LeaseKeepAliveRequest(ID=self._lease)
@@ -142,5 +214,8 @@ class SessionMixin(WatchMixin):
         raise AssertionError("unreachable")
 
     def _set_state(self, state: ConnectionState) -> None:
-        """Record ``state`` and queue its delivery, unless it is the current state."""
+        """Record ``state`` and queue its delivery, unless it is the current state.
+        LOST ends the validity of the lease at once (it is gone, or given up)."""
+        if state is ConnectionState.LOST:
+            self._renewed_at = -math.inf
         self._loop.post_state(state)

@@ -5,11 +5,13 @@ Threads
 -------
 Fixed per store, whatever the number of watches: the event thread (the registry's
 shared :class:`~shardkeeper.registry._events.EventLoop`: delivers watch and state
-events in order), the session thread (keep-alive, watch recovery) and,
-while any watch exists, the ``etcd3`` watch-stream thread, whose callbacks only
-enqueue. Each watch remembers the last revision it received; after the stream
-breaks (or after a reconnect) it is re-created from ``last revision + 1``. If that
-revision was compacted, the listener gets RESYNC and CREATED for the current state.
+events in order), the session thread (the lease keep-alive, and nothing else: see
+``session.py``), the watch-recovery thread (re-creates the watches whose stream broke;
+one attempt can wait up to the operation timeout) and, while any watch exists, the
+``etcd3`` watch-stream thread, whose callbacks only enqueue. Each watch remembers
+the last revision it received; after the stream breaks (or after a reconnect) it is
+re-created from ``last revision + 1``. If that revision was compacted, the listener
+gets RESYNC and CREATED for the current state.
 A watch's ``exclude`` filter is applied on the event thread to every event, the
 RESYNC replay included: the server still streams the excluded changes on the same
 stream (no request is added, and the watch's resume revision keeps moving with them).
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,8 +44,10 @@ from shardkeeper.registry.base import (
     WatchListener,
 )
 from shardkeeper.registry.etcd.client_private import WatchStub, open_watcher
+from shardkeeper.registry.etcd.core import RETRY_DELAY
 from shardkeeper.registry.etcd.keys import below_op, in_subtree, range_op, subtree
 from shardkeeper.registry.etcd.members import MembersMixin
+from shardkeeper.registry.url import RegistrySettings
 
 __all__ = ["Watch", "WatchMixin", "end_watcher"]
 
@@ -80,8 +85,18 @@ def end_watcher(watcher: Any, stub: WatchStub | None) -> None:
         stub.cancel()
 
 
+#: how often the watch-recovery thread looks for work while it has none (it is
+#: woken as soon as a stream breaks; this only bounds how long it outlives close)
+_IDLE_WAKE = 1.0
+
+
 class WatchMixin(MembersMixin):
     """Watches and state listeners of :class:`EtcdStore` (see the module docstring)."""
+
+    def __init__(self, settings: RegistrySettings) -> None:
+        super().__init__(settings)
+        # wakes the watch-recovery thread: a stream broke, or the store is closing
+        self._restore_wake = threading.Event()
 
     def watch(
         self, prefix: str, listener: WatchListener, *, exclude: PathFilter | None = None
@@ -230,6 +245,26 @@ class WatchMixin(MembersMixin):
         if leave is not None:
             self._move_on(leave, f"watch stream ended: {resp}")
         self._wake.set()
+        self._restore_wake.set()
+
+    def _run_watch_recovery(self) -> None:
+        """The watch-recovery thread (started and ended by the session thread):
+        re-create the watches whose stream broke, every ``RETRY_DELAY`` while any is
+        pending. Apart from the session thread, so that a watch request a member
+        holds never delays a keep-alive."""
+        while not self._stopping.is_set():
+            with self._wlock:
+                pending = bool(self._pending)
+            self._restore_wake.wait(RETRY_DELAY if pending else _IDLE_WAKE)
+            # cleared before reading what is pending: a break noted from now on wakes
+            # the next wait
+            self._restore_wake.clear()
+            if self._stopping.is_set():
+                return
+            try:
+                self._restore_watches()
+            except Exception:
+                _log.exception("etcd watch recovery failed unexpectedly")
 
     def _restore_watches(self) -> None:
         with self._wlock:
@@ -277,6 +312,7 @@ class WatchMixin(MembersMixin):
                 w.watch_id = None
                 self._pending.add(w)
         end_watcher(old, old_stub)
+        self._restore_wake.set()
 
     def _cancel_watch(self, w: Watch) -> None:
         with self._wlock:
