@@ -103,6 +103,8 @@ class Operator:
         self._count_high = False
         self.commands = 0
         self.failures = 0
+        #: actions that raised (a worker that could not be started, ...)
+        self.errors: list[str] = []
 
     def stop(self) -> None:
         """Ask :meth:`run` to end after the current action (switches are undone)."""
@@ -234,6 +236,10 @@ class Operator:
         time.sleep(self.rng.uniform(2.0, 6.0))  # the operator arrives during the faults
         while not self._stopping and time.time() < until:
             kind = order.pop(0) if order else self.rng.choice(ACTIONS[:-1])
-            getattr(self, f"op_{kind}")()
+            try:
+                getattr(self, f"op_{kind}")()
+            except Exception as exc:  # recorded and reported; the operator goes on
+                self.errors.append(f"{kind}: {type(exc).__name__}: {exc}"[:400])
+                self.target.log("op_error", action=kind, error=self.errors[-1])
             time.sleep(self.rng.uniform(4.0, 10.0))  # between an operator's actions
         self.restore()

@@ -67,6 +67,8 @@ NET_FAULTS = ("partition", "slow", "isolate")
 SEED_VAR = "SHARDKEEPER_CHAOS_SEED"
 #: seconds to wait for the operator's current action (a CLI call, a restart) at the end
 CLI_JOIN = 120.0
+#: attempts to start a worker (its start fails while the store is faulted)
+START_ATTEMPTS = 3
 #: the slow-link fault: delay per chunk and direction, and the stalled fraction
 SLOW_DELAY = (0.05, 0.2)
 SLOW_STALL_FRACTION = 0.1
@@ -195,6 +197,9 @@ class Driver:
         self.lock = threading.RLock()
         self._events = workdir / "events.jsonl"
         self._events_lock = threading.Lock()
+        #: set when the side threads (operator, compactor) must end
+        self._quit = threading.Event()
+        self.operator: Operator | None = None
         self.gray = gray_mode() if net is not None else None
 
     # -- recording ----------------------------------------------------------------
@@ -268,6 +273,20 @@ class Driver:
         return True
 
     def start_instance(self) -> Instance:
+        """Start one worker (a supervisor's way: a start refused while the store is
+        faulted is tried again, up to START_ATTEMPTS times, each logged)."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                return self._start_instance()
+            except (RuntimeError, TimeoutError) as exc:
+                self.log("start_failed", attempt=attempt, error=str(exc)[:300])
+                self.out(f"  {time.strftime('%H:%M:%S')} a worker failed to start ({attempt})")
+                if attempt == START_ATTEMPTS:
+                    raise
+                self._pace(1.0, 2.0)
+        raise AssertionError("unreachable")
+
+    def _start_instance(self) -> Instance:
         """Start one worker and log it up once it is READY. With network faults on, in
         a namespace of its own and through slow proxies (off) to every member."""
         if self.net is None:
@@ -572,18 +591,24 @@ class Driver:
         op = getattr(self, "operator", None)
         if op is not None:
             op.stop()
+        self._quit.set()
         for th in getattr(self, "_side", []):
             th.join(CLI_JOIN)
             if th.is_alive():
                 self.out(f"  {th.name} did not end within {CLI_JOIN:g}s")
         self._side = []
+        if op is not None:
+            self.operator = None
+            self.out(
+                f"operator: {op.commands} CLI commands, {op.failures} failed"
+                + "".join(f"\n  operator error: {e}" for e in op.errors)
+            )
 
     def _compact(self, until: float) -> None:
         """etcd: compact the history every ETCD_COMPACT_EVERY seconds (a production
         etcd runs with auto-compaction; the test servers do not)."""
         endpoints = self.servers.hosts_string
-        while time.time() < until:
-            time.sleep(ETCD_COMPACT_EVERY)  # the compaction period, not a synchronisation
+        while time.time() < until and not self._quit.wait(ETCD_COMPACT_EVERY):
             try:
                 status = subprocess.run(
                     ["etcdctl", f"--endpoints={endpoints}", "endpoint", "status", "-w", "json"],
