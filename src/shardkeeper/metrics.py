@@ -86,6 +86,13 @@ class RuntimeMetrics:
             ["job", "reason"],
             registry=r,
         )
+        self.covered = Counter(
+            "shardkeeper_covered_fires",
+            "Earlier fires of an item that no run started, folded into a later run of it "
+            "(ctx.covers): its owner was gone before starting them.",
+            ["job"],
+            registry=r,
+        )
         self.last_success = Gauge(
             "shardkeeper_last_success_timestamp_seconds",
             "End of the last item execution of the job that succeeded here (epoch).",
@@ -113,6 +120,8 @@ class RuntimeMetrics:
     def on_execution(self, record: ExecutionRecord) -> None:
         """Count one execution (called on the worker thread: increments only)."""
         self.executions.labels(record.job, record.outcome.value).inc()
+        if record.covers:
+            self.covered.labels(record.job).inc(len(record.covers))
         if record.outcome is Outcome.FENCED:
             return
         self.duration.labels(record.job).observe(record.duration)

@@ -60,6 +60,13 @@ class HistoryEntry:
     error_type: str
     error_message: str
     traceback: str
+    #: earlier fire times this run stood for (``ctx.covers``), comma-separated
+    covers: str = ""
+
+    @property
+    def covered(self) -> tuple[float, ...]:
+        """The fire times of :attr:`covers`, oldest first."""
+        return tuple(float(t) for t in self.covers.split(",") if t)
 
     def to_dict(self) -> dict[str, Any]:
         """The entry as JSON-ready data (the ``--json`` schema of ``history``)."""
@@ -121,7 +128,9 @@ class HistoryReader:
         if not inspect(self._engine).has_table(executions.name):
             return []
         t = executions.c
-        stmt = select(t.id, *(t[c] for c in COLUMNS))
+        # a table written by a release before a column was added reads without it
+        have = {c["name"] for c in inspect(self._engine).get_columns(executions.name)}
+        stmt = select(t.id, *(t[c] for c in COLUMNS if c in have))
         if q.job is not None:
             stmt = stmt.where(t.job == q.job)
         if q.item is not None:

@@ -32,6 +32,7 @@ def execution_row(record: ExecutionRecord) -> Row:
         "error_type": record.error_type,
         "error_message": record.error_message,
         "traceback": record.traceback,
+        "covers": ",".join(f"{t:.3f}" for t in record.covers),
     }
 
 
@@ -56,6 +57,7 @@ def skip_rows(record: SkipRecord) -> list[Row]:
             "error_type": "",
             "error_message": record.reason,
             "traceback": "",
+            "covers": "",
         }
         for item in (record.items or (WHOLE_FIRE,))
     ]

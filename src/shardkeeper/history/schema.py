@@ -49,6 +49,8 @@ executions = Table(
     Column("error_type", String(255), nullable=False, default=""),
     Column("error_message", Text, nullable=False, default=""),
     Column("traceback", Text, nullable=False, default=""),
+    # the earlier fire times this run stood for (ctx.covers), comma-separated
+    Column("covers", Text, nullable=False, default=""),
     # the CLI's queries: one job newest first; failures; retention by age; one execution
     Index("ix_executions_job_started", "job", "started"),
     Index("ix_executions_outcome", "outcome"),
@@ -59,14 +61,31 @@ executions = Table(
 #: the columns a row carries (all but the generated id)
 COLUMNS: tuple[str, ...] = tuple(c.name for c in executions.columns if c.name != "id")
 
+#: columns added after the first release: name -> the DDL that adds one to an older
+#: table (a table created before them is brought up to date by ensure_schema)
+ADDED_COLUMNS: dict[str, str] = {
+    "covers": "ALTER TABLE executions ADD COLUMN covers TEXT NOT NULL DEFAULT ''",
+}
+
 
 def ensure_schema(engine: Engine) -> None:
     """Create the table and its indexes if missing. Two instances creating it at the
     same time is fine: the loser's error is ignored when the table then exists."""
+    from sqlalchemy import inspect, text
+
     try:
         metadata.create_all(engine, checkfirst=True)
     except SQLAlchemyError:
-        from sqlalchemy import inspect
-
         if not inspect(engine).has_table(executions.name):
             raise
+    have = {c["name"] for c in inspect(engine).get_columns(executions.name)}
+    for name, ddl in ADDED_COLUMNS.items():
+        if name in have:
+            continue
+        try:
+            with engine.begin() as conn:
+                conn.execute(text(ddl))
+        except SQLAlchemyError:
+            # another instance added it at the same moment
+            if name not in {c["name"] for c in inspect(engine).get_columns(executions.name)}:
+                raise

@@ -421,6 +421,7 @@ class Batches:
                 error_message=message,
                 traceback=trace,
                 attempt=attempt or batch.attempts.get(item, 1),
+                covers=batch.covers.get(item, ()),
             )
         )
 
