@@ -33,6 +33,8 @@ class Execution:
     failover: bool
     misfire: bool
     held: bool
+    #: ctx.params (an operator's run-now parameters)
+    params: dict[str, str]
     #: should_stop() calls answered false so far
     polls: int = 0
     #: ctx.stop_reason() (or "stop" when the context has none) once should_stop()
@@ -68,6 +70,7 @@ class Holding(ShardedJob):
             failover=ctx.is_failover,
             misfire=ctx.is_misfire,
             held=self.hold(ctx) and not self.release.is_set(),
+            params=dict(ctx.params),
         )
         with self._lock:
             self._runs.append(run)

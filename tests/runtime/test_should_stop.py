@@ -21,7 +21,7 @@ from shardkeeper.observe import Outcome
 from shardkeeper.registry.memory import MemoryServer
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import wait_until
-from tests.runtime._holding import Holding, Records
+from tests.runtime._holding import Execution, Holding, Records
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -58,11 +58,12 @@ def test_a_join_during_long_items_neither_stops_them_nor_holds_the_reshard(
     rt_a.add_job(job, _config(4))
     runtimes.append(rt_a)
     rt_a.start()
-    first = wait_until(
-        lambda: (held := [r for r in job.runs if r.held]) and len(held) == 4 and held,
-        15,
-        message=lambda: f"four held items never ran on A: {job.runs}",
-    )
+
+    def held() -> list[Execution]:
+        return [r for r in job.runs if r.held]
+
+    wait_until(lambda: len(held()) == 4, 15, message=lambda: f"4 items never ran: {job.runs}")
+    first = held()
     rt_b = Runtime(memory_server.store(), shutdown_grace=1, worker_threads=8, observers=[b_records])
     rt_b.add_job(job, _config(4))
     runtimes.append(rt_b)

@@ -77,6 +77,10 @@ class FireQueue:
     _observers: Observers
     #: when a graceful stop may next retry the failed completion commits (monotonic)
     _stop_retry_after: float = 0.0
+    #: requests (run-now with params, catch-ups) that found their items still running
+    #: here, misfire on: re-run as they were once the batch ends (a plain misfire
+    #: re-run would lose their params); replaced, never mutated (under _fires_lock)
+    _held_requests: tuple[Fire, ...] = ()
 
     @property
     def name(self) -> str:
@@ -130,10 +134,13 @@ class FireQueue:
         # closed the store under the commit, and the marks it was clearing were
         # failed over and run again elsewhere
         in_progress = not self.batches.idle
+        with self._fires_lock:
+            requests = bool(self._held_requests)
         return (
             owed
             or in_progress
             or unfinished
+            or requests
             or self.running_count() > 0
             or self.pending_fires() > 0
         )
@@ -271,14 +278,36 @@ class FireQueue:
         """Queue the misfire re-run of ``fire_time`` first, but behind a fire being
         decided; at most one re-run per fire time is queued (under ``_fires_lock``).
         False when one was queued already."""
-        if any(f.misfire and abs(f.fire_time - fire_time) < 1e-6 for f in self._fires):
+        if any(
+            f.misfire and _plain(f) and abs(f.fire_time - fire_time) < 1e-6 for f in self._fires
+        ):
             return False
-        rerun = Fire(fire_time, misfire=True)
-        if self._fires and self._fires[0] is self._current:
-            self._fires.insert(1, rerun)
-        else:
-            self._fires.appendleft(rerun)
+        self._queue_first(Fire(fire_time, misfire=True))
         return True
+
+    def _queue_first(self, fire: Fire) -> None:
+        """Queue ``fire`` first, but behind a fire being decided (under _fires_lock)."""
+        if self._fires and self._fires[0] is self._current:
+            self._fires.insert(1, fire)
+        else:
+            self._fires.appendleft(fire)
+
+    def _queue_held_requests(self) -> bool:
+        """Queue the re-runs of the requests that found their items running, as they
+        were (params, items), first (under _fires_lock). True when some were."""
+        requests, self._held_requests = self._held_requests, ()
+        for request in reversed(requests):
+            self._queue_first(
+                Fire(
+                    request.fire_time,
+                    misfire=True,
+                    only=request.only,
+                    manual=request.manual,
+                    params=dict(request.params),
+                    catchup=request.catchup,
+                )
+            )
+        return bool(requests)
 
     def _pump(self) -> None:
         """Work the queued fires in order (lane task)."""
@@ -348,6 +377,16 @@ class FireQueue:
                 self._record(fire, result.skipped)
             return
         if isinstance(result, Deferred):
+            if st.config.misfire and not _plain(fire):
+                # a request: run again as it was once the batch ends (its params and
+                # items kept), not folded into the plain misfire re-run
+                with self._fires_lock:
+                    if fire not in self._held_requests:
+                        self._held_requests = (*self._held_requests, fire)
+                st.count("misfires")
+                if self.batches.idle:  # the holder ended meanwhile
+                    self._on_batch_done()
+                return
             if st.config.misfire:
                 since = self.batches.running_since(result.items)
                 # operators' view only (the re-run is recorded locally already): for
@@ -405,7 +444,10 @@ class FireQueue:
             # graceful stop: only a misfire re-run of a fire from before the stop
             with st.lock:
                 due = st.misfire_at
-            if due is None or st.skip_reason(due) is not None or not self.batches.idle:
+            with self._fires_lock:
+                requests = bool(self._held_requests)
+            owed = due is not None and st.skip_reason(due) is None
+            if not (owed or requests) or not self.batches.idle:
                 return
         elif st.skip_reason() is not None:
             return
@@ -417,13 +459,18 @@ class FireQueue:
         with st.lock:
             misfire_at, st.misfire_at = st.misfire_at, None
             rerun = misfire_at is not None and st.config.misfire and settled
-            if rerun:
+            with self._fires_lock:
                 # queued under the state lock: a graceful stop never sees the re-run
-                # neither owed nor queued
-                with self._fires_lock:
+                # neither owed nor queued; the plain re-run goes in front of the
+                # requests (each is queued first, behind the fire being decided)
+                requests = settled and self._queue_held_requests()
+                if rerun:
                     self._queue_misfire_rerun(misfire_at or 0.0)
-        if rerun:
+        if rerun or requests:
             self.submit("fires", self._pump)
+            if misfire_at is not None and not rerun:
+                with st.lock:  # marks still to clear: keep it for later
+                    st.misfire_at = misfire_at
         elif misfire_at is not None:
             with st.lock:  # marks still to clear: keep it for later
                 st.misfire_at = misfire_at
