@@ -26,12 +26,14 @@ from shardkeeper.coordination.model import Assignment
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.errors import OperationTimeoutError, StoreLimitError, StoreUnavailableError
 from shardkeeper.job import ShardedJob, ShardingContext
-from shardkeeper.registry.base import Check, Put
+from shardkeeper.registry import open_store
+from shardkeeper.registry.base import Check, CoordinationStore, Put
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
 from shardkeeper.runtime.commithealth import CommitHealth, Health
 from shardkeeper.runtime.commitwatch import CommitWatch
 from shardkeeper.testing.faults import wait_until
+from shardkeeper.testing.proxy import SlowProxy
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -121,12 +123,12 @@ def start(
     return rt
 
 
-def owners(admin: MemoryStore) -> dict[int, str]:
+def owners(admin: CoordinationStore) -> dict[int, str]:
     node = admin.get(P.sharding)
     return {} if node is None else dict(Assignment.from_bytes(node.value).owners)
 
 
-def items_of(admin: MemoryStore, rt: Runtime) -> set[int]:
+def items_of(admin: CoordinationStore, rt: Runtime) -> set[int]:
     return {i for i, owner in owners(admin).items() if owner == rt.instance_id}
 
 
@@ -348,6 +350,25 @@ def test_commit_health_a_refusal_before_sending_says_nothing() -> None:
     assert not h2.should_relinquish()
 
 
+def test_commit_health_keeps_reads_apart_from_commits() -> None:
+    """Unanswered reads for a window give up too (a link that answers nothing); an
+    answered read does not clear a failed commit, nor an answered commit a read."""
+    h, clock = health()
+    h.failed(h.sending("read"))
+    clock.now += 1.0
+    h.answered(h.sending("commit"))
+    clock.now += 3.0
+    assert h.should_relinquish()
+    h2, clock2 = health()
+    h2.failed(h2.sending("commit"))
+    clock2.now += 1.0
+    h2.answered(h2.sending("read"))
+    clock2.now += 3.0
+    assert h2.should_relinquish()
+    with pytest.raises(ValueError, match="unknown request kind 'write'"):
+        h2.sending("write")
+
+
 def test_commit_health_relinquish_and_rejoin() -> None:
     """Relinquished: writes held, no second give-up; an answered probe rejoins once and
     forgets what was sent before it."""
@@ -401,3 +422,69 @@ def test_commit_watch_reports_outcomes_and_holds_writes(server: MemoryServer) ->
     watched.put("/x", b"3")
     assert store.get("/x").value == b"3"  # type: ignore[union-attr]
     store.close()
+
+
+# -- on a real ZooKeeper, through a proxy that holds requests and lets pings through -----
+
+ZK_T = 2.0
+ZK_INTERVAL = 1.0
+
+
+def test_zookeeper_gray_leader_is_bounded_and_rejoins(
+    zk_server: Any, shardkeeper_namespace: str, runtimes: list[Runtime]
+) -> None:
+    """A's link to ZooKeeper holds every request but passes its pings (the session
+    lives: before, it lived for as long as the link stayed gray). A leads the job.
+    Reads fail as well as commits here. Measured: A's items run on B for new fires
+    within the documented bound (the close of the old session is held too, so the
+    server ends it T after its last contact); after the link heals A rejoins and
+    runs items again."""
+    options = {"session_timeout": ZK_T, "operation_timeout": 1.5, "connection_timeout": 5}
+    (host, port) = zk_server.hosts[0]
+    with SlowProxy((host, port), zookeeper_frames=True) as proxy:
+        phost, pport = proxy.address
+        direct = zk_server.url(shardkeeper_namespace, **options)
+        gray = direct.replace(f"{host}:{port}", f"{phost}:{pport}", 1)
+        assert gray != direct
+        admin = open_store(direct)
+        admin.start()
+        try:
+            a_job, b_job = Recording(), Recording()
+            config = cfg(interval=ZK_INTERVAL, sharding_total_count=2)
+            a = start(runtimes, open_store(gray), a_job, config)
+            wait_until(lambda: a.runners[JOB].leader.is_leader, 15)
+            b = start(runtimes, open_store(direct), b_job, config)
+            wait_until(lambda: items_of(admin, a) and items_of(admin, b), 20)
+            wait_until(lambda: a_job.runs, 15)
+            a_items = items_of(admin, a)
+
+            proxy.hold_requests = True
+            gray_at = time.time()
+            taken = wait_until(
+                lambda: b_job.first_valid(a_items, fired_after=gray_at),
+                20,
+                message=lambda: f"A's items {a_items} never ran on B: {b_job.runs}",
+            )
+            latency = taken - gray_at
+            print(f"ZooKeeper gray leader: A's items on B after {latency:.2f}s")
+            assert proxy.pings_passed > 0  # the session traffic went on
+            assert a.commit_health.relinquished == 1
+            leader = admin.get(P.leader)
+            assert leader is not None and leader.value.decode() == b.instance_id
+            # docs/failover.md, "Gray links": the close is held here too, so the server
+            # ends the session T after the twin client's attach (T/4 after giving up):
+            # T + T/3 + T/4 + T + one interval, and a second and a half of room
+            bound = ZK_T + ZK_T / 3 + ZK_T / 4 + ZK_T + ZK_INTERVAL + 1.5
+            assert latency < bound, (latency, bound)
+
+            proxy.hold_requests = False
+            healed_at = time.time()
+            wait_until(lambda: a.commit_health.rejoined == 1, 15, message="A never rejoined")
+            wait_until(
+                lambda: a_job.first_valid({0, 1}, fired_after=healed_at),
+                30,
+                message=lambda: f"A ran nothing after rejoining: {a_job.runs}",
+            )
+            print(f"A rejoined and ran again {time.time() - healed_at:.2f}s after the heal")
+        finally:
+            admin.close()

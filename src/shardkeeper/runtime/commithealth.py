@@ -8,12 +8,15 @@ whole job (reliability review, finding 2).
 
 :class:`CommitHealth` is told the outcome of every commit the runtime attempts (by
 :class:`~shardkeeper.runtime.commitwatch.CommitWatch`, a thin wrapper around the
-store). An *answer* is any reply of the server, a refusal (a condition found false)
-included; a *failure* is a store error (timeout, connection loss, unknown outcome)
-while the store reported itself connected. Once a commit has been attempted and
-neither it nor any commit sent after it was answered for ``window()`` seconds (one
-session timeout T; a commit still in flight counts from its send time, so the
-operation timeout does not lengthen the bound), the instance is
+store), and of every read (kept apart: an answered read proves nothing about
+commits; a link that answers no read is gray too, and the fires and the leader's
+duties stall on their reads before any commit). An *answer* is any reply of the
+server, a refusal (a condition found false) included; a *failure* is a store error
+(timeout, connection loss, unknown outcome) while the store reported itself
+connected. Once a request has been attempted and
+neither it nor any later-sent request of its kind was answered for ``window()``
+seconds (one session timeout T; a request still in flight counts from its send
+time, so the operation timeout does not lengthen the bound), the instance is
 :attr:`~Health.RELINQUISHED`: the runtime fences every execution and gives up its
 session (``CoordinationStore.relinquish_session``), so the owner-absent conditions
 hold elsewhere and failover runs. While relinquished no write of the runtime is let
@@ -32,8 +35,9 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import NamedTuple
 
-__all__ = ["CommitHealth", "Health"]
+__all__ = ["KINDS", "CommitHealth", "Health", "Sent"]
 
 
 class Health(enum.Enum):
@@ -45,12 +49,65 @@ class Health(enum.Enum):
     RELINQUISHED = "relinquished"
 
 
+class _Record:
+    """The outcomes of one kind of request (not thread-safe: the owner locks)."""
+
+    def __init__(self) -> None:
+        #: send times of the requests in flight (a time may repeat: a count each)
+        self.inflight: Counter[float] = Counter()
+        #: send times, in order, of the failed requests sent at or after the
+        #: latest-sent request that was answered (an answer to a later request proves
+        #: the link carried them after: the earlier failures no longer count)
+        self.failed: list[float] = []
+        self.answered_sent = -math.inf
+
+    def landed(self, sent: float) -> None:
+        left = self.inflight[sent] - 1
+        if left > 0:
+            self.inflight[sent] = left
+        else:
+            self.inflight.pop(sent, None)
+
+    def answered(self, sent: float) -> None:
+        if sent > self.answered_sent:
+            self.answered_sent = sent
+            del self.failed[: bisect.bisect_right(self.failed, sent)]
+
+    def failure(self, sent: float) -> None:
+        # a tie with an answered request's send time still counts: the order of two
+        # requests sent in the same clock tick is unknown
+        if sent >= self.answered_sent:
+            bisect.insort(self.failed, sent)
+
+    def unanswered_since(self) -> float | None:
+        pending = [t for t in self.inflight if t > self.answered_sent]
+        if self.failed:
+            pending.append(self.failed[0])
+        return min(pending) if pending else None
+
+
+class Sent(NamedTuple):
+    """A request on its way: when it was sent and its kind (from
+    :meth:`CommitHealth.sending`)."""
+
+    at: float
+    kind: str
+
+
+#: the kinds of request the record keeps apart: an answered read proves nothing about
+#: commits (a link may carry one and not the other)
+KINDS = ("commit", "read")
+
+
 class CommitHealth:
     """The commit-health record of one runtime (module docstring).
 
-    ``window``: seconds without an answered commit, while failed ones were attempted,
-    after which :meth:`should_relinquish` is true (asked each time: the negotiated
-    session timeout may change at a reconnect). ``clock``: monotonic seconds.
+    ``window``: seconds a request may go unanswered (with no answer to a later one of
+    its kind) before :meth:`should_relinquish` is true; asked each time, as the
+    negotiated session timeout may change at a reconnect. ``clock``: monotonic
+    seconds. :meth:`sending` takes ``"commit"`` (the default) or ``"read"``: reads
+    are kept apart from commits, and a link that answers neither is gray too (its
+    leader and its fires stall on reads first).
     """
 
     def __init__(
@@ -60,17 +117,17 @@ class CommitHealth:
         self._clock = clock
         self._lock = threading.Lock()
         self._state = Health.HEALTHY
-        #: send times of the commits in flight (a time may repeat: a count each)
-        self._inflight: Counter[float] = Counter()
-        #: send times, in order, of the failed commits sent after the latest-sent
-        #: commit that was answered (an answer to a later commit proves the link
-        #: carried commits after them: they no longer count)
-        self._failed: list[float] = []
-        self._answered_sent = -math.inf
-        #: how often this instance gave up its session for unanswered commits
+        self._records = {kind: _Record() for kind in KINDS}
+        #: how often this instance gave up its session for unanswered requests
         self.relinquished = 0
         #: how often it rejoined after an answered probe
         self.rejoined = 0
+
+    def _record(self, kind: str) -> _Record:
+        record = self._records.get(kind)
+        if record is None:
+            raise ValueError(f"unknown request kind {kind!r}; use one of {', '.join(KINDS)}")
+        return record
 
     @property
     def state(self) -> Health:
@@ -86,62 +143,51 @@ class CommitHealth:
         """The clock this record measures with."""
         return self._clock()
 
-    def sending(self) -> float:
-        """A commit goes out now; returns its send time, to pass to :meth:`answered`
-        or :meth:`failed` (one of them must follow)."""
+    def sending(self, kind: str = "commit") -> Sent:
+        """A request of ``kind`` goes out now; pass what this returns to
+        :meth:`answered`, :meth:`failed` or :meth:`withdrawn` (one of them must
+        follow)."""
         with self._lock:
-            sent = self._clock()
-            self._inflight[sent] += 1
+            record = self._record(kind)
+            sent = Sent(self._clock(), kind)
+            record.inflight[sent.at] += 1
             return sent
 
-    def _landed(self, sent: float) -> None:
-        left = self._inflight[sent] - 1
-        if left > 0:
-            self._inflight[sent] = left
-        else:
-            self._inflight.pop(sent, None)
-
-    def answered(self, sent: float) -> None:
-        """The commit sent at ``sent`` was answered (applied or refused)."""
+    def answered(self, sent: Sent) -> None:
+        """The request was answered (a commit applied or refused)."""
         with self._lock:
-            self._landed(sent)
-            if sent > self._answered_sent:
-                self._answered_sent = sent
-                at = bisect.bisect_right(self._failed, sent)
-                del self._failed[:at]
+            record = self._record(sent.kind)
+            record.landed(sent.at)
+            record.answered(sent.at)
 
-    def withdrawn(self, sent: float) -> None:
-        """The commit sent at ``sent`` ended without news of the link (refused by the
-        client before it went out, or not a store error): it no longer counts."""
+    def withdrawn(self, sent: Sent) -> None:
+        """The request ended without news of the link (refused by the client before it
+        went out, or not a store error): it no longer counts."""
         with self._lock:
-            self._landed(sent)
+            self._record(sent.kind).landed(sent.at)
 
-    def failed(self, sent: float) -> None:
-        """The commit sent at ``sent`` got no answer (a store error)."""
+    def failed(self, sent: Sent) -> None:
+        """The request got no answer (a store error)."""
         with self._lock:
-            self._landed(sent)
-            # a tie with an answered commit's send time still counts: the order of
-            # two commits sent in the same clock tick is unknown
-            if sent >= self._answered_sent:
-                bisect.insort(self._failed, sent)
+            record = self._record(sent.kind)
+            record.landed(sent.at)
+            record.failure(sent.at)
 
     def _unanswered_since(self) -> float | None:
-        """Under the lock: the send time of the oldest commit that failed or is still
-        in flight with no later-sent commit answered (None: there is none)."""
-        pending = [t for t in self._inflight if t > self._answered_sent]
-        if self._failed:
-            pending.append(self._failed[0])
-        return min(pending) if pending else None
+        """Under the lock: the send time of the oldest request that failed or is still
+        in flight with no later-sent request of its kind answered (None: none)."""
+        found = [t for r in self._records.values() if (t := r.unanswered_since()) is not None]
+        return min(found) if found else None
 
     def unanswered_for(self) -> float:
-        """Seconds since that oldest unanswered commit was sent (0: none)."""
+        """Seconds since that oldest unanswered request was sent (0: none)."""
         with self._lock:
             since = self._unanswered_since()
             return 0.0 if since is None else max(0.0, self._clock() - since)
 
     def should_relinquish(self) -> bool:
-        """Whether the session must be given up now: healthy, and a commit attempted
-        for the window with no answer to it or to any commit sent after it."""
+        """Whether the session must be given up now: healthy, and a request attempted
+        for the window with no answer to it or to any later one of its kind."""
         with self._lock:
             if self._state is not Health.HEALTHY:
                 return False
@@ -157,12 +203,12 @@ class CommitHealth:
             self.relinquished += 1
 
     def probe_answered(self, sent: float) -> bool:
-        """A probe commit sent at ``sent`` was answered: healthy again, and what was
-        sent before it no longer counts. Returns whether this ended a relinquished
+        """A probe commit sent at ``sent`` was answered: healthy again, and no request
+        sent before it counts any more. Returns whether this ended a relinquished
         state (the caller then rejoins)."""
         with self._lock:
-            self._answered_sent = max(self._answered_sent, sent)
-            self._failed = [t for t in self._failed if t > sent]
+            for record in self._records.values():
+                record.answered(sent)
             if self._state is not Health.RELINQUISHED:
                 return False
             self._state = Health.HEALTHY

@@ -3,17 +3,18 @@
 :class:`CommitWatch` wraps the runtime's :class:`CoordinationStore` for the parts that
 coordinate jobs (the runners and the registrar). It adds two things and nothing else:
 
-* the outcome of every :meth:`commit` and :meth:`commit_groups` is told to the
-  runtime's :class:`~shardkeeper.runtime.commithealth.CommitHealth` (answered, or
-  failed with a store error while the store reported itself connected: a failure
-  while disconnected is the session machinery's business, not a gray link's);
+* the outcome of every :meth:`commit` and :meth:`commit_groups`, and of every read,
+  is told to the runtime's :class:`~shardkeeper.runtime.commithealth.CommitHealth`
+  (answered, or failed with a store error while the store reported itself
+  connected: a failure while disconnected is the session machinery's business, not
+  a gray link's);
 * while the health record holds writes (the session was given up for unanswered
   commits), every write (commit, commit_groups, put, create, delete) is refused with
   :class:`~shardkeeper.errors.StoreUnavailableError` before it is sent. That keeps a
   re-registration on the store's next session from slipping in before a probe commit
   was answered: the new session itself is fine, the link is not.
 
-Reads, watches and listeners go to the store unchanged.
+Watches and listeners go to the store unchanged.
 """
 
 from __future__ import annotations
@@ -74,16 +75,17 @@ class CommitWatch(CoordinationStore):
                 "commits were not answered; it writes again once a probe commit is"
             )
 
-    def _watched(self, what: str, call: Callable[[], _T]) -> _T:
+    def _watched(self, what: str, call: Callable[[], _T], kind: str = "commit") -> _T:
         # every reply is an answer: a refusal proves the link carries commits too
-        self._gate(what)
+        if kind == "commit":
+            self._gate(what)
         health = self._health
         live = self._inner.state in _LIVE
         if not live:
             # the connection is down: SUSPENDED/LOST already stop the runtime acting,
             # and the session machinery, not this record, decides what follows
             return call()
-        sent = health.sending()
+        sent = health.sending(kind)
         try:
             result = call()
         except StoreLimitError:
@@ -174,20 +176,20 @@ class CommitWatch(CoordinationStore):
         return self._inner.commit_bytes(ops)
 
     def get(self, path: str) -> Node | None:
-        """The store's get."""
-        return self._inner.get(path)
+        """The store's get, its outcome reported (a read)."""
+        return self._watched("get", lambda: self._inner.get(path), "read")
 
     def exists(self, path: str) -> bool:
-        """The store's exists."""
-        return self._inner.exists(path)
+        """The store's exists, its outcome reported (a read)."""
+        return self._watched("exists", lambda: self._inner.exists(path), "read")
 
     def children(self, path: str) -> list[str]:
-        """The store's children."""
-        return self._inner.children(path)
+        """The store's children, its outcome reported (a read)."""
+        return self._watched("children", lambda: self._inner.children(path), "read")
 
     def get_tree(self, path: str) -> dict[str, Node]:
-        """The store's get_tree."""
-        return self._inner.get_tree(path)
+        """The store's get_tree, its outcome reported (a read)."""
+        return self._watched("get_tree", lambda: self._inner.get_tree(path), "read")
 
     def watch(
         self, prefix: str, listener: WatchListener, *, exclude: PathFilter | None = None

@@ -16,6 +16,17 @@ toggled while connections are open::
     ...
     for x in proxies: x.close()
 
+A *gray link* for ZooKeeper (``zookeeper_frames=True``): while
+:attr:`SlowProxy.hold_requests` is on, the client's requests are held at the proxy,
+in order, except its pings (xid -2) and the connect request that opens each
+connection, which go through at once. The session lives (the server hears the
+pings), every read and write times out. Turned off, the held requests are sent in
+their order before anything newer (the server answers them late, as after a long
+stall)::
+
+    proxy = SlowProxy(zk_member, zookeeper_frames=True)
+    proxy.hold_requests = True          # the session lives, nothing is answered
+
 Bounded: at most ``max_connections`` connections at once (more are refused), a
 connection whose held data exceeds ``max_buffer`` bytes is closed, and the proxy
 closes itself ``max_seconds`` after it started; its threads are daemons. It only
@@ -27,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -34,7 +46,10 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self
 
-__all__ = ["SlowProxy", "slow_proxies"]
+__all__ = ["ZK_PING_XID", "SlowProxy", "slow_proxies"]
+
+#: the xid of a ZooKeeper ping request (the jute protocol's reserved value)
+ZK_PING_XID = -2
 
 
 class SlowProxy:
@@ -42,6 +57,9 @@ class SlowProxy:
 
     ``delay``: (low, high) seconds added to each chunk while slow; ``stall_fraction``
     (0..1) of the chunks get ``stall_seconds`` more. ``slow`` starts as given.
+    ``zookeeper_frames``: the target speaks ZooKeeper's protocol; the client's
+    stream is then forwarded a frame at a time, so that :attr:`hold_requests` can
+    hold its requests and let its pings through (module docstring).
     """
 
     def __init__(
@@ -57,6 +75,7 @@ class SlowProxy:
         max_buffer: int = 16 << 20,
         max_seconds: float = 3600.0,
         seed: int | None = None,
+        zookeeper_frames: bool = False,
     ) -> None:
         low, high = delay
         if not 0 <= low <= high <= 30:
@@ -78,6 +97,14 @@ class SlowProxy:
         self.stall_seconds = stall_seconds
         #: whether traffic is delayed now (toggle at any time)
         self.slow = slow
+        self.zookeeper_frames = zookeeper_frames
+        #: ZooKeeper only: whether requests other than pings are held now (toggle at
+        #: any time); needs ``zookeeper_frames``
+        self.hold_requests = False
+        #: ZooKeeper: the most requests one connection had held at once, and the
+        #: pings let through while requests were held
+        self.most_held = 0
+        self.pings_passed = 0
         self.max_connections = max_connections
         self.max_buffer = max_buffer
         self._rng = random.Random(seed)
@@ -169,7 +196,10 @@ class SlowProxy:
             with self._lock:
                 self._conns.update((client, upstream))
                 self.accepted += 1
-            self._pipe(client, upstream)
+            if self.zookeeper_frames:
+                self._zk_requests(client, upstream)
+            else:
+                self._pipe(client, upstream)
             self._pipe(upstream, client)
         self.close()
 
@@ -237,6 +267,96 @@ class SlowProxy:
 
         for fn in (reader, writer):
             threading.Thread(target=fn, name="slow-proxy-pipe", daemon=True).start()
+
+    def _zk_requests(self, src: socket.socket, dst: socket.socket) -> None:
+        """The client-to-server direction of a ZooKeeper connection, a frame at a time
+        (a 4-byte big-endian length, then the frame; a request starts with its xid):
+        the first frame (the connect request) and pings go out at once, any other
+        request waits while :attr:`hold_requests` is on, in order. Delays of ``slow``
+        do not apply here."""
+        frames: deque[tuple[bool, bytes]] = deque()  # (is a ping or the connect, frame)
+        cond = threading.Condition()
+        state = {"held": 0, "eof": False}
+
+        def drop() -> None:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                self._conns.discard(src)
+                self._conns.discard(dst)
+
+        def reader() -> None:
+            buffer = b""
+            first = True
+            while not self._stop.is_set():
+                try:
+                    data = src.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    with cond:
+                        state["eof"] = True
+                        cond.notify()
+                    return
+                buffer += data
+                parsed: list[tuple[bool, bytes]] = []
+                while len(buffer) >= 4:
+                    (size,) = struct.unpack(">i", buffer[:4])
+                    if size < 0 or len(buffer) < 4 + size:
+                        break
+                    frame, buffer = buffer[: 4 + size], buffer[4 + size :]
+                    urgent = first or (
+                        size >= 4 and struct.unpack(">i", frame[4:8])[0] == ZK_PING_XID
+                    )
+                    first = False
+                    parsed.append((urgent, frame))
+                with cond:
+                    frames.extend(parsed)
+                    state["held"] += sum(len(f) for _u, f in parsed)
+                    over = state["held"] + len(buffer) > self.max_buffer
+                    cond.notify()
+                if over:
+                    drop()
+                    return
+
+        def next_frame() -> tuple[bool, bytes] | None:
+            """Under ``cond``: the frame to send now (taken off the queue), or None."""
+            if not frames:
+                return None
+            if not self.hold_requests or frames[0][0]:
+                return frames.popleft()
+            for at, (urgent, frame) in enumerate(frames):
+                if urgent:  # a ping overtakes the held requests
+                    del frames[at]
+                    return urgent, frame
+            return None
+
+        def writer() -> None:
+            while not self._stop.is_set():
+                with cond:
+                    picked = next_frame()
+                    while picked is None:
+                        if state["eof"] or self._stop.is_set():
+                            drop()
+                            return
+                        cond.wait(0.05)  # also notices hold_requests turning off
+                        picked = next_frame()
+                    urgent, frame = picked
+                    state["held"] -= len(frame)
+                    if self.hold_requests and urgent:
+                        self.pings_passed += 1
+                    waiting = sum(1 for u, _f in frames if not u)
+                    self.most_held = max(self.most_held, waiting)
+                try:
+                    dst.sendall(frame)
+                except OSError:
+                    break
+                self.chunks += 1
+            drop()
+
+        for fn in (reader, writer):
+            threading.Thread(target=fn, name="slow-proxy-zk", daemon=True).start()
 
 
 def slow_proxies(

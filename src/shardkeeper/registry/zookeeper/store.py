@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import suppress
@@ -251,9 +252,12 @@ class ZooKeeperStore(_Planner, _TreeWatcher):
         for a NEW session and nothing pings the old one (the server ends it one
         session timeout after its last ping at the latest). Then the old session is
         closed on the server now, by a second client holding its id and password (as
-        :meth:`expire_session`), bounded by the operation timeout and the session
-        timeout: its ephemeral nodes go at once when the server can be reached. The
-        store reports LOST, then CONNECTED with the new session."""
+        :meth:`expire_session`), given a quarter of the session timeout (at most the
+        operation timeout): its ephemeral nodes go at once when the server can be
+        reached. A close that gets no reply in that time is given up and the second
+        client's connection cut, because attaching to the session renewed it: the
+        server then ends it at most T/4 + T after this call. The store reports
+        SUSPENDED, LOST, then CONNECTED with the new session."""
         client = self._zk
         old = client.client_id
         if old is None:
@@ -271,23 +275,44 @@ class ZooKeeperStore(_Planner, _TreeWatcher):
         if sock is not None:
             with suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-        timeout = max(0.5, min(self._settings.operation_timeout, self.session_timeout))
+        # short: the twin's connection renews the session it attaches to, so a close
+        # that is held (the link holds requests) must not keep it alive for long
+        timeout = max(0.25, min(self._settings.operation_timeout, self.session_timeout / 4))
         twin = KazooClient(
             hosts=self._settings.hosts_string,
             client_id=old,
             timeout=self.session_timeout,
             **tls.kazoo_options(self._settings),
         )
-        try:
-            twin.start(timeout=timeout)
-            twin.stop()
-        except Exception as exc:  # unreachable now: it expires on its own (see above)
+        failed: list[BaseException] = []
+
+        def close_it() -> None:
+            try:
+                twin.start(timeout=timeout)
+                twin.stop()  # kazoo waits for the close's reply (at most 10 s)
+            except Exception as exc:
+                failed.append(exc)
+            finally:
+                with suppress(Exception):
+                    twin.close()
+
+        # on its own daemon thread: a link that holds requests would hold the close
+        # too, and the caller must not wait for kazoo's own bound
+        closer = threading.Thread(target=close_it, name="sk-zk-relinquish", daemon=True)
+        closer.start()
+        closer.join(timeout + 0.25)
+        if closer.is_alive():
+            # the close is held: cut the twin's connection so that it pings no more
+            # (kazoo does not reconnect a client being stopped)
+            twin_sock = kazoo_private.connection_socket(twin)
+            if twin_sock is not None:
+                with suppress(OSError):
+                    twin_sock.shutdown(socket.SHUT_RDWR)
+        if failed or closer.is_alive():
+            why = failed[0] if failed else f"no reply within {timeout:g}s"
             _log.warning(
-                "ZooKeeper session %#x could not be closed now (%s): it expires "
-                "within the session timeout",
+                "ZooKeeper session %#x could not be closed now (%s): it expires within "
+                "the session timeout",
                 old[0],
-                exc,
+                why,
             )
-        finally:
-            with suppress(Exception):
-                twin.close()
