@@ -109,4 +109,4 @@ registry-down: venv
 	$(PY) -m shardkeeper.cli registry down
 
 clean:
-	rm -rf $(VENV) $(LATEST_VENV) registry/data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LATEST_VENV) registry/data .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

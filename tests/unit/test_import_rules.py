@@ -1,108 +1,72 @@
-"""The layering the architecture doc states, checked on the source (imports drawn
-from each module's AST, including imports inside functions and TYPE_CHECKING blocks):
+"""The layering of docs/architecture.md, checked on the real import graph.
 
-* registry/ imports nothing of shardkeeper above it (only errors, the import helper
-  and itself);
-* coordination/ never imports APScheduler, the scheduler, the runtime or the CLI;
-* scheduling/ never imports the registry, coordination or the runtime;
-* config.py does not import the scheduler (only the pure triggers module).
+The rules are import-linter contracts in pyproject.toml (``[tool.importlinter]``):
+the layers of the package (exhaustive: every module is placed), the registry's
+backends independent of each other, the scheduler imported by the runtime only, the
+store clients by their backends only. ``make lint`` runs ``lint-imports``; these
+tests run it too, so a plain pytest run sees a broken layer. What import-linter
+cannot see (importing ``a.b.c`` first runs ``a/__init__`` and ``a/b/__init__``) is
+checked in a fresh interpreter per module by test_import_each_module.py.
 """
 
 from __future__ import annotations
 
-import ast
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
-import pytest
-
-SRC = Path(__file__).resolve().parents[2] / "src" / "shardkeeper"
-
-
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), str(path))
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-    return found
+ROOT = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
-def _modules(package: str) -> list[Path]:
-    root = SRC / package
-    return sorted(root.rglob("*.py")) if root.is_dir() else [SRC / f"{package}.py"]
-
-
-def _violations(package: str, allowed: tuple[str, ...], banned: tuple[str, ...]) -> list[str]:
-    bad = []
-    for path in _modules(package):
-        for name in sorted(_imports(path)):
-            inside = name == "shardkeeper" or name.startswith("shardkeeper.")
-            if inside and not name.startswith(allowed):
-                bad.append(f"{path.relative_to(SRC)} imports {name}")
-            if name.startswith(banned):
-                bad.append(f"{path.relative_to(SRC)} imports {name}")
-    return bad
-
-
-@pytest.mark.parametrize(
-    ("package", "allowed", "banned"),
-    [
-        (
-            "registry",
-            ("shardkeeper.registry", "shardkeeper.errors", "shardkeeper._imports"),
-            (),
-        ),
-        (
-            "coordination",
-            (
-                "shardkeeper.coordination",
-                "shardkeeper.registry",
-                "shardkeeper.errors",
-                "shardkeeper._imports",
-                "shardkeeper.config",
-            ),
-            ("apscheduler",),
-        ),
-        (
-            "scheduling",
-            ("shardkeeper.scheduling", "shardkeeper.errors", "shardkeeper.config"),
-            (),
-        ),
-        (
-            "config",
-            (
-                "shardkeeper._imports",
-                "shardkeeper.errors",
-                "shardkeeper.coordination.assignment_codec",
-                "shardkeeper.scheduling.triggers",
-            ),
-            ("shardkeeper.scheduling.scheduler", "apscheduler.schedulers"),
-        ),
-    ],
-)
-def test_layers_import_only_downwards(
-    package: str, allowed: tuple[str, ...], banned: tuple[str, ...]
-) -> None:
-    assert _modules(package), f"no modules found for {package}"
-    assert _violations(package, allowed, banned) == []
-
-
-def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
-    """The rule checker itself: a module importing upwards is reported."""
-    module = tmp_path / "m.py"
-    module.write_text(
-        "from __future__ import annotations\n"
-        "def f():\n"
-        "    from shardkeeper.runtime import Runtime\n"
-        "    import apscheduler.schedulers.background\n"
+def _lint_imports(config: Path, cwd: Path, pythonpath: str | None = None) -> tuple[int, str]:
+    env = None if pythonpath is None else {**os.environ, "PYTHONPATH": pythonpath}
+    done = subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", str(config)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    assert _imports(module) == {
-        "__future__",
-        "shardkeeper.runtime",
-        "apscheduler.schedulers.background",
-    }
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_the_package_keeps_its_import_contracts() -> None:
+    """Every contract of pyproject.toml holds on the package's import graph."""
+    code, output = _lint_imports(ROOT / "pyproject.toml", ROOT)
+    assert code == 0, output
+    assert "0 broken" in output, output
+
+
+def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
+    """The checker itself: a lower layer importing a higher one, even lazily inside
+    a function, breaks a layers contract like ours."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "low.py").write_text("def f():\n    from pkg import high\n")
+    (package / "high.py").write_text("from pkg import low\n")
+    config = tmp_path / "contracts.toml"
+    config.write_text(
+        textwrap.dedent(
+            """
+            [tool.importlinter]
+            root_package = "pkg"
+
+            [[tool.importlinter.contracts]]
+            name = "layers"
+            type = "layers"
+            containers = ["pkg"]
+            layers = ["high", "low"]
+            """
+        )
+    )
+    code, output = _lint_imports(config, tmp_path, pythonpath=str(tmp_path))
+    assert code != 0, output
+    assert "pkg.low -> pkg.high" in output, output
 
 
 def test_one_ancestors_order_for_every_backend() -> None:
