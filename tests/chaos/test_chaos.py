@@ -25,6 +25,7 @@ the default test run; the long ones are marked ``chaos`` and only run with
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import random
@@ -73,9 +74,9 @@ START_ATTEMPTS = 3
 SLOW_DELAY = (0.05, 0.2)
 SLOW_STALL_FRACTION = 0.1
 SLOW_STALL = 0.3
-#: the gray link: the proxy attribute that holds requests but lets session traffic
-#: through, if the proxy has one (see gray_mode)
-GRAY_MODES = ("hold_requests", "gray", "hold")
+#: the gray link: the proxy switch that holds requests but lets session traffic
+#: through (SlowProxy(zookeeper_frames=True).hold_requests: ZooKeeper only)
+GRAY_MODES = ("hold_requests",)
 #: the bulk job: items per instance (each fire's start spans several commits) and its
 #: interval (what 4 instances sustain on a 2-core machine: see docs/failover.md)
 BULK_PER_INSTANCE = 2500
@@ -116,10 +117,16 @@ def operator_jobs() -> Jobs:
     )
 
 
-def gray_mode() -> str | None:
-    """The name of the proxy's gray-link switch (requests held, session pings let
-    through), or None when the proxy has no such mode."""
-    probe = SlowProxy(("127.0.0.1", 9), max_seconds=1)
+def gray_mode(backend: str) -> str | None:
+    """The name of the proxy's gray-link switch for ``backend`` (requests held,
+    session pings let through), or None when the proxy has no such mode (today it
+    reads ZooKeeper's frames; etcd's keep-alives share one HTTP/2 connection with
+    the requests)."""
+    if backend != "zookeeper":
+        return None
+    if "zookeeper_frames" not in inspect.signature(SlowProxy).parameters:
+        return None
+    probe = SlowProxy(("127.0.0.1", 9), max_seconds=1, zookeeper_frames=True)
     try:
         return next((n for n in GRAY_MODES if hasattr(probe, n)), None)
     finally:
@@ -200,7 +207,7 @@ class Driver:
         #: set when the side threads (operator, compactor) must end
         self._quit = threading.Event()
         self.operator: Operator | None = None
-        self.gray = gray_mode() if net is not None else None
+        self.gray = gray_mode(servers.backend) if net is not None and plan.jobs else None
 
     # -- recording ----------------------------------------------------------------
 
@@ -302,6 +309,7 @@ class Driver:
                 stall_seconds=SLOW_STALL,
                 seed=self.rng.randrange(2**31),
                 max_seconds=self.plan.duration + 900,
+                **({"zookeeper_frames": True} if self.gray else {}),
             )
             hosts = ",".join(f"{h}:{p}" for h, p in (x.address for x in proxies))
             url = self.url.replace(self.servers.hosts_string, hosts, 1)
@@ -785,8 +793,10 @@ def run_chaos(
             + (
                 f"proxy mode {driver.gray!r}"
                 if driver.gray
-                else "OFF (the proxy has no mode that holds requests but lets session "
-                "traffic through" + ("" if net is not None else "; no network faults") + ")"
+                else f"OFF (the proxy has no mode for {servers.backend} that holds requests "
+                "but lets session traffic through"
+                + ("" if net is not None else "; no network faults")
+                + ")"
             )
         )
     began = time.time()
