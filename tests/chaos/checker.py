@@ -90,6 +90,32 @@ Findings (each one fails the run):
    ``3 st + 2 P + SLACK`` of the heal (while it was not faulted again and the run
    went on): it must rejoin without a restart and get items again.
 
+The production-like workload (several jobs in one run, issue 25 section 5): records
+carry ``job`` (:func:`load_histories` splits them, :func:`check_jobs` checks each
+job and prints a table of per-job figures), ``stopped`` (the run returned because
+``ctx.should_stop()`` said true), ``params`` (a run-now's ``ctx.params``) and
+``covers`` (earlier fire times a run covers, ``ctx.covers``). Events add ``gray`` /
+``gray_end`` (an instance fault like a partition) and the operator's ``op_*``
+actions. Then:
+
+* An interrupted (stopped) run is not done: its pair must run again or be named in a
+  later run's ``covers``, else it is lost (finding 1); runs the final ``stop``
+  interrupted are listed only.
+* A pair named in a done run's ``covers`` is excused as folded.
+* The operator's switches excuse their windows: ``op_disable_item`` ..
+  ``op_enable_item`` of that item and ``op_disable_job`` .. ``op_enable_job`` of every
+  item, from ``PRE`` before to ``P + SLACK`` after; ``op_count`` (old, new) changes
+  the checked items from its time, the items between old and new excused from
+  ``PRE`` before it to ``P + WAIT + SLACK`` after. An instance the operator disabled
+  counts as unable to run for "no instance up".
+* 8. Run-now params: after an ``op_trigger`` with params, every item of the job must
+  start a run with exactly those params within :attr:`Params.run_now_deadline`,
+  unless its owner was faulted, disconnected or disabled then, a store member was
+  faulted, the item or job switched off, or the job resharded around the request;
+  an execution with params no request of its job carried fails the run too.
+* The excused pairs are also grouped (:func:`excuse_category`) so that "owner
+  dead/frozen before start" is counted apart from folding and no healthy instance.
+
 Reported, counted and listed but not failing the run: sessions lost by instances that
 were neither frozen nor partitioned then (a store member's kill or isolation, a slow
 link: the client did not move on in time, and its items failed over needlessly).

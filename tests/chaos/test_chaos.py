@@ -20,7 +20,12 @@ times a second, then the cluster stops and the checker judges the history.
 
 The short runs (about a minute per backend, starting with a partition) are part of
 the default test run; the long ones are marked ``chaos`` and only run with
-``-m chaos`` (``make chaos DURATION=600``), for ``--chaos-duration`` seconds each.
+``-m chaos`` (``make chaos DURATION=600``, ``STORE=zk|etcd`` for one store), for
+``--chaos-duration`` seconds each, with the production-like workload of
+:func:`production_jobs` (every instance runs four jobs: tests/chaos/worker.py), an
+operator acting through the CLI during the faults (tests/chaos/operators.py) and,
+on ZooKeeper, gray links (the proxy holds requests, lets pings through); the checker
+judges every job apart.
 """
 
 from __future__ import annotations
