@@ -384,6 +384,10 @@ def test_commit_health_relinquish_and_rejoin() -> None:
     assert (h.relinquished, h.rejoined) == (1, 1)
     assert not h.should_relinquish()
     assert not h.probe_answered(clock())  # healthy already: nothing to rejoin
+    h.failed(h.sending())
+    clock.now += 4.0
+    h.forget()  # a new session: the old one's outcomes do not count
+    assert not h.should_relinquish()
 
 
 def test_commit_watch_reports_outcomes_and_holds_writes(server: MemoryServer) -> None:

@@ -194,6 +194,12 @@ class CommitHealth:
             since = self._unanswered_since()
             return since is not None and self._clock() - since >= self._window()
 
+    def forget(self) -> None:
+        """Forget every outcome so far (a new session: they were the old one's). The
+        state stays: a relinquished instance still waits for its probe."""
+        with self._lock:
+            self._records = {kind: _Record() for kind in KINDS}
+
     def relinquish(self) -> None:
         """Record that the session is being given up: writes are held from now on."""
         with self._lock:

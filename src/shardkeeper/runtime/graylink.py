@@ -93,6 +93,10 @@ class GrayLinkGuard:
         """One check; returns what it did ("relinquished", "rejoined") or None."""
         if not self._active():
             return None
+        if self._store.state not in _LIVE:
+            # disconnected: the session machinery decides (the session may survive a
+            # short drop; a long one ends it on the server anyway)
+            return None
         if self._health.state is Health.HEALTHY:
             if not self._health.should_relinquish():
                 return None
@@ -104,6 +108,12 @@ class GrayLinkGuard:
             self._rejoin()
             return "rejoined"
         return None
+
+    def on_state(self, state: ConnectionState) -> None:
+        """A state listener (on the store's event thread): a new session starts its
+        record afresh (what went unanswered before belonged to the old one)."""
+        if state is ConnectionState.CONNECTED:
+            self._health.forget()
 
     def _relinquish(self) -> None:
         unanswered = self._health.unanswered_for()

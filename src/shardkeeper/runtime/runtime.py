@@ -3,7 +3,10 @@
 Threads, whatever the number of jobs: the store's own (one session, one event
 thread, one watch on the whole namespace), the trigger scheduler's, a small
 coordinator pool on which every job has its own serial *lane* (runtime/pool.py),
-a lanes timer, a bounded worker pool for the items, and one housekeeping thread.
+a lanes timer, a bounded worker pool for the items, one housekeeping thread and
+one gray-link guard (runtime/graylink.py: an instance whose requests go unanswered
+for a session timeout while its session lives fences itself, gives up its session
+so that the others take over, and rejoins once a probe commit is answered).
 Start it inside a service (``rt.add_job(...)`` then ``with rt: ...`` or
 ``rt.start()`` / ``rt.stop()``) or as a process (``shardkeeper run`` /
 :meth:`Runtime.run_forever`).
@@ -263,6 +266,7 @@ class Runtime:
                 fence=self._fence_all,
                 rejoin=self._rejoin,
             )
+            self._subs.append(self.store.add_state_listener(self._graylink.on_state))
             self._graylink.start()
             # Triggers are armed BEFORE we join: every fire after our membership's
             # join time is one we fire (the leader relies on it when resharding).
