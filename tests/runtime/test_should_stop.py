@@ -11,6 +11,7 @@ leader does not wait for long items beyond ``execution_wait_timeout``.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 import pytest
 
@@ -148,3 +149,36 @@ def test_the_failover_run_of_a_death_is_not_told_to_stop_by_the_reshard_it_cause
     job.release.set()
     wait_until(lambda: b_records.outcome_of(taken.execution_id, failover=True), 10)
     assert b_records.outcome_of(taken.execution_id, failover=True) is Outcome.OK
+
+
+@pytest.mark.parametrize("cause", ["timeout", "fenced"])
+def test_stop_reason_says_timeout_or_fenced(
+    memory_server: MemoryServer, runtimes: list[Runtime], cause: str
+) -> None:
+    """The two other reasons, each from its own cause: an execution past
+    ``execution_timeout`` is told "timeout"; one whose instance stops hearing from
+    the store (its session may be expiring) is told "fenced". (``stop_reason()`` is
+    new: it does not exist on 3005b15.)"""
+    store = memory_server.store(session_timeout=1.0)
+    job = Holding(hold=lambda ctx: True)
+    rt = Runtime(store, shutdown_grace=1, worker_threads=4)
+    timeout = 0.3 if cause == "timeout" else None
+    config = JobConfig(
+        name=JOB, cron="0 0 1 1 *", sharding_total_count=2, execution_timeout=timeout
+    )
+    rt.add_job(job, config)
+    runtimes.append(rt)
+    rt.start()
+    runner = rt.runners[JOB]
+    wait_until(lambda: runner.state.registered, 10)
+    runner.on_trigger(datetime.now(UTC))
+    wait_until(lambda: len(job.runs) == 2 and all(r.polls > 0 for r in job.runs), 10)
+    if cause == "fenced":
+        store.suspend()  # the link is gone: is_valid() turns false
+    try:
+        wait_until(lambda: all(r.returned for r in job.runs), 10)
+    finally:
+        job.release.set()
+        if cause == "fenced":
+            store.resume()
+    assert [r.stopped for r in job.runs] == [cause, cause]
