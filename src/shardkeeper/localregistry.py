@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from shardkeeper.testing.servers import ClusterError, ServerCluster, cluster_class
+from shardkeeper.testing.servers.etcd import REGISTRY_QUOTA_BYTES
+from shardkeeper.testing.servers.zookeeper import REGISTRY_HEAP_MB
 
 __all__ = [
     "DEFAULT_DIR",
@@ -95,7 +97,12 @@ def local_cluster(
     cls = cluster_class(backend)
     if auth and cls.backend != "etcd":
         raise ValueError(f"auth is only supported for the etcd backend, not {backend!r}")
-    kwargs: dict[str, Any] = {"auth": auth} if cls.backend == "etcd" else {}
+    # sized for real jobs, not the test servers' small defaults (docs/registry-backends.md)
+    kwargs: dict[str, Any] = (
+        {"auth": auth, "quota_bytes": REGISTRY_QUOTA_BYTES}
+        if cls.backend == "etcd"
+        else {"heap_mb": REGISTRY_HEAP_MB}
+    )
     return cls(
         size=nodes,
         base_dir=Path(directory),

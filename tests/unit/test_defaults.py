@@ -162,3 +162,62 @@ def test_the_docs_tables_give_the_defaults_in_force(doc: str) -> None:
         row = re.search(rf"^\| `{name}` \| ([0-9.]+)", text, re.MULTILINE)
         assert row is not None, f"{doc} has no row for {name}"
         assert float(row.group(1)) == getattr(defaults, name), f"{doc}: {name}"
+
+
+# -- the local registry and the test servers are sized for real jobs ---------------
+
+
+def test_the_test_zookeeper_heap_holds_a_large_jobs_commit_log(tmp_path: Path) -> None:
+    """96 MB died of OutOfMemoryError under 6,000 items every 3 s on 2 instances, whose
+    live heap measured 430-490 MB (bench/zk_heap.py); the cap is well above that."""
+    from shardkeeper.testing.servers import ZooKeeperCluster
+
+    zk = ZooKeeperCluster(size=1, base_dir=tmp_path)
+    zk._prepare_members()
+    command = zk._command(zk.members[0])
+    assert "-Xmx1024m" in command
+    assert "-Xms16m" in command  # grows only as used: small tests cost no more
+
+
+def test_registry_up_sizes_zookeeper_for_any_accepted_job_and_keeps_it(tmp_path: Path) -> None:
+    """The local registry's heap (2 GB) holds ZooKeeper's last 700 commits at its
+    1 MB request limit; an attached copy (``registry status``/restarts) keeps it."""
+    from shardkeeper.localregistry import local_cluster
+    from shardkeeper.testing.servers import ServerCluster, ZooKeeperCluster
+
+    zk = local_cluster("zookeeper", tmp_path)
+    zk._prepare_members()
+    assert "-Xmx2048m" in zk._command(zk.members[0])
+    again = ServerCluster.from_state(zk.to_state())
+    assert isinstance(again, ZooKeeperCluster)
+    assert again.heap_mb == 2048
+
+
+def test_registry_up_sizes_etcd_and_compacts_its_history(tmp_path: Path) -> None:
+    """etcd's own 2 GiB quota, and history compacted after 5 minutes: without it
+    every revision stays until the quota stops all writes."""
+    from shardkeeper.localregistry import local_cluster
+    from shardkeeper.testing.servers import EtcdCluster, ServerCluster
+
+    etcd = local_cluster("etcd", tmp_path)
+    etcd._prepare_members()
+    command = etcd._command(etcd.members[0])
+    assert f"--quota-backend-bytes={2 * 2**30}" in command
+    assert "--auto-compaction-mode=periodic" in command
+    assert "--auto-compaction-retention=5m" in command
+    again = ServerCluster.from_state(etcd.to_state())
+    assert isinstance(again, EtcdCluster)
+    assert again.quota_bytes == 2 * 2**30
+
+
+def test_registry_up_says_what_it_is_sized_for(tmp_path: Path) -> None:
+    """The line ``registry up`` prints besides the URL (stderr) names the limit."""
+    from shardkeeper.cli.registry import sizing
+    from shardkeeper.localregistry import local_cluster
+
+    zk = local_cluster("zookeeper", tmp_path / "zk")
+    etcd = local_cluster("etcd", tmp_path / "etcd")
+    zk_line = sizing({"backend": "zookeeper", "cluster": zk.to_state()})
+    etcd_line = sizing({"backend": "etcd", "cluster": etcd.to_state()})
+    assert "2048 MB" in zk_line and "registry-backends.md" in zk_line
+    assert "2048 MB" in etcd_line and "refuses every write" in etcd_line

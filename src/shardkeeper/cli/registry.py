@@ -13,7 +13,7 @@ from shardkeeper.cli.render import emit_json
 from shardkeeper.errors import ConfigError
 from shardkeeper.registry.url import redact
 
-__all__ = ["registry_down", "registry_fix_acl", "registry_status", "registry_up"]
+__all__ = ["registry_down", "registry_fix_acl", "registry_status", "registry_up", "sizing"]
 
 T = TypeVar("T")
 
@@ -55,7 +55,26 @@ def registry_up(
         f"(pids {', '.join(map(str, state['pids']))}; data in {directory})",
         err=True,
     )
+    typer.echo(sizing(state), err=True)
     typer.echo(state["url"])
+
+
+def sizing(state: dict[str, Any]) -> str:
+    """One line saying what the local registry of ``state`` is sized for (its heap
+    or quota), so that its limits are never a silent surprise."""
+    extra = (state.get("cluster") or {}).get("extra") or {}
+    where = "see docs/registry-backends.md#sizing-the-store"
+    if state.get("backend") == "zookeeper":
+        heap = extra.get("heap_mb")
+        return (
+            f"sizing: JVM heap up to {heap} MB a member (ZooKeeper keeps its last 500-700 "
+            f"commits in memory, up to 1 MB each); size a production ensemble: {where}"
+        )
+    quota = int(extra.get("quota_bytes") or 0) // 2**20
+    return (
+        f"sizing: --quota-backend-bytes {quota} MB, history compacted after 5 minutes; "
+        f"past the quota etcd refuses every write: {where}"
+    )
 
 
 @registry_app.command("down")

@@ -34,10 +34,30 @@ from shardkeeper.testing.servers.processes import (
 if TYPE_CHECKING:
     from shardkeeper.testing.certs import TLSFiles
 
-__all__ = ["ETCDCTL_BINARY", "ETCD_BINARY", "EtcdCluster", "etcd_health"]
+__all__ = [
+    "COMPACTION_RETENTION",
+    "ETCDCTL_BINARY",
+    "ETCD_BINARY",
+    "REGISTRY_QUOTA_BYTES",
+    "TEST_QUOTA_BYTES",
+    "EtcdCluster",
+    "etcd_health",
+]
 
 ETCD_BINARY = "/usr/bin/etcd"
 ETCDCTL_BINARY = "/usr/bin/etcdctl"
+
+#: a test server's ``--quota-backend-bytes``: past it etcd refuses every write
+#: (NOSPACE alarm) until an operator compacts, defragments and disarms it
+TEST_QUOTA_BYTES = 256 * 2**20
+
+#: ``shardkeeper registry up``'s quota: etcd's own default (2 GiB)
+REGISTRY_QUOTA_BYTES = 2 * 2**30
+
+#: ``--auto-compaction-retention`` (periodic mode): history older than this is
+#: compacted away. Without it every revision stays and a job of thousands of items
+#: a fire fills the quota in minutes; a watch needs seconds of history to resume.
+COMPACTION_RETENTION = "5m"
 
 
 def etcd_health(
@@ -65,7 +85,9 @@ class EtcdCluster(ServerCluster):
     :attr:`credentials` and :meth:`url` then carry them. ``tls``: serve https client
     URLs with these certificates; ``client_cert_auth``: require a client certificate.
     ``max_txn_ops``: the server's ``--max-txn-ops`` (etcd's default 128); a client may
-    use as many with the URL option of the same name.
+    use as many with the URL option of the same name. ``quota_bytes``: the server's
+    ``--quota-backend-bytes`` (default :data:`TEST_QUOTA_BYTES`); history older than
+    :data:`COMPACTION_RETENTION` is compacted automatically.
     """
 
     backend: ClassVar[Backend] = "etcd"
@@ -88,6 +110,7 @@ class EtcdCluster(ServerCluster):
         tls: TLSFiles | None = None,
         client_cert_auth: bool = True,
         max_txn_ops: int = 128,
+        quota_bytes: int = TEST_QUOTA_BYTES,
     ) -> None:
         super().__init__(
             size,
@@ -112,6 +135,8 @@ class EtcdCluster(ServerCluster):
         self.client_cert_auth = client_cert_auth
         #: the server's --max-txn-ops
         self.max_txn_ops = max_txn_ops
+        #: the server's --quota-backend-bytes
+        self.quota_bytes = quota_bytes
 
     @property
     def _scheme(self) -> str:
@@ -190,6 +215,7 @@ class EtcdCluster(ServerCluster):
             "tls_dir": str(self.tls.ca.parent) if self.tls is not None else None,
             "client_cert_auth": self.client_cert_auth,
             "max_txn_ops": self.max_txn_ops,
+            "quota_bytes": self.quota_bytes,
         }
 
     def _load_extra_state(self, extra: Mapping[str, Any]) -> None:
@@ -201,6 +227,7 @@ class EtcdCluster(ServerCluster):
         self.heartbeat_ms = int(extra.get("heartbeat_ms") or self.heartbeat_ms)
         self.election_ms = int(extra.get("election_ms") or self.election_ms)
         self.max_txn_ops = int(extra.get("max_txn_ops") or self.max_txn_ops)
+        self.quota_bytes = int(extra.get("quota_bytes") or self.quota_bytes)
         if extra.get("tls_dir"):
             from shardkeeper.testing.certs import load_certificates
 
@@ -229,7 +256,9 @@ class EtcdCluster(ServerCluster):
             "--log-outputs=stderr",
             # small WAL/snapshot footprint for short-lived test servers
             "--snapshot-count=10000",
-            "--quota-backend-bytes=268435456",
+            f"--quota-backend-bytes={self.quota_bytes}",
+            "--auto-compaction-mode=periodic",
+            f"--auto-compaction-retention={COMPACTION_RETENTION}",
             f"--max-txn-ops={self.max_txn_ops}",
             *self._tls_flags(),
         ]

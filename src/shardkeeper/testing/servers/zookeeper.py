@@ -68,11 +68,27 @@ def zookeeper_mode(host: str, port: int, timeout: float = 1.0) -> str:
     return ""
 
 
+#: the heap cap of a test server's JVM (MB). Measured (bench/zk_heap.py,
+#: docs/registry-backends.md#sizing-the-store): a server keeps its last 500-700
+#: transactions in memory (``zookeeper.commitLogCount``, which it will not lower), so
+#: a job of 6,000 items every 3 s on 2 instances, whose commits are multis of up to
+#: 1 MB, holds 430-490 MB live; 96 MB died of OutOfMemoryError and 512 MB ran full.
+#: The JVM starts at 16 MB and grows only as used: a test with small commits costs
+#: no more than before.
+TEST_HEAP_MB = 1024
+
+#: the heap cap of ``shardkeeper registry up``'s servers (MB): room for the last 700
+#: transactions at ZooKeeper's request limit (about 1 MB each, kept as bytes and as
+#: objects: about 1.3 GB) besides the tree, so no job the runtime accepts exhausts it
+REGISTRY_HEAP_MB = 2048
+
+
 class ZooKeeperCluster(ServerCluster):
     """A real ZooKeeper 3.8 standalone server (``size=1``) or ensemble (``size=3``).
 
-    Runs ``java -Xmx96m ... QuorumPeerMain zoo.cfg`` per member with tickTime=200 and
-    sessions allowed from 0.4 s to 60 s. ``heap_mb`` caps each JVM's heap. ``tls``:
+    Runs ``java -Xmx1024m ... QuorumPeerMain zoo.cfg`` per member with tickTime=200 and
+    sessions allowed from 0.4 s to 60 s. ``heap_mb`` caps each JVM's heap (default
+    :data:`TEST_HEAP_MB`). ``tls``:
     serve clients over TLS with these certificates (see the module docstring);
     ``client_auth``: ``"need"`` (default) a client certificate, or ``"none"``.
     """
@@ -88,7 +104,7 @@ class ZooKeeperCluster(ServerCluster):
         detached: bool = False,
         start_timeout: float = 30.0,
         keep_data: bool = False,
-        heap_mb: int = 96,
+        heap_mb: int = TEST_HEAP_MB,
         tick_ms: int = 200,
         host: str | Sequence[str] = LOOPBACK,
         prefixes: Sequence[Sequence[str]] | None = None,
@@ -221,15 +237,18 @@ class ZooKeeperCluster(ServerCluster):
             self._write_config(m)
 
     def _extra_state(self) -> dict[str, Any]:
+        # the heap too: a member restarted by an attached copy gets the same one
         if self.tls is None:
-            return {}
+            return {"heap_mb": self.heap_mb}
         return {
+            "heap_mb": self.heap_mb,
             "tls_dir": str(self.tls.ca.parent),
             "client_auth": self.client_auth,
             "secure_ports": self.secure_ports,
         }
 
     def _load_extra_state(self, extra: Mapping[str, Any]) -> None:
+        self.heap_mb = int(extra.get("heap_mb") or self.heap_mb)
         if extra.get("tls_dir"):
             from shardkeeper.testing.certs import load_certificates
 
