@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from shardkeeper.config import JobConfig
+from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry.base import ConnectionState, WatchEvent
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
@@ -85,3 +86,85 @@ def test_a_reconnect_delivered_late_does_not_stretch_validity(
         f"(T = {T} s; freshness age {age:.2f} s)"
     )
     admin.close()
+
+
+class Holding(ShardedJob):
+    """Holds every item until released, asking ``ctx.is_valid()`` every 10 ms, and
+    records when each run began and when each instance last got ``True``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+        #: (instance, item, is_failover, monotonic start)
+        self.starts: list[tuple[str, int, bool, float]] = []
+        #: instance -> the last monotonic time one of its runs was told it is valid
+        self.last_valid: dict[str, float] = {}
+
+    def execute(self, ctx: ShardingContext) -> None:
+        with self.lock:
+            self.starts.append((ctx.instance_id, ctx.item, ctx.is_failover, time.monotonic()))
+        while not self.release.wait(0.01):  # the item's own polling, as users write it
+            if not ctx.is_valid():
+                return  # (sticky: it never turns valid again)
+            with self.lock:
+                self.last_valid[ctx.instance_id] = time.monotonic()
+
+    def holders(self) -> dict[int, str]:
+        with self.lock:
+            return {item: inst for inst, item, fo, _ in self.starts if not fo}
+
+    def failover_start(self, item: int, instance: str) -> float | None:
+        with self.lock:
+            found = [t for inst, i, fo, t in self.starts if fo and i == item and inst == instance]
+        return min(found) if found else None
+
+
+def test_a_session_no_longer_renewed_is_invalid_before_a_taker_starts(
+    memory_server: MemoryServer,
+) -> None:
+    """Review finding 1, sketch (a): A's session stops being renewed while every call of
+    A is still answered (MemoryStore.stop_refreshing: etcd's keep-alives failing while
+    reads succeed). The server ends it one T later, unseen by A; B takes A's item over.
+    A's execution must have turned invalid before B's run began. 3005b15 counted A's
+    answered probes as contact: A stayed valid while B ran the same item."""
+    job = Holding()
+    config = JobConfig(
+        name="held",
+        interval=0.5,
+        sharding_total_count=2,
+        failover=True,
+        sharding_wait_timeout=3,
+        execution_wait_timeout=3,
+    )
+    stores = [memory_server.store("lease", session_timeout=T) for _ in range(2)]
+    runtimes: list[Runtime] = []
+    try:
+        for store in stores:
+            rt = Runtime(store, shutdown_grace=1, worker_threads=4)
+            rt.add_job(job, config)
+            rt.start()
+            runtimes.append(rt)
+        a, b = runtimes
+        wait_until(
+            lambda: set(job.holders().values()) == {a.instance_id, b.instance_id},
+            15,
+            message=lambda: f"each instance should hold one item: {job.holders()}",
+        )
+        item = next(i for i, inst in job.holders().items() if inst == a.instance_id)
+        stores[0].stop_refreshing()
+        stopped = time.monotonic()
+        taken = wait_until(
+            lambda: job.failover_start(item, b.instance_id),
+            10 * T,
+            message=lambda: f"B never took item {item} over: {job.starts}",
+        )
+        with job.lock:
+            last_valid = job.last_valid.get(a.instance_id, 0.0)
+        assert last_valid < taken, (
+            f"A was still told is_valid() {last_valid - taken:.2f} s after B began item "
+            f"{item}, {last_valid - stopped:.2f} s after its last renewal (T = {T} s)"
+        )
+    finally:
+        job.release.set()
+        for rt in runtimes:
+            rt.stop_now()

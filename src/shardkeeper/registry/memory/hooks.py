@@ -7,7 +7,9 @@ Step hooks
 * :meth:`MemoryStore.fail_next`: the next matching call(s) raise a StoreError, before
   or after being applied (a lost reply: unknown outcome).
 * :meth:`MemoryStore.suspend` / :meth:`MemoryStore.resume`: a connection drop and its
-  end; :meth:`MemoryStore.expire`: the session expires now.
+  end; :meth:`MemoryStore.expire`: the session expires now;
+  :meth:`MemoryStore.stop_refreshing`: the session is no longer renewed while calls
+  are still answered (etcd's keep-alives failing), and ends unseen one timeout later.
 * :meth:`MemoryServer.drop_events` / :meth:`MemoryServer.delay_events`: lose or hold
   watch events under a prefix.
 

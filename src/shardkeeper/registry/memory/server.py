@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from shardkeeper.errors import ConfigError, StoreUnavailableError
+from shardkeeper.errors import ConfigError, StoreError, StoreUnavailableError
 from shardkeeper.registry._events import WatchDelivery
 from shardkeeper.registry.base import (
     Check,
@@ -368,6 +368,10 @@ class MemoryServer:
             return CommitResult(False, 0, failed)
         revision = self._revision + 1
         owner = store._session
+        if not owner and any(w is not None and w[1] for w in final.values()):
+            # only after stop_refreshing(): the session ended without the client
+            # knowing, and an ephemeral node needs a live one
+            raise StoreError(f"memory store {store.namespace!r}: the session has ended")
         changes: list[WatchEvent] = []
         for path, write in final.items():
             old = tree.nodes.get(path)

@@ -18,6 +18,7 @@ import functools
 import logging
 import re
 import threading
+import time
 from collections.abc import Sequence
 
 from shardkeeper.errors import (
@@ -94,6 +95,9 @@ class MemoryStore(CoordinationStore):
         self._suspended = False
         self._backlog: list[_Item] = []
         self._expiry: threading.Timer | None = None
+        # stop_refreshing(): when it was called, and the timer that ends the session
+        self._refresh_stopped_at: float | None = None
+        self._silent_expiry: threading.Timer | None = None
         self._lock = threading.Lock()
         self._round_trips = 0
         self._failures: list[_Failure] = []
@@ -170,6 +174,8 @@ class MemoryStore(CoordinationStore):
                 return
             self._closed = True
             self._cancel_expiry()
+            if self._silent_expiry is not None:
+                self._silent_expiry.cancel()
             if self in server._stores:
                 server._stores.remove(self)
             if self._started:
@@ -406,6 +412,38 @@ class MemoryStore(CoordinationStore):
         :meth:`fail_next` rule applies: a real store stops renewing the session
         whatever its link does, and the server then ends it anyway."""
         self.expire()
+
+    def last_renewal(self) -> float | None:
+        """:meth:`CoordinationStore.last_renewal`: None (every answered call renews
+        the session), unless :meth:`stop_refreshing` was called: then the time of
+        that call, the last renewal this session gets."""
+        return self._refresh_stopped_at
+
+    def stop_refreshing(self) -> None:
+        """The session is no longer renewed while every call is still answered: etcd's
+        lease keep-alives failing while its reads and commits succeed (review finding
+        1). From now on the session lives on renewals of its own, and
+        :meth:`last_renewal` reports the last one: this moment. One session timeout
+        later the server ends the session (its ephemeral nodes are deleted, watchers
+        see it) without telling the client, whose state stays as it was and whose
+        calls go on; an ephemeral write under the ended session is refused, as etcd
+        refuses a put with a lease it no longer has."""
+        server = self._server
+        with server._lock:
+            self._require_connected("stop_refreshing")
+            if self._refresh_stopped_at is not None:
+                return
+            self._refresh_stopped_at = time.monotonic()
+            timer = threading.Timer(self._timeout, self._end_silently)
+            timer.name = f"shardkeeper-memory-lease[{self.namespace}]"
+            timer.daemon = True
+            self._silent_expiry = timer
+            timer.start()
+
+    def _end_silently(self) -> None:
+        with self._server._lock:
+            if not self._closed:
+                self._server._end_session(self)
 
     def clear_failures(self) -> None:
         """Drop every rule armed by :meth:`fail_next` that has not run out yet (the
