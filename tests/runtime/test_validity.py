@@ -4,6 +4,7 @@ findings 1 and 10), on the MemoryStore: what the freshness clock may count as co
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -12,12 +13,15 @@ import pytest
 
 from shardkeeper.config import JobConfig
 from shardkeeper.job import ShardedJob, ShardingContext
+from shardkeeper.registry import open_store
 from shardkeeper.registry.base import ConnectionState, WatchEvent
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
 from shardkeeper.runtime.liveness import FRESH_FRACTION
 from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.jobs import RecordingJob
+from shardkeeper.testing.proxy import SlowProxy
+from shardkeeper.testing.servers import EtcdCluster
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -168,3 +172,85 @@ def test_a_session_no_longer_renewed_is_invalid_before_a_taker_starts(
         job.release.set()
         for rt in runtimes:
             rt.stop_now()
+
+
+def slow_link_overlap(cluster: EtcdCluster, namespace: str, delay: float) -> None:
+    """A (through one SlowProxy per member) and B (direct) hold one item each; then
+    A's link gets ``delay`` slower each way. Assert that A was told invalid before B
+    began A's item."""
+    options = {"session_timeout": 2, "operation_timeout": 2, "connection_timeout": 10}
+    job = Holding()
+    config = JobConfig(
+        name="held",
+        interval=1,
+        sharding_total_count=2,
+        failover=True,
+        sharding_wait_timeout=4,
+        execution_wait_timeout=4,
+    )
+    runtimes: list[Runtime] = []
+    direct = cluster.url(namespace, **options)
+    with contextlib.ExitStack() as stack:
+        proxies = [stack.enter_context(SlowProxy(hp, delay=(delay, delay))) for hp in cluster.hosts]
+        slow = direct
+        for (host, port), proxy in zip(cluster.hosts, proxies, strict=True):
+            phost, pport = proxy.address
+            slow = slow.replace(f"{host}:{port}", f"{phost}:{pport}", 1)
+        assert slow != direct
+        try:
+            for url in (slow, direct):
+                rt = Runtime(open_store(url), shutdown_grace=1, worker_threads=4)
+                rt.add_job(job, config)
+                rt.start()
+                runtimes.append(rt)
+            a, b = runtimes
+            wait_until(
+                lambda: set(job.holders().values()) == {a.instance_id, b.instance_id},
+                30,
+                message=lambda: f"each instance should hold one item: {job.holders()}",
+            )
+            item = next(i for i, inst in job.holders().items() if inst == a.instance_id)
+            for proxy in proxies:
+                proxy.slow = True
+            slowed = time.monotonic()
+            taken = wait_until(
+                lambda: job.failover_start(item, b.instance_id),
+                30,
+                message=lambda: f"B never took item {item} over: {job.starts}",
+            )
+            with job.lock:
+                last_valid = job.last_valid.get(a.instance_id, 0.0)
+            print(
+                f"etcd slow link ({len(proxies)} members, +{delay} s each way): A valid "
+                f"until +{last_valid - slowed:.2f} s, B took item {item} over at "
+                f"+{taken - slowed:.2f} s"
+            )
+            assert last_valid < taken, (
+                f"A was still told is_valid() {last_valid - taken:.2f} s after B began "
+                f"item {item} (the link slowed {taken - slowed:.2f} s before)"
+            )
+        finally:
+            job.release.set()
+            for proxy in proxies:
+                proxy.slow = False
+            for rt in runtimes:
+                rt.stop_now()
+
+
+def test_etcd_slow_link_one_member_invalid_before_takeover(
+    etcd_server: EtcdCluster, namespace: str
+) -> None:
+    """Review finding 1, sketch (c), on a real etcd: A's link gets 0.7 s slower each way
+    (round trips of 1.4 s+). A keep-alive, whose deadline is what is left of the 2 s
+    lease, no longer gets through; reads and commits (2 s operation timeout) still do.
+    The lease ends, B takes A's item over: A must have been told invalid before."""
+    slow_link_overlap(etcd_server, namespace, 0.7)
+
+
+def test_etcd_slow_link_three_members_invalid_before_takeover(
+    etcd_cluster: EtcdCluster, namespace: str
+) -> None:
+    """The same on a 3-member cluster at 0.35 s each way: every keep-alive attempt
+    times out on each member in turn while the probes are answered (3005b15: 0.5 s
+    per member, SUSPENDED only after the third, past the lease's end)."""
+    slow_link_overlap(etcd_cluster, namespace, 0.35)
