@@ -28,7 +28,9 @@ from shardkeeper.errors import OperationTimeoutError, StoreLimitError, StoreUnav
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry import open_store
 from shardkeeper.registry.base import Check, CoordinationStore, Put
+from shardkeeper.registry.etcd import EtcdStore
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
+from shardkeeper.registry.url import RegistrySettings
 from shardkeeper.runtime import Runtime
 from shardkeeper.runtime.commithealth import CommitHealth, Health
 from shardkeeper.runtime.commitwatch import CommitWatch
@@ -492,3 +494,89 @@ def test_zookeeper_gray_leader_is_bounded_and_rejoins(
             print(f"A rejoined and ran again {time.time() - healed_at:.2f}s after the heal")
         finally:
             admin.close()
+
+
+class GrayEtcd(EtcdStore):
+    """An etcd store whose requests time out while ``gray`` is on, the lease's
+    keep-alives and its revoke excepted (they are the session thread's own requests):
+    the nearest equivalent of a gray link on etcd without a proxy that parses gRPC."""
+
+    gray = False
+
+    def _grayed(self, what: str) -> None:
+        if self.gray:
+            raise OperationTimeoutError(f"{what}: no answer (gray link)")
+
+    def commit(self, ops: Any) -> Any:
+        self._grayed("commit")
+        return super().commit(ops)
+
+    def commit_groups(self, fixed: Any, groups: Any) -> Any:
+        self._grayed("commit")
+        return super().commit_groups(fixed, groups)
+
+    def get(self, path: str) -> Any:
+        self._grayed(f"get {path}")
+        return super().get(path)
+
+    def exists(self, path: str) -> bool:
+        self._grayed(f"exists {path}")
+        return super().exists(path)
+
+    def children(self, path: str) -> list[str]:
+        self._grayed(f"children {path}")
+        return super().children(path)
+
+    def get_tree(self, path: str) -> Any:
+        self._grayed(f"get_tree {path}")
+        return super().get_tree(path)
+
+
+def test_etcd_gray_leader_is_bounded_and_rejoins(
+    etcd_server: Any, shardkeeper_namespace: str, runtimes: list[Runtime]
+) -> None:
+    """The same on etcd: A's requests time out while its lease is kept alive. A gives
+    up the lease (the revoke gets through here), its items run on B within
+    T + T/3 + one interval (and the reaction); healed, it rejoins."""
+    url = etcd_server.url(
+        shardkeeper_namespace, session_timeout=ZK_T, operation_timeout=1.5, connection_timeout=5
+    )
+    admin = open_store(url)
+    admin.start()
+    gray_store = GrayEtcd(RegistrySettings.from_url(url))
+    try:
+        a_job, b_job = Recording(), Recording()
+        config = cfg(interval=ZK_INTERVAL, sharding_total_count=2)
+        a = start(runtimes, gray_store, a_job, config)
+        wait_until(lambda: a.runners[JOB].leader.is_leader, 15)
+        b = start(runtimes, open_store(url), b_job, config)
+        wait_until(lambda: items_of(admin, a) and items_of(admin, b), 20)
+        wait_until(lambda: a_job.runs, 15)
+        a_items = items_of(admin, a)
+
+        gray_store.gray = True
+        gray_at = time.time()
+        taken = wait_until(
+            lambda: b_job.first_valid(a_items, fired_after=gray_at),
+            20,
+            message=lambda: f"A's items {a_items} never ran on B: {b_job.runs}",
+        )
+        latency = taken - gray_at
+        print(f"etcd gray leader: A's items on B after {latency:.2f}s")
+        assert a.commit_health.relinquished == 1
+        leader = admin.get(P.leader)
+        assert leader is not None and leader.value.decode() == b.instance_id
+        bound = ZK_T + ZK_T / 3 + ZK_INTERVAL + 1.5  # docs/failover.md, "Gray links"
+        assert latency < bound, (latency, bound)
+
+        gray_store.gray = False
+        healed_at = time.time()
+        wait_until(lambda: a.commit_health.rejoined == 1, 15, message="A never rejoined")
+        wait_until(
+            lambda: a_job.first_valid({0, 1}, fired_after=healed_at),
+            30,
+            message=lambda: f"A ran nothing after rejoining: {a_job.runs}",
+        )
+        print(f"A rejoined and ran again {time.time() - healed_at:.2f}s after the heal")
+    finally:
+        admin.close()
