@@ -117,9 +117,10 @@ class Housekeeper:
         self._skips.flush()
 
     def probe(self) -> None:
-        """Probe now, from any thread (the runtime asks after a (re)connection: the
-        probe's send time, unlike the time the event was delivered, is certainly
-        after the server heard from us)."""
+        """Probe now, from any thread. The runtime asks after a (re)connection: an
+        answered probe proves the session alive from its own send time, whereas the
+        time the event is delivered can lie well after the reconnection was seen
+        (and after the link dropped again)."""
         try:
             self._probe()
         except Exception:  # a probe on a borrowed thread must not take it down
