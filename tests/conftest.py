@@ -23,6 +23,11 @@ Stores:
 * ``store``: one started store on ``registry_url``.
 
 ``--chaos-duration N`` (seconds, default 600) is read by the chaos tests.
+
+Every test that needs a real server (ZooKeeper, etcd, PostgreSQL, a browser) or root
+is marked ``external_service`` at collection (:func:`pytest_collection_modifyitems`),
+so ``pytest -m "not external_service"`` is the fast tier that runs anywhere
+(docs/testing.md).
 """
 
 from __future__ import annotations
@@ -69,6 +74,90 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.sections.append(
                 (f"{value.backend} member {m.index} log ({m.log_path})", m.log_tail(30))
             )
+
+
+#: fixtures that start (or hand out) a real server: a test whose fixture closure holds
+#: one needs it
+SERVER_FIXTURES = frozenset(
+    {
+        "shardkeeper_zookeeper",
+        "shardkeeper_etcd",
+        "zk_server",
+        "etcd_server",
+        "_zk_ensemble_session",
+        "_etcd_cluster_session",
+        "zk_ensemble",
+        "etcd_cluster",
+        "cluster",
+        "postgres_server",
+        # the test modules' own servers (tests/registry/test_etcd_backend.py,
+        # test_tls.py, tests/console/test_secrets.py)
+        "own_server",
+        "tls_zookeeper",
+        "tls_etcd",
+        "tls_server",
+        "secured",
+    }
+)
+#: parameters (or fixtures of that name) that choose the store or database of a test,
+#: and the value naming the in-process stand-in: any other value, or a module's own
+#: unparametrized override (these always name a real store), needs a real server
+BY_PARAMETER = {
+    "backend": "memory",
+    "shardkeeper_backend": "memory",
+    "db_kind": "sqlite",
+}
+#: tests that start a server, a browser or a network namespace (root) in their own
+#: body, where no fixture shows it: a module, or a module and a test name
+EXTERNAL_TESTS = frozenset(
+    {
+        "tests/chaos/test_chaos.py",
+        "tests/cli/test_cli.py::test_registry_up_status_down",
+        "tests/cli/test_cli.py::test_wrong_credentials",
+        "tests/console/test_browser.py",
+        "tests/demo/test_demo.py",
+        "tests/history/test_recorder.py::test_database_down_then_back",
+        "tests/registry/test_contract.py::test_etcd_auth_refuses_wrong_credentials",
+        "tests/registry/test_etcd_backend.py::test_auth_right_wrong_and_missing_credentials",
+        "tests/registry/test_etcd_backend.py::test_commits_packed_by_bytes_fit_etcds_request_limit",
+        "tests/registry/test_etcd_backend.py::test_max_txn_ops_raises_the_client_limit_with_the_servers",
+        "tests/registry/test_security.py::test_etcd_tight_prefix_grant_runs_everything_and_isolates_tenants",
+        "tests/registry/test_zookeeper_backend.py::test_tree_watch_resyncs_changes_made_while_its_watches_were_gone",
+        # docker-compose validates the compose file: a system package
+        "tests/test_compose.py::test_compose_file_validates",
+        "tests/test_compose.py::test_compose_services",
+        "tests/test_compose.py::test_registry_can_be_switched_to_etcd",
+        "tests/testing/test_netns.py",
+        "tests/testing/test_pytest_plugin.py::test_plugin_fixtures_in_a_users_project",
+        "tests/testing/test_servers.py",
+    }
+)
+
+_TESTS_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _needs_external_service(item: pytest.Item) -> bool:
+    names = set(getattr(item, "fixturenames", ()))
+    if names & SERVER_FIXTURES:
+        return True
+    module = Path(str(item.path)).resolve().relative_to(_TESTS_ROOT).as_posix()
+    test = f"{module}::{getattr(item, 'originalname', item.name)}"
+    if module in EXTERNAL_TESTS or test in EXTERNAL_TESTS:
+        return True
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec is not None else {}
+    return any(
+        name in names and params.get(name) != stand_in for name, stand_in in BY_PARAMETER.items()
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``external_service`` every test that needs a real server (see the module
+    docstring): at collection, so ``-m`` selects on it (a fixture's own
+    ``request.node.add_marker`` would come after the selection)."""
+    for item in items:
+        if _needs_external_service(item):
+            item.add_marker(pytest.mark.external_service)
 
 
 @pytest.fixture(scope="session")

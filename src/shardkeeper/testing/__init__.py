@@ -1,5 +1,8 @@
 """Test support for shardkeeper users and its own suite (like ``kazoo.testing``).
 
+* :mod:`shardkeeper.testing.memory`: the reference in-memory store for tests of one
+  process (:func:`memory_registry` gives a ``memory://`` URL on a server of the test's
+  own; :class:`MemoryServer`, :class:`MemoryStore`): no server, no Java.
 * :mod:`shardkeeper.testing.servers`: real ZooKeeper and etcd processes on free
   loopback ports (:class:`ZooKeeperCluster`, :class:`EtcdCluster`) with per-member
   kill/pause/resume/restart.
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 from shardkeeper.testing.faults import expire_session, wait_until
 from shardkeeper.testing.jobs import RecordingJob, Run
+from shardkeeper.testing.memory import MemoryServer, MemoryStore, memory_registry, named_server
 from shardkeeper.testing.netns import Netns, NetworkLab, unavailable_reason
 from shardkeeper.testing.proxy import SlowProxy, slow_proxies
 from shardkeeper.testing.servers import (
@@ -43,6 +47,8 @@ __all__ = [
     "ClusterError",
     "EtcdCluster",
     "MemberStatus",
+    "MemoryServer",
+    "MemoryStore",
     "Netns",
     "NetworkLab",
     "RecordingJob",
@@ -52,6 +58,8 @@ __all__ = [
     "ZooKeeperCluster",
     "cluster_class",
     "expire_session",
+    "memory_registry",
+    "named_server",
     "slow_proxies",
     "unavailable_reason",
     "wait_until",
