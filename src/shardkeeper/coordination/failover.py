@@ -24,7 +24,7 @@ from shardkeeper.coordination.execution import clear_mark_ops, new_fence
 from shardkeeper.coordination.model import DocumentError, FailoverEntry, RunningMark
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.snapshot import snapshots_from_tree
-from shardkeeper.errors import ConfigError
+from shardkeeper.errors import ConfigError, StoreError
 from shardkeeper.registry.base import (
     Check,
     CoordinationStore,
@@ -34,6 +34,7 @@ from shardkeeper.registry.base import (
     Put,
     check_path,
 )
+from shardkeeper.registry.packing import pack_groups
 
 __all__ = ["Claim", "FailoverService"]
 
@@ -175,6 +176,8 @@ class FailoverService:
         snap = snapshots_from_tree(tree, only=job, registered=False).get(job)
         if snap is None:
             return moved
+        chosen: list[tuple[int, RunningMark]] = []
+        groups: list[list[Op]] = []
         for item, node in sorted(snap.running_nodes.items()):
             read = snap.running[item]
             readable = read is not None
@@ -191,9 +194,44 @@ class FailoverService:
             if keep(mark):
                 entry = FailoverEntry(mark.fire_time, mark.execution_id, mark.instance_id)
                 ops.append(Put(self._paths.failover_item(item), entry.to_bytes()))
-            if self._store.commit(ops):
-                moved.append((item, mark))
-        return moved
+            chosen.append((item, mark))
+            groups.append(ops)
+        applied = self._commit_each([], groups)
+        return [chosen[k] for k in sorted(applied)]
+
+    def _commit_each(self, fixed: list[Op], groups: list[list[Op]]) -> dict[int, int]:
+        """Apply each group (with ``fixed``) on its own conditions, in as few commits
+        as the store takes: index -> revision of each group applied. A store that
+        checks groups apart applies those whose checks hold; where one refused
+        condition refuses a whole commit (ZooKeeper), that chunk's groups are sent
+        one by one, so one moved mark never holds back the others. A failed
+        ``fixed`` check or a store error ends it (what was applied is returned)."""
+        applied: dict[int, int] = {}
+        fixed_paths = {op.path for op in fixed}
+        for members, _ops in pack_groups(self._store, groups, fixed, apart=True):
+            try:
+                result = self._store.commit_groups(fixed, [groups[m] for m in members])
+            except StoreError as exc:
+                # outcome unknown: the marks read next time tell (every group is
+                # conditional on what was read, so sending it again is safe)
+                log.info("%s: failover commit outcome unknown: %s", self._paths.job, exc)
+                return applied
+            if result.succeeded:
+                applied.update({members[k]: rev for k, rev in result.applied.items()})
+                continue
+            if result.failed_path in fixed_paths:
+                return applied
+            for m in members:
+                try:
+                    one = self._store.commit([*fixed, *groups[m]])
+                except StoreError as exc:
+                    log.info("%s: failover commit outcome unknown: %s", self._paths.job, exc)
+                    return applied
+                if one:
+                    applied[m] = one.revision
+                elif one.failed_path in fixed_paths:
+                    return applied
+        return applied
 
     def _clear_ops(self, item: int, token: int, fence: str) -> list[Op]:
         return clear_mark_ops(self._paths, item, token, fence)
@@ -207,13 +245,36 @@ class FailoverService:
     def claim(
         self, exclude: Collection[int] = (), *, membership: Check | None = None
     ) -> Claim | None:
-        """Claim one queued item (lowest first) for this instance, or None. The claim
-        commit also holds ``membership`` (this instance is still the member it
-        registered as), so a process whose session ended cannot claim."""
-        for item in self.queued():
-            if item in exclude:
-                continue
-            node = self._store.get(self._paths.failover_item(item))
+        """Claim one queued item (lowest first) for this instance, or None (see
+        :meth:`claim_many`)."""
+        claims = self.claim_many(exclude, limit=1, membership=membership)
+        return claims[0] if claims else None
+
+    def claim_many(
+        self,
+        exclude: Collection[int] = (),
+        *,
+        limit: int,
+        membership: Check | None = None,
+    ) -> list[Claim]:
+        """Claim up to ``limit`` queued items (lowest first) for this instance. Each
+        item's claim is its own condition (its queue entry is the one read; its mark
+        absent), sent together in as few commits as the store takes: a dead
+        instance's thousands of items are taken over in a few round trips, not one
+        commit each. Every commit also holds ``membership`` (this instance is still
+        the member it registered as), so a process whose session ended cannot
+        claim. An item another instance claimed first is simply not ours."""
+        if limit < 1:
+            return []
+        skip = set(exclude)
+        wanted = [i for i in self.queued() if i not in skip]
+        if not wanted:
+            return []
+        tree = self._store.get_tree(self._paths.failover_queue)
+        chosen: list[tuple[int, FailoverEntry, str]] = []
+        groups: list[list[Op]] = []
+        for item in wanted:
+            node = tree.get(self._paths.failover_item(item))
             if node is None:
                 continue
             try:
@@ -222,26 +283,32 @@ class FailoverService:
                 entry = FailoverEntry(0.0, f"{self._paths.job}@unknown#{item}", "?")
             mark = RunningMark(self._me, entry.fire_time, entry.execution_id, failover=True)
             fence = new_fence()
-            result = self._store.commit(
+            chosen.append((item, entry, fence))
+            groups.append(
                 [
-                    *([membership] if membership is not None else []),
                     Check(node.path, version=node.version),
                     Delete(node.path),
                     Create(self._paths.running(item), mark.to_bytes()),
                     Create(f"{self._paths.running(item)}/{fence}"),
                 ]
             )
-            if result:
-                log.info(
-                    "%s: %s took over item %d (fired %s, from %s)",
-                    self._paths.job,
-                    self._me,
-                    item,
-                    entry.fire_time,
-                    entry.from_instance,
-                )
-                return Claim(item, entry, result.revision, fence)
-        return None
+            if len(chosen) >= limit:
+                break
+        applied = self._commit_each([membership] if membership is not None else [], groups)
+        claims = [
+            Claim(chosen[k][0], chosen[k][1], rev, chosen[k][2])
+            for k, rev in sorted(applied.items())
+        ]
+        for claim in claims:
+            log.info(
+                "%s: %s took over item %d (fired %s, from %s)",
+                self._paths.job,
+                self._me,
+                claim.item,
+                claim.entry.fire_time,
+                claim.entry.from_instance,
+            )
+        return claims
 
 
 def _valid_segment(name: str) -> bool:

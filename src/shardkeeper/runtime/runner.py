@@ -45,7 +45,7 @@ from shardkeeper.config import JobConfig
 from shardkeeper.coordination.config_service import ConfigService
 from shardkeeper.coordination.election import LeaderElection
 from shardkeeper.coordination.execution import ExecutionService
-from shardkeeper.coordination.failover import FailoverService
+from shardkeeper.coordination.failover import Claim, FailoverService
 from shardkeeper.coordination.model import Assignment, InstanceInfo, encode
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.sharding import ShardingService
@@ -69,6 +69,9 @@ from shardkeeper.runtime.trigger import (
 )
 
 __all__ = ["Batch", "JobRunner", "SkipSink"]
+
+#: most orphans one claim round takes over (a few commits' worth)
+MAX_CLAIM = 1024
 
 log = logging.getLogger(__name__)
 
@@ -432,35 +435,52 @@ class JobRunner(FireQueue, Reactions):
         return self.idle or self._workers.free() > 0
 
     def try_claim(self) -> None:
-        """Claim and run one orphaned item if a worker slot is free (lane task); then
-        look again while orphans are queued."""
+        """Claim and run orphaned items while worker slots are free (lane task); then
+        look again while orphans are queued.
+
+        How many at once: the free worker slots, or this instance's share of the
+        queue when that is more (a dead instance's thousands of short items are
+        taken over in a few commits, not one each; the claimed items wait for a slot
+        here like the items of any batch)."""
         st = self.state
         if not st.config.failover or st.skip_reason() is not None or not self._can_take_more():
             return
         membership = st.membership_check(self.paths.instance(self._me))
         session = self._session()
+        limit = max(1, self._workers.free())
+        queued = len(st.queue_hint)
+        if queued > limit:
+            members = max(1, len(self.sharding.live_instances()))
+            limit = min(MAX_CLAIM, max(limit, -(-queued // members)))
         with self._claims_lock:
             self._claims_in_flight += 1
         try:
-            claim = self.failover.claim(self.batches.busy_items(), membership=membership)
-            if claim is None:
-                return
-            st.count("failovers")
-            self.trigger.coverage.decided([claim.item], claim.entry.fire_time)
-            self._launch(
-                Batch(
-                    fire_time=claim.entry.fire_time,
-                    items=[claim.item],
-                    tokens={claim.item: claim.token},
-                    fences={claim.item: claim.fence} if claim.fence else {},
-                    execution_ids={claim.item: claim.entry.execution_id},
-                    failover=True,
-                    session=session,
-                )
+            claims = self.failover.claim_many(
+                self.batches.busy_items(), limit=limit, membership=membership
             )
+            by_fire: dict[float, list[Claim]] = {}
+            for claim in claims:
+                by_fire.setdefault(claim.entry.fire_time, []).append(claim)
+            for fire_time, group in sorted(by_fire.items()):
+                items = [c.item for c in group]
+                st.count("failovers", len(group))
+                self.trigger.coverage.decided(items, fire_time)
+                self._launch(
+                    Batch(
+                        fire_time=fire_time,
+                        items=items,
+                        tokens={c.item: c.token for c in group},
+                        fences={c.item: c.fence for c in group if c.fence},
+                        execution_ids={c.item: c.entry.execution_id for c in group},
+                        failover=True,
+                        session=session,
+                    )
+                )
         finally:
             with self._claims_lock:
                 self._claims_in_flight -= 1
-        st.queue_hint.discard(claim.item)
+        if not claims:
+            return
+        st.queue_hint.difference_update(c.item for c in claims)
         if st.queue_hint:
             self.submit("claim", self.try_claim)
