@@ -20,7 +20,7 @@ PYTEST_WORKERS ?= 2
 LATEST_VENV ?= .venv-latest
 FAST_MARK := not external_service
 
-.PHONY: demo test test-fast test-latest lint typecheck pytest system-deps venv chaos bench clean registry-up registry-down
+.PHONY: demo test test-fast test-latest lint typecheck typecheck-tests pytest system-deps venv chaos bench clean registry-up registry-down
 
 demo: system-deps venv
 	$(PY) -m demo --backend $(BACKEND)
@@ -34,6 +34,12 @@ lint: venv
 
 typecheck: venv
 	$(VENV)/bin/mypy
+
+# the tests under the same strict mypy (check_untyped_defs included): not yet part of
+# make test, since 104 errors in 26 test files remain (private attributes of the
+# stores, Optional values used unchecked); docs/testing.md
+typecheck-tests: venv
+	$(VENV)/bin/mypy --explicit-package-bases tests
 
 pytest: system-deps venv
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)

@@ -23,6 +23,9 @@ import shardkeeper
 
 SRC = Path(shardkeeper.__file__).resolve().parent
 
+# one worker builds the per-module imports once (the fixture is per module and worker)
+pytestmark = pytest.mark.xdist_group("import-each-module")
+
 #: modules that run something when imported (the CLI's ``python -m`` entry)
 NOT_IMPORTED = {"shardkeeper.cli.__main__"}
 
