@@ -24,6 +24,7 @@ STAT_KEYS = (
     "repairs",
     "retries",
     "timed_out",
+    "interrupted",
     "store_errors",
 )
 

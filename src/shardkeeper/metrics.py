@@ -152,6 +152,8 @@ _STAT_HELP = {
     "repairs": "Repairs of the registry state made by the self-repair pass.",
     "retries": "Failed item executions run again here (the job's retries setting).",
     "timed_out": "Item executions here that ran past the job's execution_timeout.",
+    "interrupted": "Item executions here that returned after should_stop() said true "
+    "(not done: run again).",
     "store_errors": "Registry operations of the job that failed here (retried or repaired).",
 }
 
