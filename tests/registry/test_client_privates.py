@@ -120,6 +120,9 @@ def test_kazoo_has_every_private_name_we_use(kazoo_client: Any) -> None:
         "KazooClient._child_watchers": (kazoo_client, "_child_watchers"),
         "KazooClient._pending": (kazoo_client, "_pending"),
         "KazooClient._session_callback": (kazoo_client, "_session_callback"),
+        # relinquish_session (zookeeper/store.py): the gray-link give-up forgets them
+        "KazooClient._session_id": (kazoo_client, "_session_id"),
+        "KazooClient._session_passwd": (kazoo_client, "_session_passwd"),
         "KazooClient.last_zxid": (kazoo_client, "last_zxid"),
         "KazooClient.chroot": (kazoo_client, "chroot"),
         "KazooClient.hosts": (kazoo_client, "hosts"),

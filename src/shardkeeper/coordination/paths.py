@@ -5,6 +5,8 @@ The tree inside a namespace (the same on ZooKeeper and etcd)::
     /instances/{instance}                  E  process metadata (JSON): host, pid, version,
                                               started_at, labels, jobs
     /control/shutdown/{instance}           P  operator asks that instance to stop gracefully
+    /control/probe/{instance}              E  a gray instance's probe commit: answered,
+                                              it rejoins (runtime/graylink.py)
     /jobs/{job}/config                     P  the JobConfig (JSON), incl. job_class
     /jobs/{job}/instances/{instance}       E  membership of that instance in the job (JSON)
     /jobs/{job}/leader                     E  id of the elected leader
@@ -56,6 +58,7 @@ __all__ = [
     "job_paths",
     "parse",
     "parse_job_path",
+    "probe_path",
     "shutdown_path",
 ]
 
@@ -74,6 +77,11 @@ def instance_path(instance_id: str) -> str:
 def shutdown_path(instance_id: str) -> str:
     """Remote graceful-shutdown request for an instance."""
     return f"{CONTROL}/shutdown/{instance_id}"
+
+
+def probe_path(instance_id: str) -> str:
+    """``/control/probe/{instance}``: the gray-link guard's probe commit (ephemeral)."""
+    return f"{CONTROL}/probe/{instance_id}"
 
 
 @dataclass(frozen=True)

@@ -26,21 +26,16 @@ import threading
 import time
 from collections.abc import Callable
 
-from shardkeeper.coordination.paths import CONTROL
+from shardkeeper.coordination.paths import probe_path
 from shardkeeper.errors import StoreError
 from shardkeeper.registry.base import ConnectionState, CoordinationStore, Put
 from shardkeeper.runtime.commithealth import CommitHealth, Health
 
-__all__ = ["GrayLinkGuard", "probe_path"]
+__all__ = ["GrayLinkGuard"]
 
 log = logging.getLogger(__name__)
 
 _LIVE = (ConnectionState.CONNECTED, ConnectionState.RECONNECTED)
-
-
-def probe_path(instance_id: str) -> str:
-    """The node the probe commit writes (ephemeral: it goes with the session)."""
-    return f"{CONTROL}/probe/{instance_id}"
 
 
 class GrayLinkGuard:
