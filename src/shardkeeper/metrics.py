@@ -218,6 +218,22 @@ class _RuntimeCollector(Collector):
         )
         age.add_metric([], self._rt.liveness.age())
         yield age
+        late = self._rt.heartbeat_lateness()
+        if late is not None:
+            last = GaugeMetricFamily(
+                "shardkeeper_heartbeat_lateness_seconds",
+                "How late the housekeeping thread woke at its last tick (it runs every "
+                "T/3): a process starved of CPU delays the store client's heartbeats "
+                "the same way.",
+            )
+            last.add_metric([], late[0])
+            yield last
+            most = GaugeMetricFamily(
+                "shardkeeper_heartbeat_lateness_max_seconds",
+                "The largest lateness of a housekeeping tick since the runtime started.",
+            )
+            most.add_metric([], late[1])
+            yield most
 
     def _owned_count(self, name: str, runner: JobRunner, fresh: bool) -> int | None:
         # one read of the assignment per job per scrape (Prometheus scrapes every

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 
 from shardkeeper.coordination.paths import instance_path
@@ -32,6 +33,8 @@ __all__ = ["Housekeeper"]
 
 log = logging.getLogger(__name__)
 
+#: seconds between two warnings that the process is starved of CPU
+STARVED_WARN_EVERY = 60.0
 #: ticks between two prunings of the cluster-once markers (about 40 min at T = 4 s)
 _PRUNE_TICKS = 1800
 
@@ -57,6 +60,7 @@ class Housekeeper:
         self._store = store
         self._liveness = liveness
         self._instance_path = instance_path(instance_id)
+        self._me = instance_id
         self._runners = runners
         self._started = started
         self._stopped = stopped
@@ -66,6 +70,11 @@ class Housekeeper:
         self._skips = skips
         self._rr = 0  # round-robin position of the sweep
         self._thread: threading.Thread | None = None
+        #: seconds the last tick woke after it was due (the process's starvation)
+        self.lateness = 0.0
+        #: the largest lateness since the runtime started
+        self.max_lateness = 0.0
+        self._warned_at = -math.inf
 
     def start(self) -> None:
         """Start the thread (it ends when ``stopped`` is set)."""
@@ -74,12 +83,37 @@ class Housekeeper:
 
     def _loop(self) -> None:
         tick = 0
-        while not self._stopped.wait(self._liveness.cadence):
+        due = time.monotonic() + self._liveness.cadence
+        while not self._stopped.wait(max(0.0, due - time.monotonic())):
+            self.note_wake(due, time.monotonic())
+            due = time.monotonic() + self._liveness.cadence
             tick += 1
             try:
                 self.tick(tick)
             except Exception:  # a tick must never end the loop
                 log.exception("housekeeping tick failed")
+
+    def note_wake(self, due: float, woke: float) -> None:
+        """Record how late a tick woke. The store client's threads (kazoo's pings,
+        etcd's keep-alives) compete with item threads for the GIL like this one: a
+        tick a whole cadence late (T/3) means they may be late too, and a session can
+        be lost with no fault of the network. Warned at most once a minute."""
+        late = max(0.0, woke - due)
+        self.lateness = late
+        self.max_lateness = max(self.max_lateness, late)
+        cadence = self._liveness.cadence
+        if late > cadence and woke - self._warned_at >= STARVED_WARN_EVERY:
+            self._warned_at = woke
+            log.warning(
+                "%s: the housekeeping thread woke %.2f s late (it runs every %.2f s): "
+                "this process is starved of CPU, and the store client's heartbeats may be "
+                "late too (session_timeout %.1f s). CPU-bound items in threads cause "
+                "this: see docs/failover.md, 'A fully busy cluster'",
+                self._me,
+                late,
+                cadence,
+                self._store.session_timeout,
+            )
 
     def tick(self, tick: int) -> None:
         """One tick: probe, fence if stale, then (started, not stopping) repairs."""

@@ -305,6 +305,12 @@ class Runtime:
         except Exception:  # between sessions: no identity
             return ""
 
+    def heartbeat_lateness(self) -> tuple[float, float] | None:
+        """(last, largest) seconds the housekeeping thread woke late, or None before
+        start (see :meth:`Housekeeper.note_wake`)."""
+        hk = self._housekeeper
+        return None if hk is None else (hk.lateness, hk.max_lateness)
+
     def stop(self, grace: float | None = None) -> None:
         """Stop gracefully (idempotent; blocks up to the grace period + a few seconds)."""
         with self._lock:
