@@ -86,12 +86,14 @@ class Housekeeper:
         due = time.monotonic() + self._liveness.cadence
         while not self._stopped.wait(max(0.0, due - time.monotonic())):
             self.note_wake(due, time.monotonic())
-            due = time.monotonic() + self._liveness.cadence
             tick += 1
             try:
                 self.tick(tick)
             except Exception:  # a tick must never end the loop
                 log.exception("housekeeping tick failed")
+            # counted from the tick's end, as before: a slow store lengthens the
+            # tick, not the lateness (which measures the wake-up alone)
+            due = time.monotonic() + self._liveness.cadence
 
     def note_wake(self, due: float, woke: float) -> None:
         """Record how late a tick woke. The store client's threads (kazoo's pings,
