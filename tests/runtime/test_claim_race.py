@@ -12,7 +12,6 @@ MemoryStore with a pause that holds the claim between its commit and its return.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -30,22 +29,13 @@ JOB = "claimrace"
 P = JobPaths(JOB)
 
 
-@pytest.fixture
-def server() -> Iterator[MemoryServer]:
-    srv = MemoryServer()
-    try:
-        yield srv
-    finally:
-        srv.shutdown()
-
-
 def test_a_registration_beside_a_claim_in_flight_leaves_its_mark(
-    server: MemoryServer, runtimes: list[Runtime]
+    memory_server: MemoryServer, runtimes: list[Runtime]
 ) -> None:
-    admin = server.store()
+    admin = memory_server.store()
     admin.start()
     job = RecordingJob()
-    rt = Runtime(server.store(), shutdown_grace=1)
+    rt = Runtime(memory_server.store(), shutdown_grace=1)
     # one item, fired once an hour: only the claim below runs anything
     rt.add_job(job, JobConfig(name=JOB, interval=3600, sharding_total_count=1, failover=True))
     rt.start()
@@ -53,7 +43,7 @@ def test_a_registration_beside_a_claim_in_flight_leaves_its_mark(
     runner = rt.runners[JOB]
     wait_until(lambda: runner.state.registered and runner.leader.is_leader, 10)
     # the lane's claim of item 5 (an orphan of a dead instance): applied, not returned
-    held = server.pause("commit", when="after", path=P.running(5), thread="sk-coord")
+    held = memory_server.pause("commit", when="after", path=P.running(5), thread="sk-coord")
     entry = FailoverEntry(time.time() - 2, f"{JOB}@1#5", "ghost@1@dead")
     admin.create(P.failover_item(5), entry.to_bytes())
     try:

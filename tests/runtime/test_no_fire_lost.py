@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -45,15 +44,6 @@ class Covering(ShardedJob):
             return list(self.runs)
 
 
-@pytest.fixture
-def server() -> Iterator[MemoryServer]:
-    srv = MemoryServer()
-    try:
-        yield srv
-    finally:
-        srv.shutdown()
-
-
 def _cfg(**over: Any) -> JobConfig:
     base: dict[str, Any] = {
         "name": JOB,
@@ -68,16 +58,20 @@ def _cfg(**over: Any) -> JobConfig:
 
 
 def _cut_off_a(
-    server: MemoryServer, runtimes: list[Runtime], job: Covering, config: JobConfig, **kw: Any
+    memory_server: MemoryServer,
+    runtimes: list[Runtime],
+    job: Covering,
+    config: JobConfig,
+    **kw: Any,
 ) -> tuple[Runtime, Runtime, set[int], float]:
     """A and B share the job; A is cut off from the store until its session expired
     and B ran A's items. Returns (A, B, A's items, the time A was cut off)."""
-    a_store = server.store(session_timeout=1.0)
+    a_store = memory_server.store(session_timeout=1.0)
     a = Runtime(a_store, shutdown_grace=1, **kw)
     a.add_job(job, config)
     a.start()
     runtimes.append(a)
-    b = Runtime(server.store(session_timeout=1.0), shutdown_grace=1, **kw)
+    b = Runtime(memory_server.store(session_timeout=1.0), shutdown_grace=1, **kw)
     b.add_job(job, config)
     b.start()
     runtimes.append(b)
@@ -106,11 +100,11 @@ def _cut_off_a(
 
 
 def test_fires_no_instance_started_are_covered_by_the_next_owners_run(
-    server: MemoryServer, runtimes: list[Runtime]
+    memory_server: MemoryServer, runtimes: list[Runtime]
 ) -> None:
     job = Covering()
     config = _cfg()
-    _a, b, mine, last_a = _cut_off_a(server, runtimes, job, config)
+    _a, b, mine, last_a = _cut_off_a(memory_server, runtimes, job, config)
     for item in mine:
         first_b = min(
             ft
@@ -132,7 +126,7 @@ def test_fires_no_instance_started_are_covered_by_the_next_owners_run(
 
 
 def test_with_misfire_off_fires_no_instance_started_are_recorded_as_skips(
-    server: MemoryServer, runtimes: list[Runtime]
+    memory_server: MemoryServer, runtimes: list[Runtime]
 ) -> None:
     job = Covering()
 
@@ -152,7 +146,7 @@ def test_with_misfire_off_fires_no_instance_started_are_recorded_as_skips(
 
     skips = Skips()
     config = _cfg(misfire=False)
-    _a, b, mine, last_a = _cut_off_a(server, runtimes, job, config, observers=[skips])
+    _a, b, mine, last_a = _cut_off_a(memory_server, runtimes, job, config, observers=[skips])
     unrun = 0
     for item in mine:
         first_b = min(
