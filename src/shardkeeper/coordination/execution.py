@@ -17,8 +17,9 @@ from collections import deque
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from shardkeeper.coordination.model import DocumentError, RunningMark
+from shardkeeper.coordination.model import RunningMark
 from shardkeeper.coordination.paths import FENCE_PREFIX, JobPaths
+from shardkeeper.coordination.snapshot import snapshots_from_tree
 from shardkeeper.errors import StoreError, StoreLimitError
 from shardkeeper.registry.base import Check, CoordinationStore, Create, Delete, Node, Op, Put
 from shardkeeper.registry.packing import pack_groups
@@ -250,26 +251,17 @@ class ExecutionService:
 
     def _marks_in(self, tree: dict[str, Node]) -> dict[int, tuple[RunningMark, int, str]]:
         """The readable marks of a tree read of ``running/``: item -> (mark, its
-        created_revision, its fence child or "")."""
-        root = self._paths.running_root + "/"
-        marks: dict[int, tuple[RunningMark, int, str]] = {}
-        fences: dict[int, str] = {}
-        for path, node in tree.items():
-            if not path.startswith(root):
-                continue
-            name, _, child = path[len(root) :].partition("/")
-            if not name.isdigit():
-                continue  # a stray node: not a mark
-            if child:
-                if child.startswith(FENCE_PREFIX) and "/" not in child:
-                    fences[int(name)] = child
-                continue
-            try:
-                mark = RunningMark.from_bytes(node.value, node.path)
-            except DocumentError:
-                continue
-            marks[int(name)] = (mark, node.created_revision, "")
-        return {i: (m, t, fences.get(i, "")) for i, (m, t, _f) in marks.items()}
+        created_revision, its fence child or ""), by the one snapshot reader."""
+        snap = snapshots_from_tree(tree, only=self._paths.job, registered=False).get(
+            self._paths.job
+        )
+        if snap is None:
+            return {}
+        return {
+            item: (mark, snap.running_nodes[item].created_revision, snap.fences.get(item, ""))
+            for item, mark in snap.running.items()
+            if mark is not None
+        }
 
     def _why(self, failed_path: str | None, membership: Check | None = None) -> str:
         if membership is not None and failed_path == membership.path:
