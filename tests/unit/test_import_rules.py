@@ -67,17 +67,3 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     code, output = _lint_imports(config, tmp_path, pythonpath=str(tmp_path))
     assert code != 0, output
     assert "pkg.low -> pkg.high" in output, output
-
-
-def test_one_ancestors_order_for_every_backend() -> None:
-    """The backends share one documented ancestors(): nearest first, root excluded."""
-    from shardkeeper.registry.base import ancestors
-    from shardkeeper.registry.etcd.keys import strict_ancestors
-    from shardkeeper.registry.memory.tree import _ancestors as memory_ancestors
-    from shardkeeper.registry.zookeeper.nodes import _ancestors as zk_ancestors
-
-    assert ancestors("/a/b/c") == ["/a/b", "/a"]
-    assert ancestors("/a") == [] and ancestors("/") == []
-    assert strict_ancestors("/a/b/c") == ancestors("/a/b/c")
-    assert zk_ancestors("/a/b/c") == ["/a", "/a/b"]  # top-down: parents are made in order
-    assert memory_ancestors("/a/b/c") == ["/a/b", "/a", "/"]

@@ -26,7 +26,7 @@ from typing import Any
 
 import etcd3.etcdrpc as rpc
 
-from shardkeeper.registry.base import Node, ancestors
+from shardkeeper.registry.base import Node
 
 __all__ = [
     "below_op",
@@ -35,7 +35,6 @@ __all__ = [
     "in_subtree",
     "own_range",
     "range_op",
-    "strict_ancestors",
     "subtree",
     "synthetic_node",
 ]
@@ -54,12 +53,6 @@ def below_op(key: bytes, *, keys_only: bool = False, limit: int = 0) -> Any:
     req = rpc.RangeRequest(key=below, range_end=end, keys_only=keys_only)
     req.limit = limit
     return rpc.RequestOp(request_range=req)
-
-
-def strict_ancestors(path: str) -> list[str]:
-    """Strict ancestors of ``path``, nearest first, without the root
-    (:func:`~shardkeeper.registry.base.ancestors`)."""
-    return ancestors(path)
 
 
 def synthetic_node(path: str) -> Node:

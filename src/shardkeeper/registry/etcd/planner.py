@@ -21,9 +21,9 @@ from typing import Any
 import etcd3.etcdrpc as rpc
 
 from shardkeeper.errors import ConfigError, StoreError
-from shardkeeper.registry.base import Check, Create, Delete, Op, Put
+from shardkeeper.registry.base import Check, Create, Delete, Op, Put, ancestors
 from shardkeeper.registry.etcd.conditions import EQUAL, Condition, Verdict
-from shardkeeper.registry.etcd.keys import below_range, own_range, strict_ancestors
+from shardkeeper.registry.etcd.keys import below_range, own_range
 from shardkeeper.registry.etcd.members import MembersMixin
 
 __all__ = ["COMMIT_ATTEMPTS", "PlannerMixin"]
@@ -192,7 +192,7 @@ class PlannerMixin(MembersMixin):
                 key=key, value=value, lease=self._lease_for(ephemeral), prev_kv=prev_kv
             )
             success.append(rpc.RequestOp(request_put=put))
-            for ancestor in strict_ancestors(path):
+            for ancestor in ancestors(path):
                 guarded.setdefault(ancestor, None)
                 # an ephemeral node this commit writes cannot receive children in it
                 parent = final.get(ancestor)

@@ -50,12 +50,6 @@ def _parent(path: str) -> str:
     return path.rsplit("/", 1)[0] or "/"
 
 
-def _ancestors(path: str) -> list[str]:
-    """Strict ancestors of ``path``, nearest first, ``/`` last (none for ``/``):
-    :func:`~shardkeeper.registry.base.ancestors` and the root."""
-    return [] if path == "/" else [*ancestors(path), "/"]
-
-
 # ---- the data ---------------------------------------------------------------------------
 
 
@@ -123,7 +117,8 @@ class _Tree:
         return rec
 
     def _count(self, path: str, delta: int) -> None:
-        for p in [path, *_ancestors(path)]:
+        # the path, its ancestors and the root: each counts what lives at or below it
+        for p in (path, *ancestors(path), "/") if path != "/" else ("/",):
             w = self.weight.get(p, 0) + delta
             if w > 0:
                 self.weight[p] = w
@@ -169,7 +164,7 @@ def _guard_ephemerals(tree: _Tree, final: dict[str, tuple[bytes, bool] | None]) 
     for path, write in final.items():
         if write is None:
             continue
-        for ancestor in _ancestors(path):
+        for ancestor in ancestors(path):  # (the root is never ephemeral)
             if ephemeral_after(ancestor):
                 raise StoreError(
                     f"cannot write {path!r}: {ancestor!r} is ephemeral and an ephemeral "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kazoo.protocol.states import ZnodeStat
 
-from shardkeeper.registry.base import Node, ancestors
+from shardkeeper.registry.base import Node
 
 
 def _parent(path: str) -> str:
@@ -13,12 +13,6 @@ def _parent(path: str) -> str:
 
 def _child(path: str, name: str) -> str:
     return f"{path}/{name}" if path != "/" else f"/{name}"
-
-
-def _ancestors(path: str) -> list[str]:
-    """Proper ancestors of ``path`` below ``/``, top-down (``/a/b/c`` -> ``/a``, ``/a/b``):
-    :func:`~shardkeeper.registry.base.ancestors` reversed (parents are made top-down)."""
-    return ancestors(path)[::-1]
 
 
 def _node(path: str, value: bytes, stat: ZnodeStat) -> Node:

@@ -75,10 +75,11 @@ from shardkeeper.registry.base import (
     Node,
     Op,
     Put,
+    ancestors,
 )
 from shardkeeper.registry.zookeeper import kazoo_private
 from shardkeeper.registry.zookeeper.errors import _first_error
-from shardkeeper.registry.zookeeper.nodes import _ancestors, _node, _parent
+from shardkeeper.registry.zookeeper.nodes import _node, _parent
 from shardkeeper.registry.zookeeper.reads import _Reads
 
 #: how often a commit re-reads and retries when a pre-read node changed under it
@@ -94,7 +95,7 @@ class _Planner(_Reads):
         """Ancestors of ``path`` that do not exist, top-down, up to the first one in
         ``stop`` (paths the caller creates itself). One pipelined batch of exists."""
         todo: list[str] = []
-        for a in _ancestors(path):
+        for a in reversed(ancestors(path)):  # top-down
             if a in stop:
                 break
             todo.append(a)
@@ -110,7 +111,7 @@ class _Planner(_Reads):
         hold itself, from one read whatever their number: a commit that creates many
         new subtrees (an instance registering its jobs) then needs one retry, not one
         per subtree."""
-        wanted = sorted({a for t in targets for a in _ancestors(t)} - targets)
+        wanted = sorted({a for t in targets for a in ancestors(t)} - targets)
         if not wanted:
             return set()
         return {p for p, got in self._read_many(deadline, wanted).items() if got is None}
@@ -311,7 +312,7 @@ class _Planner(_Reads):
             and self._covered(op.path)
         }
         known |= mine
-        present = known | {a for p in known for a in _ancestors(p)}
+        present = known | {a for p in known for a in ancestors(p)}
 
         def native_delete(op: Op) -> bool:
             return isinstance(op, Delete) and op.path in present and op.path != "/"
@@ -372,7 +373,8 @@ class _Planner(_Reads):
 
         def create(op: Create | Put, kind: str) -> None:
             # (no missing parents known: the common first attempt skips the walk)
-            for a in _ancestors(op.path) if parents else ():
+            # top-down: a parent is made before its children
+            for a in reversed(ancestors(op.path)) if parents else ():
                 if a in parents and a not in made:
                     made.add(a)
                     writes.append((self._create_op(a, b"", False), ("parent", op, a)))
@@ -468,7 +470,7 @@ def _under_absence(ops: list[Op], targets: set[str]) -> tuple[set[str], frozense
         if not isinstance(op, Create | Put):
             continue
         under = False
-        for a in _ancestors(op.path):
+        for a in reversed(ancestors(op.path)):  # top-down
             under = under or a in absent
             if under and a not in targets:
                 implied.add(a)
