@@ -32,37 +32,103 @@ the store (:class:`StoreUnavailableError`, :class:`StoreAuthError`,
 
 from __future__ import annotations
 
+import importlib
+
 from shardkeeper._version import __version__
-from shardkeeper.config import JobConfig, load_job_configs
-from shardkeeper.errors import (
-    ConfigError,
-    InstanceLookupError,
-    InvalidRegistryURLError,
-    JobConfigError,
-    JobConflictError,
-    JobLookupError,
-    NodeExistsError,
-    NoNodeError,
-    OperationRefusedError,
-    OperationTimeoutError,
-    SessionLostError,
-    ShardkeeperError,
-    StoreAuthError,
-    StoreError,
-    StoreLimitError,
-    StoreUnavailableError,
-)
-from shardkeeper.job import (
-    ClusterOnceListener,
-    DataflowJob,
-    JobListener,
-    ScriptFailedError,
-    ScriptJob,
-    ShardedJob,
-    ShardingContext,
-)
-from shardkeeper.registry import RegistrySettings, open_store
-from shardkeeper.runtime import Runtime
+
+# typing.TYPE_CHECKING without importing typing (type checkers treat the name alike):
+# a bare ``import shardkeeper`` then costs a few milliseconds
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports
+    from shardkeeper.config import JobConfig, load_job_configs
+    from shardkeeper.errors import (
+        ConfigError,
+        InstanceLookupError,
+        InvalidRegistryURLError,
+        JobConfigError,
+        JobConflictError,
+        JobLookupError,
+        NodeExistsError,
+        NoNodeError,
+        OperationRefusedError,
+        OperationTimeoutError,
+        SessionLostError,
+        ShardkeeperError,
+        StoreAuthError,
+        StoreError,
+        StoreLimitError,
+        StoreUnavailableError,
+    )
+    from shardkeeper.job import (
+        ClusterOnceListener,
+        DataflowJob,
+        JobListener,
+        ScriptFailedError,
+        ScriptJob,
+        ShardedJob,
+        ShardingContext,
+    )
+    from shardkeeper.registry import RegistrySettings, open_store
+    from shardkeeper.runtime import Runtime
+
+# Each public name and the module it comes from. The modules are imported on first
+# use of a name (PEP 562), not here: ``import shardkeeper`` stays cheap for a process
+# that needs one corner of the package (the CLI's ``--help``, an error class), and
+# pydantic, APScheduler and the runtime load only when something asks for them.
+_ORIGINS: dict[str, str] = {
+    **dict.fromkeys(("JobConfig", "load_job_configs"), "shardkeeper.config"),
+    **dict.fromkeys(
+        (
+            "ConfigError",
+            "InstanceLookupError",
+            "InvalidRegistryURLError",
+            "JobConfigError",
+            "JobConflictError",
+            "JobLookupError",
+            "NodeExistsError",
+            "NoNodeError",
+            "OperationRefusedError",
+            "OperationTimeoutError",
+            "SessionLostError",
+            "ShardkeeperError",
+            "StoreAuthError",
+            "StoreError",
+            "StoreLimitError",
+            "StoreUnavailableError",
+        ),
+        "shardkeeper.errors",
+    ),
+    **dict.fromkeys(
+        (
+            "ClusterOnceListener",
+            "DataflowJob",
+            "JobListener",
+            "ScriptFailedError",
+            "ScriptJob",
+            "ShardedJob",
+            "ShardingContext",
+        ),
+        "shardkeeper.job",
+    ),
+    **dict.fromkeys(("RegistrySettings", "open_store"), "shardkeeper.registry"),
+    "Runtime": "shardkeeper.runtime",
+}
+
+
+def __getattr__(name: str) -> object:
+    """Import a public name's module on first use and keep the name (PEP 562)."""
+    origin = _ORIGINS.get(name)
+    if origin is None:
+        raise AttributeError(f"module 'shardkeeper' has no attribute {name!r}")
+    value = getattr(importlib.import_module(origin), name)
+    globals()[name] = value  # later lookups are plain module attributes
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's names with the lazy public ones (for ``dir()`` and completion)."""
+    return sorted({*globals(), *_ORIGINS})
+
 
 __all__ = [
     "ClusterOnceListener",

@@ -15,11 +15,15 @@ import shardkeeper.errors
 
 def _public_names() -> set[str]:
     """What the package defines or re-exports: no private names, no submodules
-    (``import shardkeeper.x`` sets them as attributes), no ``__future__`` feature."""
+    (``import shardkeeper.x`` sets them as attributes), no ``__future__`` feature, no
+    ``TYPE_CHECKING`` flag. ``dir()`` lists the names imported lazily (PEP 562) too;
+    ``getattr`` imports them, so a name that does not resolve fails here."""
     names = {
         name
-        for name, value in vars(shardkeeper).items()
-        if not name.startswith("_") and not isinstance(value, ModuleType) and name != "annotations"
+        for name in dir(shardkeeper)
+        if not name.startswith("_")
+        and name not in ("annotations", "TYPE_CHECKING")
+        and not isinstance(getattr(shardkeeper, name), ModuleType)
     }
     return names | {"__version__"}
 
