@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from shardkeeper.registry.base import CoordinationStore
 from shardkeeper.registry.faults import SessionFaults
@@ -41,17 +41,19 @@ T = TypeVar("T")
 
 
 def wait_until(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | Literal[False] | None],
     timeout: float = 10.0,
     interval: float = 0.02,
     message: str | Callable[[], str] = "condition not met",
 ) -> T:
     """Call ``predicate`` every ``interval`` seconds until it returns a truthy value.
 
-    Returns that value. On the deadline raises ``AssertionError`` with ``message``
-    (a string, or a callable evaluated then, to show the state at the time) and the
-    timeout. Exceptions from ``predicate`` propagate: a check that crashes is a bug,
-    not a "not yet".
+    Returns that value, typed without ``None`` and ``False`` (a truthy value is
+    neither): ``wait_until(lambda: store.get(path))`` is a ``Node``, and
+    ``wait_until(lambda: len(runs) >= 2 and runs)`` a list. On the deadline raises
+    ``AssertionError`` with ``message`` (a string, or a callable evaluated then, to
+    show the state at the time) and the timeout. Exceptions from ``predicate``
+    propagate: a check that crashes is a bug, not a "not yet".
     """
     deadline = time.monotonic() + timeout
     while True:

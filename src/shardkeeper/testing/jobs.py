@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from shardkeeper.job import ShardedJob, ShardingContext
 
@@ -105,13 +105,15 @@ class RecordingJob(ShardedJob):
 
     def wait_for(
         self,
-        condition: Callable[[list[Run]], T],
+        condition: Callable[[list[Run]], T | Literal[False] | None],
         timeout: float = 10.0,
         message: str = "the recorded executions never met the condition",
     ) -> T:
-        """Wait until ``condition(runs)`` returns a truthy value and return it;
-        re-checked at each new execution. On the deadline raise AssertionError with
-        ``message``, the timeout and the executions recorded."""
+        """Wait until ``condition(runs)`` returns a truthy value and return it (typed
+        without ``None`` and ``False``, which are not truthy: ``lambda runs:
+        len(runs) >= 2 and runs`` gives the list); re-checked at each new execution.
+        On the deadline raise AssertionError with ``message``, the timeout and the
+        executions recorded."""
         deadline = time.monotonic() + timeout
         with self._changed:
             while True:
