@@ -15,8 +15,8 @@ from shardkeeper.console import AuthConfig, open_console
 from shardkeeper.ops import Operations
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import wait_until
+from shardkeeper.testing.pytest_plugin import FAST_OPTIONS
 from shardkeeper.testing.servers import EtcdCluster, ZooKeeperCluster
-from tests.conftest import FAST_OPTIONS
 from tests.console.conftest import (
     ALICE,
     JOB,

@@ -98,6 +98,7 @@ def test_a_later_start_commit_refused_by_one_busy_item_loses_no_item(
             message="the busy item never ran for its fire after the other run ended",
         )
         first = next_fire()
+        assert first is not None, "the busy item ran for a next fire, so there is one"
     per_fire = Counter(r.fire_time for r in job.runs)
     assert per_fire[first] == COUNT
     assert max(Counter((r.fire_time, r.item) for r in job.runs).values()) == 1

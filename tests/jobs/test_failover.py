@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,7 +36,7 @@ def cluster(registry_url: str, tmp_path: Path) -> Iterator[Cluster]:
         c.stop()
 
 
-def unfinished(c: Cluster, instance_id: str) -> list[dict[str, object]]:
+def unfinished(c: Cluster, instance_id: str) -> list[dict[str, Any]]:
     """Executions of ``instance_id`` that started and did not end."""
     ended = {(r["item"], r["fire"]) for r in c.records("end") if r["instance"] == instance_id}
     return [

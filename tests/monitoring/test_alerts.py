@@ -211,7 +211,8 @@ def test_email_alerts_from_a_runtime_use_the_smtp_environment(
     rt = Runtime(registry_url, shutdown_grace=2)
     rt.add_job(
         Broken(),
-        JobConfig(
+        # parse: the recipients as a file or the command line gives them, one string
+        JobConfig.parse(
             name="mailing",
             interval=0.3,
             sharding_total_count=2,

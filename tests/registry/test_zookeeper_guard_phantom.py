@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from shardkeeper.registry.base import Check, Create, EventKind, WatchEvent
+from shardkeeper.registry.base import Check, Create, EventKind, Op, WatchEvent
 from shardkeeper.registry.url import RegistrySettings
 from shardkeeper.registry.zookeeper import ZooKeeperStore, kazoo_private
 from shardkeeper.registry.zookeeper.watch import _TreeWatch
@@ -117,7 +117,7 @@ def test_the_planners_own_start_multi_leaves_the_guard_out(
     # every one of them is there except the flag (and the mark, which it creates)
     monkeypatch.setattr(store, "_missing_ancestors", lambda deadline, path, seen: [])
     monkeypatch.setattr(store, "_read_many", lambda deadline, paths: dict.fromkeys(paths))
-    ops = [Check(NECESSARY, exists=False), Create(MARK, b"mark")]
+    ops: list[Op] = [Check(NECESSARY, exists=False), Create(MARK, b"mark")]
     planned = store._plan(store._deadline(), ops, {}, set())
     assert isinstance(planned, tuple), planned
     multi, _origins = planned

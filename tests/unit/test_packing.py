@@ -51,7 +51,7 @@ def test_a_group_larger_than_a_commit_gets_one_of_its_own(store: CoordinationSto
     """An oversized group is not dropped or split: it gets a chunk alone (the store
     then refuses it, naming its limit); no groups gives the fixed ops alone."""
     store.max_commit_bytes = 500
-    groups = [*_groups(1), [Create("/big", b"x" * 1000)], *_groups(1)]
+    groups: list[list[Op]] = [*_groups(1), [Create("/big", b"x" * 1000)], *_groups(1)]
     assert [m for m, _ in pack_groups(store, groups)] == [[0], [1], [2]]
     fixed: list[Op] = [Check("/a", exists=True)]
     assert pack_groups(store, [], fixed) == [([], fixed)]
