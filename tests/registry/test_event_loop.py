@@ -10,9 +10,10 @@ a condition with a deadline.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -39,6 +40,15 @@ def _event(path: str, n: int = 0) -> WatchEvent:
     return WatchEvent(EventKind.CHANGED, path, b"%d" % n, n)
 
 
+def _hold(gate: threading.Event) -> Callable[[], None]:
+    """A task that holds the loop's thread until ``gate`` is set (5 s at most)."""
+
+    def task() -> None:
+        gate.wait(5)
+
+    return task
+
+
 # ---- the loop on its own ------------------------------------------------------------
 
 
@@ -50,9 +60,13 @@ def test_everything_posted_runs_on_one_thread_in_the_order_posted(loop: EventLoo
     watch = WatchDelivery(prefix="/", listener=lambda e: seen.append(("w", e.revision)))
     loop.add_state_listener(lambda s: seen.append(("s", 0)))
 
+    def record(tag: str, n: int) -> None:
+        seen.append((tag, n))
+        threads.add(threading.current_thread())
+
     def poster(tag: str) -> None:
         for n in range(200):
-            loop.post(lambda n=n: (seen.append((tag, n)), threads.add(threading.current_thread())))
+            loop.post(functools.partial(record, tag, n))
 
     posters = [threading.Thread(target=poster, args=(t,)) for t in ("a", "b")]
     for p in posters:
@@ -74,7 +88,7 @@ def test_a_posted_state_is_recorded_at_once_and_delivered_only_when_it_changed(
 ) -> None:
     got: list[ConnectionState] = []
     gate = threading.Event()
-    loop.post(lambda: gate.wait(5) and None)  # hold the thread: nothing is delivered yet
+    loop.post(_hold(gate))  # hold the thread: nothing is delivered yet
     sub = loop.add_state_listener(got.append)
     assert loop.post_state(ConnectionState.CONNECTED)
     assert loop.state is ConnectionState.CONNECTED, "recorded before the listeners hear it"
@@ -154,7 +168,7 @@ def test_call_runs_on_the_thread_and_its_wait_is_bounded(loop: EventLoop) -> Non
     loop.post(lambda: nested.append(loop.call(lambda: "inline", 0.01)))
     wait_until(lambda: nested == ["inline"], 5)
     gate = threading.Event()
-    loop.post(lambda: gate.wait(5) and None)
+    loop.post(_hold(gate))
     with pytest.raises(CallTimeout, match=r"not run within 0\.2s"):
         loop.call(lambda: None, 0.2)
     gate.set()
