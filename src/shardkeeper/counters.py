@@ -50,3 +50,4 @@ class SkipReason(enum.Enum):
     OWNER_GONE = "no instance ran it: its owner was gone before it started (misfire off)"
     MISSED = "missed by the scheduler (later than the grace time, misfire off)"
     DONE = "one-off job done already"
+    CLOCK_SKEW = "this instance's clock is off the store's by more than max_time_diff_seconds"

@@ -21,11 +21,14 @@ boundary where they occur, so callers only ever catch shardkeeper's own types::
      +-- JobLookupError (LookupError)         unknown job name
      +-- InstanceLookupError (LookupError)    unknown instance id
      +-- OperationRefusedError                an operator request that is not allowed now
+     +-- ClockSkewError                       this instance's clock is off the store's by
+                                              more than a job's max_time_diff_seconds
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "ClockSkewError",
     "ConfigError",
     "InstanceLookupError",
     "InvalidRegistryURLError",
@@ -128,3 +131,22 @@ class InstanceLookupError(ShardkeeperError, LookupError):
 
 class OperationRefusedError(ShardkeeperError):
     """An operator request that is refused in the current state (the message says why)."""
+
+
+class ClockSkewError(ShardkeeperError):
+    """This instance's clock is off the store's by more than a job's
+    ``max_time_diff_seconds``: it runs none of that job's items until it is back
+    within the limit. ``offset`` = store time - local time, true within ``error``."""
+
+    def __init__(self, job: str, offset: float, error: float, limit: int, source: str) -> None:
+        self.job = job
+        self.offset = offset
+        self.error = error
+        self.limit = limit
+        self.source = source
+        super().__init__(
+            f"job {job!r}: this instance's clock is off the store's by {offset:+.3f} s "
+            f"(± {error:.3f} s, from the {source}), more than max_time_diff_seconds={limit}; "
+            "it runs none of the job's items until it is back within the limit (sync the "
+            "clock with NTP)"
+        )

@@ -239,7 +239,14 @@ def test_instances_view(ops: Operations, start: Start) -> None:
         "disabled",
         "leader_of",
         "state",
+        "health",
+        "clock_offset",
+        "clock_error",
+        "clock_at",
+        "clock_skewed",
     }
+    # no job has max_time_diff_seconds on: no clock sample is taken nor shown
+    assert va.clock_offset is None and va.clock_skewed == [] and va.health == "ok"
     with pytest.raises(JobLookupError):
         ops.instances(job="nope")
 

@@ -7,6 +7,9 @@ The tree inside a namespace (the same on ZooKeeper and etcd)::
     /control/shutdown/{instance}           P  operator asks that instance to stop gracefully
     /control/probe/{instance}              E  a gray instance's probe commit: answered,
                                               it rejoins (runtime/graylink.py)
+    /control/clock/{instance}              E  the instance's latest clock sample (JSON:
+                                              offset, error, at, source, limit, skewed
+                                              jobs; runtime/clockskew.py)
     /jobs/{job}/config                     P  the JobConfig (JSON), incl. job_class
     /jobs/{job}/instances/{instance}       E  membership of that instance in the job (JSON)
     /jobs/{job}/leader                     E  id of the elected leader
@@ -27,6 +30,8 @@ The tree inside a namespace (the same on ZooKeeper and etcd)::
     /jobs/{job}/disabled/job               P  whole job switched off by an operator
     /jobs/{job}/disabled/items/{item}      P  item switched off
     /jobs/{job}/disabled/instances/{inst}  P  instance gets no items of this job
+    /jobs/{job}/skewed/{instance}          E  the instance's clock is past the job's
+                                              max_time_diff_seconds: no items for it (JSON)
     /jobs/{job}/trigger/{instance}         P  "run now" request addressed to one instance
     /jobs/{job}/once/{fire}                P  done-marker of a cluster-wide-once listener
     /jobs/{job}/fired/{instance}           P  last fire time this instance started items for
@@ -53,6 +58,7 @@ __all__ = [
     "ParsedNode",
     "ShutdownNode",
     "Unknown",
+    "clock_path",
     "instance_path",
     "is_high_churn",
     "job_paths",
@@ -77,6 +83,11 @@ def instance_path(instance_id: str) -> str:
 def shutdown_path(instance_id: str) -> str:
     """Remote graceful-shutdown request for an instance."""
     return f"{CONTROL}/shutdown/{instance_id}"
+
+
+def clock_path(instance_id: str) -> str:
+    """``/control/clock/{instance}``: the instance's latest clock sample (ephemeral)."""
+    return f"{CONTROL}/clock/{instance_id}"
 
 
 def probe_path(instance_id: str) -> str:
@@ -184,6 +195,15 @@ class JobPaths:
         return f"{self.disabled_instances}/{instance_id}"
 
     @property
+    def skewed_root(self) -> str:
+        """Parent of the clock-skew marks (runtime/clockskew.py)."""
+        return f"{self.root}/skewed"
+
+    def skewed(self, instance_id: str) -> str:
+        """Ephemeral mark: this instance's clock is past the job's limit."""
+        return f"{self.skewed_root}/{instance_id}"
+
+    @property
     def trigger_root(self) -> str:
         """Parent of run-now requests."""
         return f"{self.root}/trigger"
@@ -228,9 +248,11 @@ HIGH_CHURN = frozenset({"running", "misfire", "once", "fired", "results"})
 
 def is_high_churn(path: str) -> bool:
     """Whether ``path`` is ``/jobs/{job}/running``, ``misfire``, ``once``, ``fired`` or
-    ``results`` itself.
+    ``results`` itself, or ``/control/clock`` (rewritten at every clock sample).
     The runtime's namespace watch excludes these subtrees: on ZooKeeper that saves
     reading every running mark on every instance at every trigger."""
+    if path == f"{CONTROL}/clock":
+        return True
     parsed = parse_job_path(path)
     return parsed is not None and len(parsed[1]) == 1 and parsed[1][0] in HIGH_CHURN
 
@@ -270,7 +292,8 @@ class JobNode:
     """A node of one job's subtree: ``kind`` names it (``config``, ``member``, ``leader``,
     ``sharding``, ``necessary``, ``done``, ``running``, ``failover``, ``misfire``,
     ``disabled_job``,
-    ``disabled_item``, ``disabled_instance``, ``trigger``, ``once``, ``fired``, ``result``, or
+    ``disabled_item``, ``disabled_instance``, ``skewed``, ``trigger``, ``once``, ``fired``,
+    ``result``, or
     ``root`` for ``/jobs/{job}`` and ``subtree`` for a bare parent such as
     ``/jobs/{job}/running``; ``fence`` for a running mark's fence child). ``item`` is
     set for per-item nodes, ``instance`` for per-instance nodes, ``name`` for once
@@ -293,7 +316,12 @@ class Unknown:
 ParsedNode = InstanceNode | ShutdownNode | JobNode | Unknown
 
 _ITEM_KINDS = {"running": "running", "misfire": "misfire", "results": "result"}
-_INSTANCE_KINDS = {"instances": "member", "trigger": "trigger", "fired": "fired"}
+_INSTANCE_KINDS = {
+    "instances": "member",
+    "trigger": "trigger",
+    "fired": "fired",
+    "skewed": "skewed",
+}
 _SINGLE_KINDS = {"config", "leader", "sharding", "necessary", "done"}
 _PARENTS = {
     "instances",
@@ -305,6 +333,7 @@ _PARENTS = {
     "once",
     "failover",
     "disabled",
+    "skewed",
 }
 
 

@@ -100,10 +100,16 @@ class ShardingService:
         """Sorted ids of the live instances of the job (membership nodes)."""
         return self._store.children(self._paths.instances)
 
-    def enabled_instances(self) -> list[str]:
-        """Sorted ids of the live instances that an operator has not disabled."""
+    def unavailable(self) -> set[str]:
+        """Instances that get no items: disabled by an operator, or marked skewed by
+        their own clock check (runtime/clockskew.py; the mark is ephemeral)."""
         disabled = set(self._store.children(self._paths.disabled_instances))
-        return [i for i in self.live_instances() if i not in disabled]
+        return disabled | set(self._store.children(self._paths.skewed_root))
+
+    def enabled_instances(self) -> list[str]:
+        """Sorted ids of the live instances that are not :meth:`unavailable`."""
+        unavailable = self.unavailable()
+        return [i for i in self.live_instances() if i not in unavailable]
 
     def read(self) -> tuple[Assignment | None, int]:
         """The stored assignment and its node version (None, -1 when absent/bad)."""
@@ -137,9 +143,9 @@ class ShardingService:
 
         This reads every membership node (on ZooKeeper two requests per member: the
         store reads a subtree node by node); ``disabled`` saves the listing of the
-        disabled instances when the caller has it already."""
+        :meth:`unavailable` instances when the caller has it already."""
         if disabled is None:
-            disabled = set(self._store.children(self._paths.disabled_instances))
+            disabled = self.unavailable()
         tree = self._store.get_tree(self._paths.instances)
         out: dict[str, float] = {}
         for path, node in tree.items():
@@ -195,7 +201,7 @@ class ShardingService:
         # this fire decides whether join times matter at all. When it did, every
         # member gets items from the next fire on, which all of them fire, so the
         # membership nodes (one read each) are not read.
-        disabled = set(self._store.children(self._paths.disabled_instances))
+        disabled = self.unavailable()
         enabled = [i for i in self.live_instances() if i not in disabled]
         if not enabled:
             log.warning("%s: no enabled instance to assign items to", self._paths.job)

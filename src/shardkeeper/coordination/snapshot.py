@@ -14,7 +14,8 @@ is kept as None ("unknown") and a node outside the layout is left out.
 * :func:`read_snapshot` / :func:`read_snapshots`: one job, or every registered job;
 * :func:`snapshots_from_tree`: the same from nodes already read (any part of
   ``/jobs``);
-* :func:`read_instances`: the live instances' metadata (``/instances``).
+* :func:`read_instances`: the live instances' metadata (``/instances``);
+* :func:`read_clocks`: the clock sample each instance published (``/control/clock``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from shardkeeper.coordination.paths import (
     JOBS,
     InstanceNode,
     JobNode,
+    clock_path,
     job_paths,
     parse,
 )
@@ -49,6 +51,7 @@ from shardkeeper.registry.base import CoordinationStore, Node
 __all__ = [
     "JobSnapshot",
     "instance_info",
+    "read_clocks",
     "read_instances",
     "read_snapshot",
     "read_snapshots",
@@ -91,6 +94,8 @@ class JobSnapshot:
     disabled_job: bool = False
     disabled_items: set[int] = field(default_factory=set)
     disabled_instances: set[str] = field(default_factory=set)
+    #: instances whose clock check keeps them out of the assignment (their marks)
+    skewed_instances: set[str] = field(default_factory=set)
     #: instances with a pending run-now request
     triggers: set[str] = field(default_factory=set)
     #: the last fire time each instance started items for
@@ -185,6 +190,8 @@ def _apply(snap: JobSnapshot, parsed: JobNode, node: Node) -> None:
         snap.disabled_items.add(item)
     elif kind == "disabled_instance" and inst is not None:
         snap.disabled_instances.add(inst)
+    elif kind == "skewed" and inst is not None:
+        snap.skewed_instances.add(inst)
     elif kind == "trigger" and inst is not None:
         snap.triggers.add(inst)
     elif kind == "fired" and inst is not None:
@@ -232,6 +239,23 @@ def instance_info(instance_id: str, node: Node) -> InstanceInfo:
         return InstanceInfo.from_bytes(node.value, node.path)
     except DocumentError:
         return InstanceInfo(instance_id=instance_id, host="?", pid=0, version="?", started_at=0.0)
+
+
+def read_clocks(store: CoordinationStore) -> dict[str, dict[str, Any]]:
+    """The latest clock sample each instance published (``/control/clock/{id}``, one
+    read), by instance id; an unreadable node is left out."""
+    out: dict[str, dict[str, Any]] = {}
+    root = clock_path("x").rsplit("/", 1)[0]
+    for path, node in store.get_tree(root).items():
+        if path == root:
+            continue
+        try:
+            doc = json.loads(node.value)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            out[path.rsplit("/", 1)[-1]] = doc
+    return out
 
 
 def read_instances(store: CoordinationStore) -> dict[str, InstanceInfo]:

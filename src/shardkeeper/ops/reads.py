@@ -10,7 +10,12 @@ from datetime import UTC, datetime
 
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.config_service import ConfigService, StoredConfig
-from shardkeeper.coordination.snapshot import JobSnapshot, read_instances, read_snapshots
+from shardkeeper.coordination.snapshot import (
+    JobSnapshot,
+    read_clocks,
+    read_instances,
+    read_snapshots,
+)
 from shardkeeper.errors import JobLookupError, ShardkeeperError
 from shardkeeper.ops.base import OperationsBase
 from shardkeeper.ops.health import JobHealth, assess
@@ -184,7 +189,9 @@ class Reads(OperationsBase):
         if job is not None and job not in states:
             raise JobLookupError(job)
         views: list[InstanceView] = []
+        clocks = read_clocks(self.store)
         for instance_id, info in read_instances(self.store).items():
+            clock = clocks.get(instance_id, {})
             member_of = [s for s in states.values() if instance_id in s.instances]
             if job is not None and all(s.name != job for s in member_of):
                 continue
@@ -209,6 +216,12 @@ class Reads(OperationsBase):
                     },
                     disabled={s.name: instance_id in s.disabled_instances for s in member_of},
                     leader_of=[s.name for s in member_of if s.leader == instance_id],
+                    clock_offset=_number(clock.get("offset")),
+                    clock_error=_number(clock.get("error")),
+                    clock_at=_number(clock.get("at")),
+                    clock_skewed=sorted(
+                        s.name for s in states.values() if instance_id in s.skewed_instances
+                    ),
                 )
             )
         return views
@@ -251,3 +264,10 @@ class Reads(OperationsBase):
                 created_revision=node.created_revision,
             )
         return out
+
+
+def _number(value: object) -> float | None:
+    """A number of a stored document, or None (absent or not a number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)

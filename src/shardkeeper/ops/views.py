@@ -259,6 +259,12 @@ class InstanceView:
     ``disabled`` maps each to whether an operator switched it off there;
     ``leader_of`` lists the jobs it leads. ``state`` is ``live`` (only instances
     with a session in the store are listed).
+
+    ``clock_offset`` (store time - its clock, seconds) and ``clock_error`` (the
+    bound) are its latest clock sample, ``clock_at`` when it was taken (None: none
+    published: no job of it has ``max_time_diff_seconds`` on); ``clock_skewed``
+    lists the jobs whose limit its clock is past (it runs none of their items).
+    ``health`` is ``ok``, or ``clock_skew`` while ``clock_skewed`` is not empty.
     """
 
     instance_id: str
@@ -273,6 +279,15 @@ class InstanceView:
     disabled: dict[str, bool]
     leader_of: list[str]
     state: str = "live"
+    clock_offset: float | None = None
+    clock_error: float | None = None
+    clock_at: float | None = None
+    clock_skewed: list[str] = field(default_factory=list)
+
+    @property
+    def health(self) -> str:
+        """``clock_skew`` while some job's clock limit keeps it idle, else ``ok``."""
+        return "clock_skew" if self.clock_skewed else "ok"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON view (schema ``InstanceView`` in docs/cli.md)."""
@@ -289,6 +304,11 @@ class InstanceView:
             "disabled": dict(self.disabled),
             "leader_of": list(self.leader_of),
             "state": self.state,
+            "health": self.health,
+            "clock_offset": self.clock_offset,
+            "clock_error": self.clock_error,
+            "clock_at": iso(self.clock_at),
+            "clock_skewed": list(self.clock_skewed),
         }
 
 
