@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -384,7 +384,7 @@ def test_an_exception_that_is_not_a_store_error_in_completion_loses_nothing(
         def __init__(self) -> None:
             self.calls = 0
 
-        def after_job(self, contexts: list[ShardingContext]) -> None:
+        def after_job(self, contexts: Sequence[ShardingContext]) -> None:
             self.calls += 1
             if self.calls == 1:
                 raise SystemExit("a listener that exits")  # not even an Exception
@@ -456,8 +456,8 @@ def test_marks_of_a_fire_still_being_decided_here_are_left_to_that_fire(
     wait_until(lambda: len(job.runs) >= 2 and runner.idle, 10)
     fire_time = round(time.time(), 3)
     # the fire is queued here, its decision still to come (as after an unknown outcome)
-    with runner._fires_lock:
-        runner._fires.append(Fire(fire_time))
+    with runner.fires._fires_lock:
+        runner.fires._fires.append(Fire(fire_time))
     for item in (0, 1):
         late = RunningMark(rt.instance_id, fire_time, f"{JOB}@{round(fire_time * 1000)}#{item}")
         store.put(P.running(item), late.to_bytes())
@@ -470,7 +470,7 @@ def test_marks_of_a_fire_still_being_decided_here_are_left_to_that_fire(
     assert not store.children(P.failover_queue), "the fire's marks went to failover"
     assert store.exists(P.running(0)) and store.exists(P.running(1))
     # the fire's next attempt adopts them and runs each item once
-    runner.submit("fires", runner._pump)
+    runner.submit("fires", runner.fires._pump)
     wait_until(lambda: job.count(0) >= 1 and job.count(1) >= 1 and runner.idle, 10)
     wait_until(lambda: not store.exists(P.running(0)) and not store.exists(P.running(1)), 10)
     assert (job.count(0), job.count(1)) == (2, 2), job.runs  # the first fire, then this
