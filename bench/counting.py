@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+from shardkeeper.registry import batching
 from shardkeeper.registry.base import (
     CommitResult,
     ConnectionState,
@@ -35,12 +36,12 @@ class CountingStore(CoordinationStore):
     def __init__(self, inner: CoordinationStore) -> None:
         self.inner = inner
         self.namespace = inner.namespace
-        self.max_ops_per_commit = inner.max_ops_per_commit
+        self.max_ops_per_commit = batching.max_ops_per_commit(inner)
         # the byte limit too: without it the runtime packed a 1,000-item completion
         # by count alone and the inner store refused it as too large
-        self.max_commit_bytes = inner.max_commit_bytes
+        self.max_commit_bytes = batching.max_commit_bytes(inner)
         # and whether it checks groups apart (etcd's nested transactions)
-        self.max_groups_per_commit = inner.max_groups_per_commit
+        self.max_groups_per_commit = batching.max_groups_per_commit(inner)
         self._lock = threading.Lock()
         #: calls per method name (get, exists, children, get_tree, put, create,
         #: delete, commit)
@@ -51,7 +52,7 @@ class CountingStore(CoordinationStore):
 
     def commit_bytes(self, ops: Sequence[Op]) -> int:
         """The inner store's estimate (not counted: no request)."""
-        return self.inner.commit_bytes(ops)
+        return batching.commit_bytes(self.inner, ops)
 
     def _count(self, name: str) -> None:
         with self._lock:
@@ -131,12 +132,12 @@ class CountingStore(CoordinationStore):
 
     def group_bytes(self, group: Sequence[Op]) -> int:
         """The inner store's estimate (not counted: no request)."""
-        return self.inner.group_bytes(group)
+        return batching.group_bytes(self.inner, group)
 
     def commit_groups(self, fixed: Sequence[Op], groups: Sequence[Sequence[Op]]) -> GroupsResult:
         """Counted delegate (one commit)."""
         self._count("commit")
-        return self.inner.commit_groups(fixed, groups)
+        return batching.commit_groups(self.inner, fixed, groups)
 
     def watch(
         self, prefix: str, listener: WatchListener, *, exclude: PathFilter | None = None

@@ -45,6 +45,7 @@ from shardkeeper.registry import (
     EventKind,
     Put,
     WatchEvent,
+    batching,
     open_store,
     parse_registry_url,
 )
@@ -733,7 +734,7 @@ def test_commit_create_of_existing_node_fails(store: CoordinationStore) -> None:
 def test_commit_of_max_ops_works_and_one_more_raises(store: CoordinationStore) -> None:
     """The backend's limit of ops commits fine (128 on etcd and memory, etcd's default,
     4,096 on ZooKeeper); one more raises StoreLimitError and writes nothing."""
-    limit = store.max_ops_per_commit
+    limit = batching.max_ops_per_commit(store)
     assert limit == (4096 if isinstance(store, ZooKeeperStore) else 128)
     assert store.commit([Put(f"/many/k{i:03d}", b"1") for i in range(limit)])
     assert len(store.children("/many")) == limit
@@ -749,7 +750,8 @@ def test_commit_groups_applies_the_fixed_ops_and_every_group(store: Coordination
     """Fixed ops and groups whose checks hold are applied in one revision: every node
     they create carries it."""
     store.put("/g/gate", b"open")
-    result = store.commit_groups(
+    result = batching.commit_groups(
+        store,
         [Check("/g/gate", value=b"open"), Put("/g/fired", b"1")],
         [[Create(f"/g/run/{i}", b"m"), Delete(f"/g/miss/{i}")] for i in range(5)],
     )
@@ -766,7 +768,8 @@ def test_commit_groups_with_a_failing_fixed_check_applies_nothing(
 ) -> None:
     """A fixed check that fails refuses everything and names its path."""
     store.put("/g/gate", b"closed")
-    result = store.commit_groups(
+    result = batching.commit_groups(
+        store,
         [Check("/g/gate", value=b"open"), Put("/g/fired", b"1")],
         [[Create(f"/g/run/{i}", b"m")] for i in range(3)],
     )
@@ -782,11 +785,11 @@ def test_commit_groups_with_a_refused_group(store: CoordinationStore) -> None:
     apart (``max_groups_per_commit``) applies the others; any other store applies
     nothing, as one plain commit would."""
     store.put("/g/run/1", b"theirs")
-    result = store.commit_groups(
-        [Put("/g/fired", b"1")], [[Create(f"/g/run/{i}", b"mine")] for i in range(3)]
+    result = batching.commit_groups(
+        store, [Put("/g/fired", b"1")], [[Create(f"/g/run/{i}", b"mine")] for i in range(3)]
     )
     assert store.get("/g/run/1").value == b"theirs"  # type: ignore[union-attr]
-    if store.max_groups_per_commit is None:
+    if batching.max_groups_per_commit(store) is None:
         assert not result.succeeded
         assert result.failed_path in (None, "/g/run/1")
         assert store.get("/g/fired") is None
@@ -807,8 +810,8 @@ def test_the_reference_store_can_check_groups_apart() -> None:
         store = server.store()
         store.start()
         store.put("/g/run/1", b"theirs")
-        result = store.commit_groups(
-            [Put("/g/fired", b"1")], [[Create(f"/g/run/{i}", b"mine")] for i in range(3)]
+        result = batching.commit_groups(
+            store, [Put("/g/fired", b"1")], [[Create(f"/g/run/{i}", b"mine")] for i in range(3)]
         )
         assert result.succeeded and result.refused == {1: "/g/run/1"}
         assert result.applied == {0: result.revision, 2: result.revision}
@@ -822,17 +825,17 @@ def test_commit_groups_of_an_existence_check_on_a_pure_parent(store: Coordinatio
     """A group's existence check holds for a pure parent (something lives below it),
     as it does in a plain commit, and fails for a missing node."""
     store.put("/pp/x/y", b"1")
-    result = store.commit_groups(
-        [], [[Check("/pp/x", exists=True), Put("/pp/m1", b"1")], [Put("/pp/m2", b"2")]]
+    result = batching.commit_groups(
+        store, [], [[Check("/pp/x", exists=True), Put("/pp/m1", b"1")], [Put("/pp/m2", b"2")]]
     )
     assert result.succeeded
     assert sorted(result.applied) == [0, 1]
     assert store.get("/pp/m1") is not None
-    refused = store.commit_groups(
-        [], [[Check("/pp/missing", exists=True), Put("/pp/m3", b"1")], [Put("/pp/m4", b"4")]]
+    refused = batching.commit_groups(
+        store, [], [[Check("/pp/missing", exists=True), Put("/pp/m3", b"1")], [Put("/pp/m4", b"4")]]
     )
     assert store.get("/pp/m3") is None
-    if store.max_groups_per_commit is not None:
+    if batching.max_groups_per_commit(store) is not None:
         assert refused.refused == {0: "/pp/missing"}
         assert store.get("/pp/m4") is not None
 
@@ -847,20 +850,22 @@ def test_commit_groups_of_a_thousand_items(store: CoordinationStore) -> None:
     before = request_count(store)
     applied = 0
     for members, _ops in chunks:
-        result = store.commit_groups(fixed, [groups[m] for m in members])
+        result = batching.commit_groups(store, fixed, [groups[m] for m in members])
         assert result.succeeded
         applied += len(result.applied)
     sent = request_count(store) - before
     assert applied == 1000
     assert len(store.children("/big/run")) == 1000
-    if store.max_groups_per_commit is not None:
+    if batching.max_groups_per_commit(store) is not None:
         assert len(chunks) == 1
         assert sent == 1
     cleared = (
-        store.commit_groups(
-            [], [[Check(f"/big/run/{i}", exists=True), Delete(f"/big/run/{i}")] for i in range(600)]
+        batching.commit_groups(
+            store,
+            [],
+            [[Check(f"/big/run/{i}", exists=True), Delete(f"/big/run/{i}")] for i in range(600)],
         )
-        if store.max_groups_per_commit is not None
+        if batching.max_groups_per_commit(store) is not None
         else None
     )
     if cleared is not None:
@@ -872,7 +877,9 @@ def test_commit_groups_below_an_ephemeral_node_raises(store: CoordinationStore) 
     """A group may not write below an ephemeral node either: StoreError, nothing written."""
     store.put("/e", b"", ephemeral=True)
     with pytest.raises(StoreError):
-        store.commit_groups([Put("/ok", b"1")], [[Put("/e/child", b"x")], [Put("/ok2", b"1")]])
+        batching.commit_groups(
+            store, [Put("/ok", b"1")], [[Put("/e/child", b"x")], [Put("/ok2", b"1")]]
+        )
     assert store.children("/e") == []
     assert store.get("/ok") is None
 

@@ -21,6 +21,7 @@ from shardkeeper.coordination.model import RunningMark
 from shardkeeper.coordination.paths import FENCE_PREFIX, JobPaths
 from shardkeeper.coordination.snapshot import snapshots_from_tree
 from shardkeeper.errors import StoreError, StoreLimitError
+from shardkeeper.registry import batching
 from shardkeeper.registry.base import Check, CoordinationStore, Create, Delete, Node, Op, Put
 from shardkeeper.registry.packing import pack_groups
 
@@ -151,7 +152,7 @@ class ExecutionService:
             members = work.popleft()
             chunk_items = [items[m] for m in members]
             try:
-                result = self._store.commit_groups(fixed, [groups[m] for m in members])
+                result = batching.commit_groups(self._store, fixed, [groups[m] for m in members])
             except StoreLimitError as exc:
                 # definite: the store applied nothing (it refused the request)
                 if len(members) > 1:
@@ -324,7 +325,7 @@ class ExecutionService:
         ]
         fenced: list[int] = []
         for members, _ops in pack_groups(self._store, groups, [], apart=True):
-            done_all = self._store.commit_groups([], [groups[m] for m in members])
+            done_all = batching.commit_groups(self._store, [], [groups[m] for m in members])
             if done_all.succeeded and not done_all.refused:
                 continue
             # Some mark is not ours any more: clear ours one by one, never theirs

@@ -25,6 +25,7 @@ from shardkeeper.coordination.model import DocumentError, FailoverEntry, Running
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.snapshot import snapshots_from_tree
 from shardkeeper.errors import ConfigError, StoreError
+from shardkeeper.registry import batching
 from shardkeeper.registry.base import (
     Check,
     CoordinationStore,
@@ -210,7 +211,7 @@ class FailoverService:
         fixed_paths = {op.path for op in fixed}
         for members, _ops in pack_groups(self._store, groups, fixed, apart=True):
             try:
-                result = self._store.commit_groups(fixed, [groups[m] for m in members])
+                result = batching.commit_groups(self._store, fixed, [groups[m] for m in members])
             except StoreError as exc:
                 # outcome unknown: the marks read next time tell (every group is
                 # conditional on what was read, so sending it again is safe)

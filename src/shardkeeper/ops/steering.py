@@ -14,6 +14,7 @@ from shardkeeper.coordination.sharding import necessary_value
 from shardkeeper.coordination.snapshot import read_snapshots
 from shardkeeper.errors import ConfigError, InstanceLookupError, OperationRefusedError
 from shardkeeper.ops.base import OperationsBase, stamp
+from shardkeeper.registry import batching
 from shardkeeper.registry.base import Check, Delete, Op, Put
 
 __all__ = ["MAX_TRIGGER_PARAMS_BYTES", "Steering", "check_trigger_params"]
@@ -81,7 +82,7 @@ class Steering(OperationsBase):
         # One commit: either every instance is asked or none (chunked only past the
         # store's per-commit limit, which a realistic cluster never reaches).
         ops: list[Op] = [Put(paths.trigger(t), value) for t in targets]
-        size = self.store.max_ops_per_commit
+        size = batching.max_ops_per_commit(self.store)
         for i in range(0, len(ops), size):
             self.store.commit(ops[i : i + size])
         return targets

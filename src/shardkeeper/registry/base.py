@@ -104,11 +104,15 @@ boundary. Every call is bounded by the operation timeout; a timeout raises
 
 Beyond coordination
 -------------------
-The contract is coordination only. What benchmarks and tests also need are small
-protocols next to it, which every store of the project implements and callers check
-with ``isinstance``: :class:`~shardkeeper.registry.counting.CountsRequests`
-(``round_trips``, the requests sent) and :class:`~shardkeeper.registry.faults.SessionFaults`
-(``expire_session``, ``drop_connection``).
+The contract is coordination only: a new backend or a user's test double implements
+it and works. What scale, benchmarks and tests also need are small protocols next to
+it, which every store of the project implements and callers check with
+``isinstance``: :class:`~shardkeeper.registry.batching.BatchingStore` (the operation
+and byte limits of a commit, ``commit_groups``: callers use the functions of
+``batching.py``, which fall back to plain commits),
+:class:`~shardkeeper.registry.counting.CountsRequests` (``round_trips``, the requests
+sent) and :class:`~shardkeeper.registry.faults.SessionFaults` (``expire_session``,
+``drop_connection``).
 """
 
 from __future__ import annotations
@@ -318,11 +322,6 @@ class Delete:
 
 Op = Check | Create | Put | Delete
 
-#: bytes an operation of a commit takes besides its path and value, as
-#: :meth:`CoordinationStore.commit_bytes` counts them by default (a header, lengths,
-#: flags and an ACL or compares)
-OP_FRAMING_BYTES = 96
-
 
 @dataclass(frozen=True)
 class CommitResult:
@@ -344,7 +343,7 @@ class CommitResult:
 
 @dataclass(frozen=True)
 class GroupsResult:
-    """Outcome of :meth:`CoordinationStore.commit_groups`.
+    """Outcome of ``commit_groups`` (:class:`~shardkeeper.registry.batching.BatchingStore`).
 
     ``succeeded`` is False when a ``fixed`` check failed, or, on a store that checks
     groups together, any check: then nothing was applied and ``failed_path`` names
@@ -495,53 +494,11 @@ class CoordinationStore(ABC):
     def commit(self, ops: Sequence[Op]) -> CommitResult:
         """Apply ``ops`` atomically: all or nothing, checks evaluated in the same
         transaction. Returns a falsy CommitResult when a check failed (nothing applied).
-        More than :attr:`max_ops_per_commit` ops raises StoreLimitError."""
 
-    #: the largest number of operations one commit may carry on this backend: 128 by
-    #: default (etcd's default --max-txn-ops, and the in-memory reference store's);
-    #: ZooKeeper's multi has no such limit and takes 4,096 (its stores say so)
-    max_ops_per_commit: int = 128
-
-    #: the largest :meth:`commit_bytes` one commit may have on this backend (None: no
-    #: limit besides :attr:`max_ops_per_commit`); a larger commit raises
-    #: StoreLimitError before anything is sent
-    max_commit_bytes: int | None = None
-
-    #: how many groups one :meth:`commit_groups` call may carry when the store checks
-    #: them apart (etcd: nested transactions); None when the groups go into one plain
-    #: commit, whose :attr:`max_ops_per_commit` then bounds their operations
-    max_groups_per_commit: int | None = None
-
-    def group_bytes(self, group: Sequence[Op]) -> int:
-        """What one group of :meth:`commit_groups` adds to its request, as counted
-        against :attr:`max_commit_bytes`: :meth:`commit_bytes` unless the store
-        sends groups in a form of its own (etcd's nested transactions)."""
-        return self.commit_bytes(group)
-
-    def commit_groups(self, fixed: Sequence[Op], groups: Sequence[Sequence[Op]]) -> GroupsResult:
-        """One commit of ``fixed`` and ``groups``: nothing is applied unless every
-        check of ``fixed`` holds; each group is applied with its own checks, all or
-        nothing.
-
-        This default sends one plain :meth:`commit` of everything, so one failed check
-        of a group refuses the whole commit (``succeeded`` False). A store that can
-        check groups apart in one request (:attr:`max_groups_per_commit` set) applies
-        every group whose checks hold and reports the others in ``refused``: callers
-        handle both. Limits and errors are those of :meth:`commit`."""
-        result = self.commit([*fixed, *(op for group in groups for op in group)])
-        if not result:
-            return GroupsResult(False, failed_path=result.failed_path)
-        return GroupsResult(
-            True, result.revision, dict.fromkeys(range(len(groups)), result.revision)
-        )
-
-    def commit_bytes(self, ops: Sequence[Op]) -> int:
-        """The size of a commit of ``ops`` as this backend counts it against
-        :attr:`max_commit_bytes`: values, paths and a per-operation framing."""
-        return sum(
-            len(op.path) + OP_FRAMING_BYTES + (len(op.value) if isinstance(op, Create | Put) else 0)
-            for op in ops
-        )
+        A store takes only so many operations (and bytes) in one commit; more raise
+        StoreLimitError naming the limit. A store says how many by implementing
+        :class:`~shardkeeper.registry.batching.BatchingStore`; without it, callers
+        assume :data:`~shardkeeper.registry.batching.DEFAULT_MAX_OPS`."""
 
     # -- watches and listeners ------------------------------------------------------
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from shardkeeper.errors import StoreError, StoreLimitError, StoreUnavailableError
+from shardkeeper.registry import batching
 from shardkeeper.registry.base import (
     CommitResult,
     ConnectionState,
@@ -106,7 +107,7 @@ class CommitWatch(CoordinationStore):
 
     def commit_groups(self, fixed: Sequence[Op], groups: Sequence[Sequence[Op]]) -> GroupsResult:
         """The store's commit_groups, its outcome reported (module docstring)."""
-        return self._watched("commit", lambda: self._inner.commit_groups(fixed, groups))
+        return self._watched("commit", lambda: batching.commit_groups(self._inner, fixed, groups))
 
     def put(self, path: str, value: bytes, *, ephemeral: bool = False) -> Node:
         """The store's put (held while writes are held)."""
@@ -153,27 +154,27 @@ class CommitWatch(CoordinationStore):
         return self._inner.session_timeout
 
     @property
-    def max_ops_per_commit(self) -> int:  # type: ignore[override]
-        """The store's limit."""
-        return self._inner.max_ops_per_commit
+    def max_ops_per_commit(self) -> int:
+        """The store's limit (registry/batching.py: its default for a store without one)."""
+        return batching.max_ops_per_commit(self._inner)
 
     @property
-    def max_commit_bytes(self) -> int | None:  # type: ignore[override]
+    def max_commit_bytes(self) -> int | None:
         """The store's limit."""
-        return self._inner.max_commit_bytes
+        return batching.max_commit_bytes(self._inner)
 
     @property
-    def max_groups_per_commit(self) -> int | None:  # type: ignore[override]
+    def max_groups_per_commit(self) -> int | None:
         """The store's limit."""
-        return self._inner.max_groups_per_commit
+        return batching.max_groups_per_commit(self._inner)
 
     def group_bytes(self, group: Sequence[Op]) -> int:
         """As the store counts it."""
-        return self._inner.group_bytes(group)
+        return batching.group_bytes(self._inner, group)
 
     def commit_bytes(self, ops: Sequence[Op]) -> int:
         """As the store counts it."""
-        return self._inner.commit_bytes(ops)
+        return batching.commit_bytes(self._inner, ops)
 
     def get(self, path: str) -> Node | None:
         """The store's get, its outcome reported (a read)."""

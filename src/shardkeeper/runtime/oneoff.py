@@ -29,6 +29,7 @@ import time
 from shardkeeper.coordination.model import encode
 from shardkeeper.coordination.oneoff import OneOffService
 from shardkeeper.errors import StoreError
+from shardkeeper.registry import batching
 from shardkeeper.registry.base import Op, Put
 from shardkeeper.runtime.jobstate import JobState
 from shardkeeper.runtime.leader import LeaderDuties
@@ -162,7 +163,7 @@ class OneOffDuties:
             }
         )
         ops: list[Op] = [Put(self._s.paths.trigger(m), value) for m in members]
-        size = self._s.store.max_ops_per_commit
+        size = batching.max_ops_per_commit(self._s.store)
         for i in range(0, len(ops), size):
             self._s.store.commit(ops[i : i + size])
         log.info(

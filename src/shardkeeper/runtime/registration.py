@@ -68,6 +68,7 @@ from shardkeeper.coordination.sharding import necessary_value
 from shardkeeper.errors import ConfigError, JobConfigError, JobConflictError, StoreError
 from shardkeeper.job import JobListener, ShardedJob
 from shardkeeper.observe import Observers
+from shardkeeper.registry import batching
 from shardkeeper.registry.base import (
     Check,
     ConnectionState,
@@ -172,7 +173,7 @@ class Registrar:
         # In an empty namespace even /jobs is missing: a first batch of one job makes
         # it (a commit finds the parents of its new subtrees in one read, and /jobs
         # would otherwise be the missing parent of every absence check of the batch)
-        limit = self._store.max_ops_per_commit
+        limit = batching.max_ops_per_commit(self._store)
         size = max(1, min(limit // OPS_PER_JOB, limit // (2 * _CONDITIONS_PER_JOB)))
         first = 1 if not listed else size
         failed_in_row = 0
@@ -247,7 +248,7 @@ class Registrar:
         byte limit as well (large config documents: item parameters, descriptions),
         with the operations that register them (built once: the commit uses them)."""
         groups, joined_at = self._groups(runners)
-        if self._store.max_commit_bytes is not None and len(runners) > 1:
+        if batching.max_commit_bytes(self._store) is not None and len(runners) > 1:
             groups = groups[: len(pack_groups(self._store, groups)[0][0])]
         return _Batch(list(runners[: len(groups)]), [op for g in groups for op in g], joined_at)
 

@@ -32,6 +32,7 @@ from typing import Any
 import etcd3.etcdrpc as rpc
 
 from shardkeeper.registry.base import Check, Create, GroupsResult, Op, Put
+from shardkeeper.registry.batching import plain_commit_groups
 from shardkeeper.registry.etcd.conditions import Condition, Verdict
 from shardkeeper.registry.etcd.core import groups_per_commit
 from shardkeeper.registry.etcd.planner import PlannerMixin
@@ -84,7 +85,7 @@ class GroupsMixin(PlannerMixin):
         within :attr:`max_groups_per_commit` and the byte limit."""
         if not any(groups) or self.max_groups_per_commit is None:
             # nothing to nest, or nesting switched off: one plain commit
-            return super().commit_groups(fixed, groups)
+            return plain_commit_groups(self, fixed, groups)
         limit = self.max_ops_per_commit
         half = limit // 2
         planned: list[_Planned | str] = []
@@ -96,12 +97,12 @@ class GroupsMixin(PlannerMixin):
                 if plan.keys & written or plan.width > half:
                     # a key written twice (etcd refuses it) or a group too large to
                     # nest: the plain commit says what it can
-                    return super().commit_groups(fixed, groups)
+                    return plain_commit_groups(self, fixed, groups)
                 written |= plan.keys
             planned.append(plan)
         sent = [p for p in planned if isinstance(p, _Planned)]
         if len(sent) > groups_per_commit(limit):
-            return super().commit_groups(fixed, groups)
+            return plain_commit_groups(self, fixed, groups)
         fan = max(1, math.ceil(math.sqrt(len(sent)))) if len(sent) > half - 8 else len(sent)
         if fan == len(sent):
             nested = [rpc.RequestOp(request_txn=p.request) for p in sent]

@@ -44,6 +44,7 @@ from shardkeeper.registry.base import (
     WatchListener,
     check_path,
 )
+from shardkeeper.registry.batching import DEFAULT_MAX_OPS, default_commit_bytes, plain_commit_groups
 from shardkeeper.registry.memory.hooks import ErrorSpec, _check_op, _check_prefix, _Failure
 from shardkeeper.registry.memory.server import (
     MemoryServer,
@@ -268,8 +269,24 @@ class MemoryStore(CoordinationStore):
             self, "commit", [op.path for op in ops], lambda t: server._commit(self, t, ops)
         )
 
+    # -- batching (registry/batching.py: BatchingStore) ------------------------------
+
+    #: operations a commit carries: etcd's default --max-txn-ops (tests lower it)
+    max_ops_per_commit: int = DEFAULT_MAX_OPS
+
+    #: no byte limit of its own besides the server's request limit (tests set one)
+    max_commit_bytes: int | None = None
+
+    def commit_bytes(self, ops: Sequence[Op]) -> int:
+        """Values, paths and a framing each (``batching.default_commit_bytes``)."""
+        return default_commit_bytes(ops)
+
+    def group_bytes(self, group: Sequence[Op]) -> int:
+        """As :meth:`commit_bytes`."""
+        return default_commit_bytes(group)
+
     @property
-    def max_groups_per_commit(self) -> int | None:  # type: ignore[override]
+    def max_groups_per_commit(self) -> int | None:
         """As many groups as etcd's nested transactions carry when the server checks
         groups apart (``MemoryServer(groups_apart=True)``); else None."""
         return 4096 if self._server.groups_apart else None
@@ -278,7 +295,7 @@ class MemoryStore(CoordinationStore):
         """One plain commit, or (``groups_apart``) each group checked apart, as etcd does
         (see :meth:`CoordinationStore.commit_groups`)."""
         if not self._server.groups_apart:
-            return super().commit_groups(fixed, groups)
+            return plain_commit_groups(self, fixed, groups)
         ops = [*fixed, *(op for group in groups for op in group)]
         _validate("commit", ops, self._server.max_request_bytes)
         server = self._server

@@ -28,11 +28,13 @@ from shardkeeper.registry.base import (
     Check,
     CommitResult,
     Create,
+    GroupsResult,
     Node,
     Op,
     Put,
     check_path,
 )
+from shardkeeper.registry.batching import plain_commit_groups
 from shardkeeper.registry.zookeeper import kazoo_private
 from shardkeeper.registry.zookeeper.errors import _first_error
 from shardkeeper.registry.zookeeper.nodes import _node
@@ -78,6 +80,18 @@ class ZooKeeperStore(_Planner, _TreeWatcher):
             else:
                 size += full + kazoo_private.SMALL_OP_FRAMING
         return size
+
+    def group_bytes(self, group: Sequence[Op]) -> int:
+        """A group goes into the one plain multi: :meth:`commit_bytes`."""
+        return self.commit_bytes(group)
+
+    #: groups are not checked apart: ``commit_groups`` is one plain multi
+    max_groups_per_commit: int | None = None
+
+    def commit_groups(self, fixed: Sequence[Op], groups: Sequence[Sequence[Op]]) -> GroupsResult:
+        """One plain multi of everything (ZooKeeper has no nested transaction): one
+        failed check refuses it all (:func:`~shardkeeper.registry.batching.plain_commit_groups`)."""
+        return plain_commit_groups(self, fixed, groups)
 
     # -- reads -----------------------------------------------------------------
 
