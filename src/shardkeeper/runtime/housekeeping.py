@@ -11,7 +11,8 @@ then must stay valid). Once the runtime has started, and while it is not stoppin
 the tick also re-creates the instance node if it is gone and queues the
 level-triggered repair pass (runtime/repair.py) of the jobs due: every job whose
 state is suspect at once, the others round-robin so that each is checked at least
-once per sweep (3 T, at least 5 s).
+once per sweep (3 T, at least 5 s). A tick whose probe was answered also gives the
+clock monitor its turn (runtime/clockskew.py: ``max_time_diff_seconds``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Housekeeper:
         reput_instance: Callable[[], None],
         session_id: Callable[[], str],
         skips: SkipLog,
+        clock: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
         self._liveness = liveness
@@ -68,6 +70,8 @@ class Housekeeper:
         self._reput_instance = reput_instance
         self._session_id = session_id
         self._skips = skips
+        #: the clock monitor's tick (runtime/clockskew.py): it measures when due
+        self._clock = clock
         self._rr = 0  # round-robin position of the sweep
         self._thread: threading.Thread | None = None
         #: seconds the last tick woke after it was due (the process's starvation)
@@ -134,6 +138,8 @@ class Housekeeper:
             self._reput_instance()
         if present is None:
             return  # the store does not answer: repairs would only fail
+        if self._clock is not None:
+            self._clock()  # a sample every CLOCK_EVERY at most, never on a fire's path
         active = [r for r in runners if not r.state.stopping]
         if not active:
             return
