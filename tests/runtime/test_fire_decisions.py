@@ -20,6 +20,7 @@ from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime.batches import Batch
 from shardkeeper.runtime.jobstate import JobState, SkipReason
 from shardkeeper.runtime.leader import LeaderDuties
+from shardkeeper.runtime.phase import JobPhase
 from shardkeeper.runtime.services import JobServices
 from shardkeeper.runtime.trigger import (
     Deferred,
@@ -62,7 +63,8 @@ class Harness:
         )
         node = store.put(self.services.paths.instance(ME), b"{}", ephemeral=True)
         self.state.member_revision = node.created_revision
-        self.state.registered = True
+        self.state.phase.transition(JobPhase.REGISTERING, "the test")
+        self.state.phase.transition(JobPhase.REGISTERED, "the test")
         self.state.marks_suspect = False  # as after a first repair pass
         self.launched: list[Batch] = []
         self.held = held or set()

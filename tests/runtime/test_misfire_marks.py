@@ -62,7 +62,7 @@ def held_run(
         runner = rt.runners[JOB]
         wait_until(lambda: runner.state.registered, 10)
         first = time.time()
-        runner._enqueue(Fire(first))
+        runner.fires._enqueue(Fire(first))
         wait_until(lambda: runner.running_count() == len(ITEMS), 10, message="no batch ran")
         yield runner, job, events, observer, first
         job.release.set()
@@ -85,7 +85,7 @@ def test_missed_fires_of_one_run_write_the_marks_once_and_the_rerun_start_clears
     with held_run(memory_server) as (runner, job, events, observer, first):
         missed = [first + 1, first + 2, first + 3]
         for n, fire_time in enumerate(missed):
-            runner._enqueue(Fire(fire_time))
+            runner.fires._enqueue(Fire(fire_time))
             wait_until(partial(_misfires_are, runner, n + 1), 10)
             wait_until(lambda: runner.pending_fires() == 0, 10)
             for item in ITEMS:
@@ -122,14 +122,14 @@ def test_a_run_that_ends_in_moments_is_rerun_without_marks(
     with held_run(memory_server) as (runner, job, events, observer, first):
         monkeypatch.setattr(fires, "MISFIRE_MARK_AFTER", 60.0)  # the run is younger
         soon = first + 1
-        runner._enqueue(Fire(soon))
+        runner.fires._enqueue(Fire(soon))
         wait_until(lambda: runner.state.stats["misfires"] == 1, 10)
         wait_until(lambda: runner.pending_fires() == 0, 10)
         assert all(observer.get(P.misfire(i)) is None for i in ITEMS)
         assert not runner.state.misfire_marked
         monkeypatch.setattr(fires, "MISFIRE_MARK_AFTER", 0.0)  # the run is older
         late = first + 2
-        runner._enqueue(Fire(late))
+        runner.fires._enqueue(Fire(late))
         wait_until(lambda: all(observer.get(P.misfire(i)) is not None for i in ITEMS), 10)
     # the re-run is of the first missed fire, marked or not
     reruns = sorted((round(ft, 3), item) for ft, item, misfire in job.runs if misfire)

@@ -14,12 +14,13 @@ from shardkeeper.config import JobConfig
 from shardkeeper.coordination.model import Assignment, RunningMark
 from shardkeeper.coordination.paths import InstanceNode, JobNode, ShutdownNode, Unknown, parse
 from shardkeeper.coordination.sharding import necessary_parts, necessary_value
-from shardkeeper.registry.base import EventKind, WatchEvent
+from shardkeeper.registry.base import ConnectionState, EventKind, WatchEvent
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import events as ev
 from shardkeeper.runtime.batches import Batch
 from shardkeeper.runtime.jobstate import JobState, SkipReason
 from shardkeeper.runtime.leader import LeaderDuties, ReshardStep
+from shardkeeper.runtime.phase import JobPhase
 from shardkeeper.runtime.pool import Lanes, WorkerPool
 from shardkeeper.runtime.services import JobServices
 from shardkeeper.runtime.trigger import Deferred, Fire, Launched, Skipped, TriggerFlow, Wait
@@ -45,6 +46,12 @@ def store(request: pytest.FixtureRequest) -> Iterator[MemoryStore]:
         server.shutdown()
 
 
+def _register(state: JobState) -> None:
+    """As a registration that succeeded."""
+    state.phase.transition(JobPhase.REGISTERING, "the test")
+    state.phase.transition(JobPhase.REGISTERED, "the test")
+
+
 def _flow(
     store: MemoryStore, held: set[int] | None = None, **cfg: object
 ) -> tuple[TriggerFlow, JobState, JobServices, list[Batch]]:
@@ -54,7 +61,7 @@ def _flow(
     )
     node = store.put(services.paths.instance(ME), b"{}", ephemeral=True)
     state.member_revision = node.created_revision
-    state.registered = True
+    _register(state)
     launched: list[Batch] = []
     flow = TriggerFlow(
         services,
@@ -131,7 +138,8 @@ def test_skip_reasons_are_typed(store: MemoryStore) -> None:
     assert flow.step(Fire(time.time())) == Skipped(SkipReason.NO_ITEMS)
     state.disabled_job = True
     assert flow.step(Fire(time.time())) == Skipped(SkipReason.DISABLED)
-    state.disabled_job, state.registered = False, False
+    state.disabled_job = False
+    state.phase.lose_membership("the test")
     assert flow.step(Fire(time.time())) == Skipped(SkipReason.NOT_REGISTERED)
 
 
@@ -187,7 +195,7 @@ def test_the_leader_waits_for_live_running_items_but_not_for_orphans(store: Memo
     from the next fire)."""
     services = JobServices.build(store, JOB, ME)
     state = JobState(JobConfig(name=JOB, interval=1, sharding_total_count=2, failover=True))
-    state.registered = True
+    _register(state)
     store.put(services.paths.instance(ME), b"{}", ephemeral=True)
     leader = LeaderDuties(services, state)
     assert leader.elect()
@@ -220,7 +228,7 @@ def test_a_reshard_asked_for_after_the_fire_applies_from_the_next_fire(
     run nowhere: chaos checker). A flag from before the fire applies to it."""
     services = JobServices.build(store, JOB, ME)
     state = JobState(JobConfig(name=JOB, interval=1, sharding_total_count=2, failover=True))
-    state.registered = True
+    _register(state)
     store.put(services.paths.instance(ME), b"{}", ephemeral=True)
     store.put(services.paths.instance("other"), b"{}", ephemeral=True)
     leader = LeaderDuties(services, state)
@@ -398,14 +406,14 @@ def test_a_fire_waits_through_a_suspended_connection_within_its_deadline(
     checker, etcd seed 4004). It waits, bounded by its deadline, and runs."""
     flow, state, services, launched = _flow(store)
     _assign(store, services, {0: ME, 1: ME})
-    state.suspended = True
+    state.connection = ConnectionState.SUSPENDED
     fire = Fire(time.time())
     assert isinstance(flow.step(fire), Wait)
     assert not launched
-    state.suspended = False
+    state.connection = ConnectionState.RECONNECTED
     assert flow.step(fire) == Launched((0, 1))
     late = Fire(time.time())
-    state.suspended = True
+    state.connection = ConnectionState.SUSPENDED
     late.deadline = time.monotonic() - 0.001
     assert flow.step(late) == Skipped(SkipReason.SUSPENDED)
 

@@ -2,8 +2,9 @@
 pile up, misfire re-runs queued behind the fire being decided, and what a decided
 fire leaves behind (a misfire mark, a skip).
 
-A mixin of :class:`~shardkeeper.runtime.runner.JobRunner`, which owns the state it
-uses (declared below); kept apart so the runner stays a readable composition.
+A part of :class:`~shardkeeper.runtime.runner.JobRunner` with its own state (the
+queue, the fire being decided, the requests held for a re-run): only this module
+writes it. What it asks of the runner goes through the ``RunnerPort``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from collections import deque
 from collections.abc import Callable
 from datetime import datetime
 
-from shardkeeper.coordination.execution import ExecutionService
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.errors import StoreError
 from shardkeeper.observe import Observers, SkipRecord
@@ -25,6 +25,8 @@ from shardkeeper.registry.base import CoordinationStore
 from shardkeeper.runtime.batches import Batches
 from shardkeeper.runtime.jobstate import JobState, SkipReason
 from shardkeeper.runtime.pool import Lanes
+from shardkeeper.runtime.port import RunnerPort
+from shardkeeper.runtime.services import JobServices
 from shardkeeper.runtime.trigger import (
     Deferred,
     Fire,
@@ -35,7 +37,7 @@ from shardkeeper.runtime.trigger import (
     fmt_fire,
 )
 
-__all__ = ["MAX_QUEUED_FIRES", "MAX_QUEUED_REQUESTS", "POLL_AFTER_ERROR", "FireQueue", "SkipSink"]
+__all__ = ["MAX_QUEUED_FIRES", "MAX_QUEUED_REQUESTS", "POLL_AFTER_ERROR", "Fires", "SkipSink"]
 
 log = logging.getLogger("shardkeeper.runtime.runner")
 
@@ -58,55 +60,52 @@ POLL_AFTER_ERROR = 0.1
 MISFIRE_MARK_AFTER = 1.0
 
 
-class FireQueue:
+class Fires:
     """Fires of one job, decided one at a time on its lane (module docstring)."""
 
-    # owned and set up by JobRunner.__init__
-    state: JobState
-    trigger: TriggerFlow
-    batches: Batches
-    paths: JobPaths
-    _store: CoordinationStore
-    _me: str
-    _lanes: Lanes
-    _fires: deque[Fire]
-    _fires_lock: threading.Lock
-    _current: Fire | None
-    _last_fire: float
-    _on_skip: SkipSink
-    _observers: Observers
-    #: when a graceful stop may next retry the failed completion commits (monotonic)
-    _stop_retry_after: float = 0.0
-    #: requests (run-now with params, catch-ups) that found their items still running
-    #: here, misfire on: re-run as they were once the batch ends (a plain misfire
-    #: re-run would lose their params); replaced, never mutated (under _fires_lock)
-    _held_requests: tuple[Fire, ...] = ()
+    def __init__(
+        self,
+        *,
+        services: JobServices,
+        state: JobState,
+        trigger: TriggerFlow,
+        batches: Batches,
+        lanes: Lanes,
+        port: RunnerPort,
+        on_skip: SkipSink,
+        observers: Observers,
+    ) -> None:
+        self._s = services
+        self.state = state
+        self.trigger = trigger
+        self.batches = batches
+        self.paths: JobPaths = services.paths
+        self._store: CoordinationStore = services.store
+        self._me = services.instance_id
+        self._lanes = lanes
+        self._port = port
+        self._on_skip = on_skip
+        self._observers = observers
+        self._fires: deque[Fire] = deque()
+        #: the fire the pump is deciding (at the front of ``_fires``, also while it
+        #: waits): nothing is ever queued in front of it
+        self._current: Fire | None = None
+        self._fires_lock = threading.Lock()
+        #: the latest fire time a normal fire was decided for (fires of a job are
+        #: decided in order: a normal fire at or before it is a duplicate delivery)
+        self._last_fire = 0.0
+        #: when a graceful stop may next retry the failed completion commits (monotonic)
+        self._stop_retry_after = 0.0
+        #: requests (run-now with params, catch-ups) that found their items still
+        #: running here, misfire on: re-run as they were once the batch ends (a plain
+        #: misfire re-run would lose their params); replaced, never mutated (under
+        #: _fires_lock)
+        self._held_requests: tuple[Fire, ...] = ()
 
     @property
     def name(self) -> str:
         """The job name (its lane)."""
         return self.paths.job
-
-    @property
-    def execution(self) -> ExecutionService:
-        """The job's execution marks (JobRunner's view)."""
-        raise NotImplementedError
-
-    def submit(self, key: str | None, fn: Callable[[], object]) -> None:
-        """Run ``fn`` on this job's lane (JobRunner)."""
-        raise NotImplementedError
-
-    def request_repair(self) -> None:
-        """Run a housekeeping pass soon (JobRunner)."""
-        raise NotImplementedError
-
-    def try_claim(self) -> None:
-        """Claim orphaned items (JobRunner)."""
-        raise NotImplementedError
-
-    def running_count(self) -> int:
-        """Items executing or starting here (JobRunner)."""
-        raise NotImplementedError
 
     def stop_pending(self) -> bool:
         """During a graceful stop: items still run here, a batch whose items ended is
@@ -141,7 +140,7 @@ class FireQueue:
             or in_progress
             or unfinished
             or requests
-            or self.running_count() > 0
+            or self._port.running_count() > 0
             or self.pending_fires() > 0
         )
 
@@ -150,12 +149,12 @@ class FireQueue:
         if now < self._stop_retry_after:
             return
         self._stop_retry_after = now + STOP_RETRY_EVERY
-        self.submit("settle", self._settle_unfinished)
+        self._port.submit("settle", self._settle_unfinished)
 
     def _settle_unfinished(self) -> None:
         """Retry the failed completion commits (lane task, during a graceful stop)."""
         if self.batches.retry_unfinished():
-            self._on_batch_done()  # a misfire re-run from before the stop may be due
+            self.on_batch_done()  # a misfire re-run from before the stop may be due
 
     def deciding(self, fire_time: float) -> bool:
         """Whether a fire of ``fire_time`` is queued or being decided here (one whose
@@ -177,7 +176,7 @@ class FireQueue:
 
     # -- triggers -------------------------------------------------------------------
 
-    def _run_now(self) -> None:
+    def run_now(self) -> None:
         # Every instance uses the time the operator's request carries: one fire time
         # cluster-wide, so one assignment serves it (with "now" per instance, a reshard
         # between two instances' fire times could leave items to nobody).
@@ -215,7 +214,7 @@ class FireQueue:
                 self._fires.append(fire)
         if dropped is not None:
             self._fold(dropped)
-        self.submit("fires", self._pump)
+        self._port.submit("fires", self._pump)
 
     def _to_fold(self, arriving: Fire) -> Fire | None:
         """Which fire gives way when too many wait (under ``_fires_lock``): the oldest
@@ -366,15 +365,15 @@ class FireQueue:
                 last = not self._fires
                 if not fire.misfire and not fire.manual:
                     self._last_fire = max(self._last_fire, fire.fire_time)
-            self._record(fire, result)
+            self.record(fire, result)
             if last and not isinstance(result, Launched) and self.batches.idle:
-                self._on_batch_done()  # a folded fire's misfire re-run, if one is owed
+                self.on_batch_done()  # a folded fire's misfire re-run, if one is owed
 
-    def _record(self, fire: Fire, result: Launched | Skipped | Deferred) -> None:
+    def record(self, fire: Fire, result: Launched | Skipped | Deferred) -> None:
         st = self.state
         if isinstance(result, Launched):
             if result.skipped is not None:  # the fire's other items, as a skip
-                self._record(fire, result.skipped)
+                self.record(fire, result.skipped)
             return
         if isinstance(result, Deferred):
             if st.config.misfire and not _plain(fire):
@@ -385,7 +384,7 @@ class FireQueue:
                         self._held_requests = (*self._held_requests, fire)
                 st.count("misfires")
                 if self.batches.idle:  # the holder ended meanwhile
-                    self._on_batch_done()
+                    self.on_batch_done()
                 return
             if st.config.misfire:
                 since = self.batches.running_since(result.items)
@@ -401,15 +400,15 @@ class FireQueue:
                     unmarked = [i for i in result.items if i not in st.misfire_marked]
                     if shown:
                         # as if written: an unknown outcome may have written them
-                        st.misfire_marked.update(unmarked)
+                        st.misfire_marks_written(unmarked)
                 st.count("misfires")
                 if shown and unmarked:
                     try:
-                        self.execution.mark_misfire(unmarked, fire.fire_time)
+                        self._s.execution.mark_misfire(unmarked, fire.fire_time)
                     except StoreError as exc:
                         log.info("%s: could not record the misfire: %s", self.name, exc)
                 if self.batches.idle:  # the holder ended meanwhile
-                    self._on_batch_done()
+                    self.on_batch_done()
             else:
                 st.count("skipped")
             return
@@ -422,7 +421,7 @@ class FireQueue:
         elif result.items:
             detail = f" (items {list(result.items)})"
         if result.reason is SkipReason.MEMBERSHIP:
-            self.request_repair()
+            self._port.request_repair()
         if result.reason is not SkipReason.STOPPING:
             self._on_skip(self.name, result.reason, fire.fire_time, detail)
             if self._observers:
@@ -436,7 +435,7 @@ class FireQueue:
                     )
                 )
 
-    def _on_batch_done(self) -> None:
+    def on_batch_done(self) -> None:
         """A batch ended (worker thread) or marks were settled: a misfire re-run or a
         failover claim may be due."""
         st = self.state
@@ -453,7 +452,7 @@ class FireQueue:
             return
         if not self.batches.idle:
             if st.config.failover and st.queue_hint:
-                self.submit("claim", self.try_claim)
+                self._port.submit("claim", self._port.try_claim)
             return
         settled = not self.batches.unfinished()
         with st.lock:
@@ -467,7 +466,7 @@ class FireQueue:
                 if rerun:
                     self._queue_misfire_rerun(misfire_at or 0.0)
         if rerun or requests:
-            self.submit("fires", self._pump)
+            self._port.submit("fires", self._pump)
             if misfire_at is not None and not rerun:
                 with st.lock:  # marks still to clear: keep it for later
                     st.misfire_at = misfire_at
@@ -475,7 +474,7 @@ class FireQueue:
             with st.lock:  # marks still to clear: keep it for later
                 st.misfire_at = misfire_at
         elif st.config.failover:
-            self.submit("claim", self.try_claim)
+            self._port.submit("claim", self._port.try_claim)
 
 
 def _plain(fire: Fire) -> bool:

@@ -4,6 +4,7 @@ repair). Only flags and counters: every part re-reads the store for the truth.""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from shardkeeper.config import JobConfig
@@ -12,33 +13,61 @@ from shardkeeper.coordination.strategies import ShardingStrategy, resolve_strate
 # defined below the runtime so that its observers (metrics) need not import it
 from shardkeeper.counters import STAT_KEYS, SkipReason
 from shardkeeper.errorhandlers import ErrorHandler, resolve_error_handler
-from shardkeeper.registry.base import Check
+from shardkeeper.registry.base import Check, ConnectionState
+from shardkeeper.runtime.phase import JobPhase, Phase
 
-__all__ = ["STAT_KEYS", "JobState", "SkipReason"]
+__all__ = ["OWNERS", "STAT_KEYS", "JobState", "SkipReason"]
+
+#: the one module (of ``shardkeeper.runtime``) that writes each field; a part that
+#: needs a field changed asks its owner. "jobstate" means: written only by the
+#: methods of JobState below, which any part may call (named verbs, under ``lock``).
+#: tests/runtime/test_state_owners.py checks this against the code.
+OWNERS: dict[str, str] = {
+    "config": "jobstate",  # set_config, called by settings (the stored config)
+    "strategy": "jobstate",  # follows config
+    "on_error": "jobstate",  # follows config
+    "lock": "jobstate",  # never rebound
+    "phase": "phase",  # Phase.transition alone changes the phase
+    "connection": "runner",  # the reactions' commands, executed by the runner
+    "joined_at": "runner",  # registration ok (one by one or batched)
+    "member_revision": "runner",  # registration ok
+    "register_error": "runner",  # registration failed or left to housekeeping
+    "stop_at": "runner",  # begin_stop
+    "queue_hint": "runner",  # watch events, claims, the repair pass's listing
+    "disabled_job": "settings",  # switches: events, re-reads, a batched registration
+    "disabled_items": "settings",
+    "marks_suspect": "jobstate",  # suspect_marks (anyone), marks_checked (repair)
+    "misfire_at": "fires",
+    "misfire_marked": "jobstate",  # misfire_marks_written (fires), _cleared (trigger)
+    "starting": "fires",
+    "stats": "jobstate",  # count
+    "clock_skew": "clockskew",  # the clock monitor
+}
 
 
 @dataclass
 class JobState:
-    """Local flags of one job on this instance (guarded by ``lock`` where noted)."""
+    """Local facts of one job on this instance (guarded by ``lock`` where noted).
+
+    Each field has one owning module (:data:`OWNERS`): only that module writes it.
+    The phase (``phase.current``) replaces the flags registered, registering,
+    stopping and hard stop: the properties of the same names derive from it."""
 
     config: JobConfig
     lock: threading.RLock = field(default_factory=threading.RLock)
-    registered: bool = False
-    #: a registration is under way (a fire meanwhile waits for it: the membership it
-    #: writes says it joined before that fire, so the leader may give it items)
-    registering: bool = False
-    joined: bool = False
+    #: the job's phase here (runtime/phase.py); never rebound
+    phase: Phase = field(init=False)
+    #: the store connection's state as this job's reactions last saw it (orthogonal
+    #: to the phase: SUSPENDED makes fires wait and repair passes pause in any phase)
+    connection: ConnectionState = ConnectionState.CONNECTED
     #: wall time of the last registration (the membership's started_at): the leader
     #: gives no items of an earlier fire to this instance
     joined_at: float = 0.0
     #: why the last registration failed (None when it did not)
     register_error: str | None = None
-    suspended: bool = False
-    stopping: bool = False
     #: wall time the graceful stop began: fires before it are still decided and run
     #: in the grace period (their items are this instance's; nobody else runs them)
     stop_at: float = 0.0
-    hard_stop: bool = False
     disabled_job: bool = False
     disabled_items: set[int] = field(default_factory=set)
     queue_hint: set[int] = field(default_factory=set)
@@ -55,10 +84,43 @@ class JobState:
     #: triggers and claims between their check of ``stopping`` and their batch
     starting: int = 0
     stats: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STAT_KEYS, 0))
+    #: why this instance's clock is too far off the store's for this job (None when
+    #: it is not, or the check is off): no item of the job starts here meanwhile
+    clock_skew: str | None = None
 
     def __post_init__(self) -> None:
+        self.phase = Phase(self.config.name, self.lock)
         self.strategy: ShardingStrategy = resolve_strategy(self.config.sharding_strategy)
         self.on_error: ErrorHandler = resolve_error_handler(self.config.error_handler, self.config)
+
+    # -- facts derived from the phase ------------------------------------------------
+
+    @property
+    def registered(self) -> bool:
+        """A member of the job (also during a graceful stop, until it leaves)."""
+        return self.phase.current in (JobPhase.REGISTERED, JobPhase.STOPPING)
+
+    @property
+    def registering(self) -> bool:
+        """A registration is under way (a fire meanwhile waits for it)."""
+        return self.phase.current is JobPhase.REGISTERING
+
+    @property
+    def stopping(self) -> bool:
+        """The job's stop here has begun (graceful or hard)."""
+        return self.phase.current in (JobPhase.STOPPING, JobPhase.LEAVING, JobPhase.STOPPED)
+
+    @property
+    def hard_stop(self) -> bool:
+        """The grace period is over: running items are fenced."""
+        return self.phase.current is JobPhase.STOPPED
+
+    @property
+    def suspended(self) -> bool:
+        """The store connection is suspended (as this job last heard)."""
+        return self.connection is ConnectionState.SUSPENDED
+
+    # -- verbs of the fields several parts change ----------------------------------
 
     def set_config(self, config: JobConfig) -> None:
         """Adopt ``config`` (strategy and error handler follow it)."""
@@ -66,18 +128,49 @@ class JobState:
         self.strategy = resolve_strategy(config.sharding_strategy)
         self.on_error = resolve_error_handler(config.error_handler, config)
 
+    def suspect_marks(self) -> None:
+        """Marks may name us without a local execution: the next repair pass checks."""
+        self.marks_suspect = True
+
+    def marks_checked(self, suspect: bool = False) -> None:
+        """The marks were checked (or nothing can name us): none is suspect."""
+        self.marks_suspect = suspect
+
+    def misfire_marks_written(self, items: Iterable[int]) -> None:
+        """Misfire marks of ``items`` were (or may have been) written by us."""
+        with self.lock:
+            self.misfire_marked.update(items)
+
+    def misfire_marks_cleared(self, items: Iterable[int]) -> None:
+        """The misfire marks of ``items`` went (with a start commit)."""
+        with self.lock:
+            self.misfire_marked.difference_update(items)
+
+    def count(self, key: str, n: int = 1) -> None:
+        """Bump a counter (tests and benchmarks read ``stats``)."""
+        with self.lock:
+            self.stats[key] = self.stats.get(key, 0) + n
+
+    # -- questions ------------------------------------------------------------------
+
     def skip_reason(self, fire_time: float | None = None) -> SkipReason | None:
         """Why a trigger (of the fire at ``fire_time``, if given) cannot start items
         now, or None when it can. During a graceful stop only fires from before the
         stop may still start items."""
-        if self.stopping and (
-            self.hard_stop or fire_time is None or fire_time >= self.stop_at - 1e-6
+        with self.lock:
+            phase = self.phase.current
+            stop_at = self.stop_at
+        if phase is JobPhase.STOPPED or (
+            phase in (JobPhase.STOPPING, JobPhase.LEAVING)
+            and (fire_time is None or fire_time >= stop_at - 1e-6)
         ):
             return SkipReason.STOPPING
         if self.suspended:
             return SkipReason.SUSPENDED
-        if not self.registered:
+        if phase not in (JobPhase.REGISTERED, JobPhase.STOPPING):
             return SkipReason.NOT_REGISTERED
+        if self.clock_skew is not None:
+            return SkipReason.CLOCK_SKEW
         if self.disabled_job or self.config.disabled:
             return SkipReason.DISABLED
         return None
@@ -88,8 +181,3 @@ class JobState:
         if not self.member_revision:
             return None
         return Check(path, created_revision=self.member_revision)
-
-    def count(self, key: str, n: int = 1) -> None:
-        """Bump a counter (tests and benchmarks read ``stats``)."""
-        with self.lock:
-            self.stats[key] = self.stats.get(key, 0) + n

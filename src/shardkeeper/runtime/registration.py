@@ -151,12 +151,13 @@ class Registrar:
         # time: a fire of a job whose turn has not come yet waits for its registration
         # (bounded by the fire's deadline) instead of being skipped as not registered.
         for runner in runners:
-            runner.state.registering = True
+            runner.registration_pending()
         try:
             self._register_all(runners)
         finally:
+            # none is left waiting (each was registered, failed or left by now)
             for runner in runners:
-                runner.state.registering = False
+                runner.registration_left("start-up registration ended without it")
 
     def _register_all(self, runners: Sequence[JobRunner]) -> None:
         began = time.monotonic()
@@ -233,7 +234,7 @@ class Registrar:
             why,
         )
         for runner in runners:
-            runner.state.register_error = why
+            runner.registration_left(why)
 
     def _doc(self, runner: JobRunner) -> bytes:
         """The config document a batch writes for ``runner`` (made once: a batch that
@@ -273,8 +274,8 @@ class Registrar:
                 groups, joined_at = self._groups(pending)
                 ops = [op for g in groups for op in g]
             for r in pending:
-                r.state.registering = True  # a fire meanwhile waits for the outcome
                 # known before the commit: its events may arrive before it returns
+                # (each still registering since register_all: a fire waits meanwhile)
                 self._own_docs[r.paths.config] = hash(self._doc(r))
             result = None
             try:
@@ -282,10 +283,9 @@ class Registrar:
                 self.stats["batch_commits"] += 1
                 if result:
                     for r in pending:
-                        self._joined(r, result.revision, joined_at)
+                        r.adopt_batch_registration(result.revision, joined_at)
             finally:
                 for r in pending:
-                    r.state.registering = False
                     if result is None or not result:
                         # nothing written (or unknown: then a re-read is right)
                         self._own_docs.pop(r.paths.config, None)
@@ -311,21 +311,6 @@ class Registrar:
             Put(p.necessary, necessary_value(f"instance joined: {self._me}")),
             Create(p.leader, self._me.encode(), ephemeral=True),
         ]
-
-    def _joined(self, runner: JobRunner, revision: int, joined_at: float) -> None:
-        """What ``JobRunner.register`` would have set, from the commit that checked
-        the job was absent: the code's config, no switch, no stray mark, leader."""
-        st = runner.state
-        st.member_revision = revision
-        st.joined_at = joined_at
-        st.disabled_job = False
-        st.disabled_items = set()
-        st.marks_suspect = False  # nothing existed: no mark can name us
-        st.registered = True  # before registering ends: a waiting fire sees it
-        st.joined = True
-        st.suspended = False
-        st.register_error = None
-        runner.election.created()
 
     def own_write(self, event: WatchEvent) -> bool:
         """Whether ``event`` reports a config document a batch of this registrar

@@ -21,32 +21,18 @@ make the next pass come sooner (docs/architecture.md, "Self-repair"):
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from shardkeeper.coordination.model import RunningMark
 from shardkeeper.errors import StoreError
 from shardkeeper.runtime.batches import Batches
 from shardkeeper.runtime.jobstate import JobState
 from shardkeeper.runtime.leader import LeaderDuties
+from shardkeeper.runtime.port import RunnerPort
 from shardkeeper.runtime.services import JobServices
 
-__all__ = ["RepairHooks", "RepairPass"]
+__all__ = ["RepairPass"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RepairHooks:
-    """What the pass asks of the runner."""
-
-    register: Callable[[], None]
-    reload: Callable[[], None]
-    claim: Callable[[], None]
-    on_idle: Callable[[], None]
-    fence: Callable[[str], None]
-    #: whether a fire of this fire time is still queued or being decided here
-    deciding: Callable[[float], bool] = lambda _fire_time: False
 
 
 class RepairPass:
@@ -58,13 +44,13 @@ class RepairPass:
         state: JobState,
         leader: LeaderDuties,
         batches: Batches,
-        hooks: RepairHooks,
+        port: RunnerPort,
     ) -> None:
         self._s = services
         self._state = state
         self._leader = leader
         self._batches = batches
-        self._hooks = hooks
+        self._port = port
         self.passes = 0
 
     def run(self) -> list[str]:
@@ -75,17 +61,17 @@ class RepairPass:
             return done
         self.passes += 1
         if not st.registered:
-            self._hooks.register()
+            self._port.register_logged()
             done.append("registered")
         else:
             member = self._s.store.get(self._s.paths.instance(self._s.instance_id))
             if member is None and not self._s.store.exists(self._s.paths.config):
-                self._hooks.reload()  # the job was removed: retire it, do not rejoin
+                self._port.reload()  # the job was removed: retire it, do not rejoin
                 return done
             if member is None or member.created_revision != st.member_revision:
-                self._hooks.fence("membership node gone or replaced")
-                st.registered = False
-                self._hooks.register()
+                self._port.fence("membership node gone or replaced")
+                st.phase.lose_membership("membership node gone or replaced")
+                self._port.register_logged()
                 done.append("re-registered")
         leader = self._s.store.get(self._s.paths.leader)
         holder = leader.value.decode(errors="replace") if leader is not None else None
@@ -107,7 +93,7 @@ class RepairPass:
                 done.append("requeued orphans")
             self._leader.reconcile()
         if marks_due and st.config.monitor_execution:
-            st.marks_suspect = False
+            st.marks_checked()
             moved = self._s.failover.requeue_own(
                 self._known,
                 keep=st.config.failover,
@@ -119,15 +105,15 @@ class RepairPass:
             try:
                 if self._batches.retry_unfinished():
                     done.append("cleared marks of a failed completion")
-                    self._hooks.on_idle()
+                    self._port.batch_done()
             except StoreError:
                 pass
-        self._hooks.reload()
+        self._port.reload()
         if st.config.failover and st.skip_reason() is None:
             queued = self._s.failover.queued()
-            st.queue_hint = set(queued)
+            self._port.queued_seen(queued)
             if queued:
-                self._hooks.claim()
+                self._port.try_claim()
         if done:
             st.count("repairs")
             log.info("%s: housekeeping: %s", st.config.name, "; ".join(done))
@@ -139,4 +125,6 @@ class RepairPass:
         # next attempt adopts it. Handed to failover instead, the item ran twice:
         # once by that attempt (the hand-off had removed the mark it would have met)
         # and once by the failover claim (chaos, etcd seed 21404).
-        return self._batches.owns(item, mark.execution_id) or self._hooks.deciding(mark.fire_time)
+        return self._batches.owns(item, mark.execution_id) or self._port.mark_in_hand(
+            mark.fire_time
+        )

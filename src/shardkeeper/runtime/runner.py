@@ -1,34 +1,52 @@
 """One job on one instance: a composition of small parts over injected services.
 
-Parts (each in its own module, each testable over the reference MemoryStore):
+Parts (each in its own module, each with its own state, each testable over the
+reference MemoryStore):
 
 * ``services.JobServices``: election, sharding, execution marks, failover, config;
 * ``trigger.TriggerFlow``: one fire -> items launched, a typed skip, or "wait";
+* ``fires.Fires``: the fire queue (order, folding, misfire re-runs, skips);
 * ``batches.Batches``: items on the worker pool, completion by token, fenced items
   handed to failover, failed commits retried;
 * ``leader.LeaderDuties``: take-over, reconcile, orphan requeue, reshard;
 * ``repair.RepairPass``: the level-triggered housekeeping pass;
+* ``settings.JobSettings``: the stored config and the switches;
 * ``oneoff.OneOffDuties``: a one-off job's done marker and catch-ups (only when
   the config has ``at``);
-* ``reactions.Reactions``: connection states and registry events (typed hints
-  from ``events.classify``) turned into lane tasks and state changes.
+* ``reactions``: connection states and registry events (typed hints from
+  ``events.classify``) turned into commands, a pure function; the runner executes
+  the commands.
 
-All coordination work of a job runs on the job's *lane* (``pool.Lanes``): one task
-at a time per job, in order, so a trigger, a claim and a repair pass of one job never
-interleave, and a waiting fire re-submits itself instead of holding a thread.
+The parts call back into the runner only through ``port.RunnerPort``; the runner
+alone wires them. All coordination work of a job runs on the job's *lane*
+(``pool.Lanes``): one task at a time per job, in order, so a trigger, a claim and a
+repair pass of one job never interleave, and a waiting fire re-submits itself
+instead of holding a thread.
 
-States of a job on this instance::
+States of a job on this instance (``phase.JobPhase``), every legal move as
+``phase.TRANSITIONS`` lists it (``Phase.transition`` refuses any other; a test
+checks this drawing against the table)::
 
-    unregistered --register ok--> registered --SUSPENDED--> suspended
-         ^   ^                        |  ^                       |
-         |   +----register failed-----+  +------RECONNECTED------+
-         |                            |
-         +------LOST / membership gone (executions fenced)-------+
-    any --begin_stop--> stopping --grace over--> hard stop (items fenced)
+    unregistered --register--> registering
+    unregistered --begin_stop--> leaving
+    unregistered --hard stop--> stopped
+    registering --register ok--> registered
+    registering --register failed--> unregistered
+    registering --begin_stop--> leaving
+    registering --hard stop--> stopped
+    registered --LOST / membership gone / register failed / unregister--> unregistered
+    registered --begin_stop--> stopping
+    registered --hard stop--> stopped
+    stopping --LOST / membership gone / retire / unregister--> leaving
+    stopping --grace over--> stopped
+    leaving --register ok--> stopping
+    leaving --grace over--> stopped
 
-A trigger starts items only in ``registered``; a skipped trigger has a
-``SkipReason``. Registration is retried by every housekeeping pass until it
-succeeds, whatever made it fail.
+A trigger starts items only in ``registered``, and in ``stopping`` for fires from
+before the stop; a skipped trigger has a ``SkipReason``. Registration is retried by
+every housekeeping pass until it succeeds, whatever made it fail. Apart from the
+phase, the store connection may be SUSPENDED (``JobState.connection``, in any
+phase): fires then wait for it within their deadline and repair passes pause.
 """
 
 from __future__ import annotations
@@ -37,8 +55,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from shardkeeper.config import JobConfig
@@ -52,21 +69,19 @@ from shardkeeper.coordination.sharding import ShardingService
 from shardkeeper.errors import ShardkeeperError, StoreError
 from shardkeeper.job import JobListener, ShardedJob, ShardingContext
 from shardkeeper.observe import Observers
+from shardkeeper.registry.base import ConnectionState, WatchEvent
+from shardkeeper.runtime import reactions as rx
 from shardkeeper.runtime.batches import Batch, Batches
-from shardkeeper.runtime.fires import FireQueue, SkipSink
+from shardkeeper.runtime.fires import Fires, SkipSink
 from shardkeeper.runtime.jobstate import JobState, SkipReason
 from shardkeeper.runtime.leader import LeaderDuties
 from shardkeeper.runtime.oneoff import OneOffDuties
+from shardkeeper.runtime.phase import HARD_STOP, JOINED, REGISTER_FAILED, STOP, JobPhase
 from shardkeeper.runtime.pool import Lanes, WorkerPool
-from shardkeeper.runtime.reactions import Reactions
-from shardkeeper.runtime.repair import RepairHooks, RepairPass
+from shardkeeper.runtime.repair import RepairPass
 from shardkeeper.runtime.services import JobServices
-from shardkeeper.runtime.trigger import (
-    Fire,
-    Skipped,
-    TriggerFlow,
-    fmt_fire,
-)
+from shardkeeper.runtime.settings import JobSettings
+from shardkeeper.runtime.trigger import Fire, Skipped, TriggerFlow, fmt_fire
 
 __all__ = ["Batch", "JobRunner", "SkipSink"]
 
@@ -80,8 +95,9 @@ def _log_skip(job: str, reason: SkipReason, ft: float, detail: str) -> None:
     log.warning("%s: trigger at %s skipped: %s%s", job, fmt_fire(ft), reason.value, detail)
 
 
-class JobRunner(FireQueue, Reactions):
-    """Coordinates one job for this instance (see module docstring)."""
+class JobRunner:
+    """Coordinates one job for this instance (see module docstring); it is the
+    ``RunnerPort`` of its parts."""
 
     def __init__(
         self,
@@ -108,8 +124,7 @@ class JobRunner(FireQueue, Reactions):
         self._me = instance.instance_id
         self._lanes = lanes
         self._fresh = fresh or (lambda: True)
-        self._session = session or (lambda: "")
-        self._on_skip: SkipSink = on_skip or _log_skip
+        self._session_now = session or (lambda: "")
         self.leader = LeaderDuties(services, self.state)
         self._workers = workers
         self.batches = Batches(
@@ -118,57 +133,40 @@ class JobRunner(FireQueue, Reactions):
             job=job,
             workers=workers,
             listeners=listeners or [],
-            valid=self._valid,
-            session=self._session,
-            on_idle=self._after_batch,
+            valid=self.valid,
+            session=self.session,
+            on_idle=self.after_batch,
             observers=self._observers,
-            # the items of a fire decided ahead of time start at its due time, handed
-            # to the workers by the lanes' timer, on a lane of their own (not queued
-            # behind this job's fires)
-            defer=lambda delay, fn: lanes.submit_after(f"{self.name}/start", None, fn, delay),
+            defer=self.defer,
         )
         self.oneoff = OneOffDuties(services, self.state, self.leader)
         self.trigger = TriggerFlow(
             services,
             self.state,
             self.leader,
-            local_items=lambda: self.batches.busy_items(include_failover=False),
-            launch=self._launch,
-            session=self._session,
+            local_items=self.local_items,
+            launch=self.launch,
+            session=self.session,
             owns=self.batches.owns,
             ran=self.batches.ran_here,
-            # with misfire off, fires of items no instance ran (their owner gone
-            # before they started) are recorded as skips by the next owner
-            on_missed=lambda ft, items: self._record(
-                Fire(ft), Skipped(SkipReason.OWNER_GONE, items)
-            ),
+            on_missed=self.record_missed,
         )
-        self.repairs = RepairPass(
-            services,
-            self.state,
-            self.leader,
-            self.batches,
-            RepairHooks(
-                register=self._register_logged,
-                reload=self._reload,
-                claim=self.try_claim,
-                on_idle=self._on_batch_done,
-                fence=self._fence_because,
-                deciding=self._mark_in_hand,
-            ),
+        self.settings = JobSettings(services, self.state, self.leader, self)
+        self.fires = Fires(
+            services=services,
+            state=self.state,
+            trigger=self.trigger,
+            batches=self.batches,
+            lanes=lanes,
+            port=self,
+            on_skip=on_skip or _log_skip,
+            observers=self._observers,
         )
+        self.repairs = RepairPass(services, self.state, self.leader, self.batches, self)
         #: failover claims between their commit and their batch's launch: their new
         #: mark is ours but neither owned by a batch nor of a fire being decided
         self._claims_in_flight = 0
         self._claims_lock = threading.Lock()
-        self._fires: deque[Fire] = deque()
-        #: the fire the pump is deciding (at the front of ``_fires``, also while it
-        #: waits): nothing is ever queued in front of it
-        self._current: Fire | None = None
-        self._fires_lock = threading.Lock()
-        #: the latest fire time a normal fire was decided for (fires of a job are
-        #: decided in order: a normal fire at or before it is a duplicate delivery)
-        self._last_fire = 0.0
         self._pass_count = 0
         #: set by the runtime: reschedules the trigger when the config changed
         self.on_config_change: Callable[[JobRunner, JobConfig], None] | None = None
@@ -186,6 +184,11 @@ class JobRunner(FireQueue, Reactions):
     def stats(self) -> dict[str, int]:
         """Counters for tests and benchmarks."""
         return self.state.stats
+
+    @property
+    def phase(self) -> JobPhase:
+        """The job's phase here now."""
+        return self.state.phase.current
 
     @property
     def election(self) -> LeaderElection:
@@ -233,44 +236,130 @@ class JobRunner(FireQueue, Reactions):
         """The stored assignment (a registry read)."""
         return self.sharding.read()[0]
 
+    # -- fires (the Fires part) -------------------------------------------------------
+
+    def on_trigger(self, fire_time: datetime) -> None:
+        """A trigger fired: queue it on the job's lane (``Fires.on_trigger``)."""
+        self.fires.on_trigger(fire_time)
+
+    def stop_pending(self) -> bool:
+        """During a graceful stop: whether work from before the stop is still in
+        hand here (``Fires.stop_pending``)."""
+        return self.fires.stop_pending()
+
+    def deciding(self, fire_time: float) -> bool:
+        """Whether a fire of ``fire_time`` is queued or being decided here."""
+        return self.fires.deciding(fire_time)
+
+    def pending_fires(self) -> int:
+        """Fires queued or in progress on the lane."""
+        return self.fires.pending_fires()
+
+    def pending_fire_times(self) -> list[float]:
+        """The fire times of the fires queued or in progress, in order."""
+        return self.fires.pending_fire_times()
+
+    def record_missed(self, fire_time: float, items: tuple[int, ...]) -> None:
+        """With misfire off, fires of items no instance ran (their owner gone before
+        they started) are recorded as skips by the next owner."""
+        self.fires.record(Fire(fire_time), Skipped(SkipReason.OWNER_GONE, items))
+
+    # -- reactions (store event thread: the commands call no store) -----------------
+
+    def on_state(self, state: ConnectionState) -> None:
+        """Apply a connection-state change (store event thread)."""
+        self._execute(rx.on_state(state))
+
+    def on_event(self, event: WatchEvent) -> None:
+        """A change of one of this job's nodes (store event thread): a hint."""
+        seen = rx.Seen(
+            paths=self.paths,
+            me=self._me,
+            registered=self.state.registered,
+            is_leader=self.leader.is_leader,
+            failover=self.state.config.failover,
+        )
+        self._execute(rx.on_event(seen, event))
+
+    def _execute(self, commands: Iterable[rx.Command]) -> None:
+        st = self.state
+        for command in commands:
+            match command:
+                case rx.ElectionSees(state=state):
+                    self.services.election.on_state(state)
+                case rx.ForgetAssignment():
+                    self.trigger.forget_assignment()
+                case rx.NoteReshardFlag(deleted=deleted):
+                    self.services.sharding.note_flag_event(deleted)
+                case rx.Connection(state=state):
+                    st.connection = state
+                case rx.LoseMembership(why=why):
+                    st.phase.lose_membership(why)
+                case rx.SuspectMarks():
+                    st.suspect_marks()
+                case rx.Fence(why=why):
+                    self.fence_all()
+                    log.warning("%s: %s; running executions are fenced off", self.name, why)
+                case rx.RequestRepair():
+                    self.request_repair()
+                case rx.QueueHint(item=item, queued=True):
+                    st.queue_hint.add(item)
+                case rx.QueueHint(item=item):
+                    st.queue_hint.discard(item)
+                case rx.SwitchJob(on=on):
+                    self.settings.switch_job(on)
+                case rx.SwitchItem(item=item, on=on):
+                    self.settings.switch_item(item, on)
+                case rx.Work():
+                    self.submit(command.key, self._task(command))
+
+    def _task(self, work: rx.Work) -> Callable[[], object]:
+        """The lane task a reaction asked for."""
+        match work.task:
+            case rx.Task.ELECT:
+                return self.leader.elect
+            case rx.Task.MEMBER_LEFT:
+                return lambda: self.leader.member_left(work.arg)
+            case rx.Task.CLAIM:
+                return self.try_claim
+            case rx.Task.RESHARD:
+                return lambda: self.sharding.set_necessary(work.arg)
+            case rx.Task.RUN_NOW:
+                return self.fires.run_now
+            case rx.Task.RELOAD_CONFIG:
+                return self.settings.reload_config
+
     # -- lifecycle ------------------------------------------------------------------
 
     def register(self) -> None:
         """Join the job (also after a new session): config, membership, switches,
         election. Raises on failure; the housekeeping pass retries it."""
         st = self.state
-        st.registering = True
+        st.phase.move({JobPhase.UNREGISTERED: JobPhase.REGISTERING}, "register")
         try:
             config, count_changed = self.configs.sync(st.config)
-            st.set_config(config)
+            self.settings.adopt(config)
             # The job membership carries the metadata WITHOUT the job list (else the
             # registry grows with jobs x jobs). started_at = when it (re-)joined: the
             # leader gives no items of an earlier fire to it (it would not fire it).
             joined_at = time.time()
             member = encode(dataclasses.replace(self._instance, jobs=[], started_at=joined_at))
             node = self._store.put(self.paths.instance(self._me), member, ephemeral=True)
-            st.member_revision = node.created_revision
-            st.joined_at = joined_at
-            self._reload_switches()
+            self.settings.reload_switches()
             self.sharding.set_necessary(
                 "count changed" if count_changed else f"instance joined: {self._me}"
             )
-            st.registered = True  # before registering ends: a waiting fire sees one
+            self._joined(node.created_revision, joined_at, "register ok")
         except Exception as exc:
-            st.registered = False
             st.register_error = str(exc)
+            st.phase.move(REGISTER_FAILED, f"register failed: {exc}")
             raise
-        finally:
-            st.registering = False
-        st.joined = True
-        st.suspended = False
-        st.register_error = None
         if st.config.monitor_execution:
             # Marks under our id that no batch here owns would block their items
             # (those of a fire still being decided here are that fire's: see repair).
             self.failover.requeue_own(
                 lambda item, mark: (
-                    self.batches.owns(item, mark.execution_id) or self._mark_in_hand(mark.fire_time)
+                    self.batches.owns(item, mark.execution_id) or self.mark_in_hand(mark.fire_time)
                 ),
                 keep=st.config.failover,
                 done=lambda mark: self.batches.ran_here(mark.execution_id),
@@ -278,6 +367,33 @@ class JobRunner(FireQueue, Reactions):
         self.leader.elect()
         if st.config.failover:
             self.try_claim()
+
+    def adopt_batch_registration(self, revision: int, joined_at: float) -> None:
+        """The registrar's batched commit registered this job (``registration.py``):
+        it checked the job was absent, so the code's config stands, no switch is
+        set, no mark can name us, and the leader node it created is ours."""
+        self.settings.no_switches()
+        self.state.marks_checked()
+        self._joined(revision, joined_at, "register ok (batched)")
+        self.election.created()
+
+    def registration_pending(self) -> None:
+        """The registrar will register this job soon: a fire meanwhile waits for it."""
+        self.state.phase.move({JobPhase.UNREGISTERED: JobPhase.REGISTERING}, "register (batch)")
+
+    def registration_left(self, why: str) -> None:
+        """The registrar leaves this job to the housekeeping pass (``why``)."""
+        self.state.register_error = why
+        self.state.phase.move({JobPhase.REGISTERING: JobPhase.UNREGISTERED}, f"left: {why}")
+
+    def _joined(self, revision: int, joined_at: float, why: str) -> None:
+        """Register ok, however it was done: our membership and the phase."""
+        st = self.state
+        with st.lock:
+            st.member_revision = revision
+            st.joined_at = joined_at
+            st.register_error = None
+            st.phase.move(JOINED, why)
 
     def retire(self, why: str) -> None:
         """Stop running this job on this instance (the rest of the instance goes on);
@@ -287,11 +403,12 @@ class JobRunner(FireQueue, Reactions):
         log.warning("%s: no longer run on this instance: %s", self.name, why)
         self.fence_all()
         self.begin_stop()
-        self.state.registered = False
+        self.state.phase.lose_membership(f"retired: {why}")
         if self.on_retire is not None:
             self.on_retire(self)
 
-    def _register_logged(self) -> None:
+    def register_logged(self) -> None:
+        """Register, logging a failure (the next housekeeping pass retries)."""
         try:
             self.register()
         except ShardkeeperError as exc:
@@ -299,9 +416,18 @@ class JobRunner(FireQueue, Reactions):
                 "%s: registration failed (retried every housekeeping pass): %s", self.name, exc
             )
 
+    def reload(self) -> None:
+        """Re-read the switches and the stored config (lane task)."""
+        self.settings.reload()
+
+    def config_changed(self, old: JobConfig) -> None:
+        """The stored config replaced ``old``: tell the runtime."""
+        if self.on_config_change is not None:
+            self.on_config_change(self, old)
+
     def unregister(self) -> None:
         """Leave the job gracefully: the others reshard at their next trigger."""
-        self.state.registered = False
+        self.state.phase.lose_membership("unregister")
         try:
             self.election.resign()
             self._store.delete(self.paths.instance(self._me), recursive=False)
@@ -312,12 +438,14 @@ class JobRunner(FireQueue, Reactions):
 
     def begin_stop(self, hard: bool = False) -> None:
         """Stop starting items (and, when hard, fence the running ones off)."""
-        with self.state.lock:
-            if not self.state.stopping:
-                self.state.stop_at = time.time()
-            self.state.stopping = True
+        st = self.state
+        with st.lock:
+            if not st.stopping:
+                st.stop_at = time.time()
             if hard:
-                self.state.hard_stop = True
+                st.phase.move(HARD_STOP, "hard stop")
+            else:
+                st.phase.move(STOP, "begin_stop")
         if hard:
             self.batches.start_deferred_now()  # they see the hard stop and end at once
 
@@ -358,15 +486,36 @@ class JobRunner(FireQueue, Reactions):
                 done.append(f"one-off: {oneoff}")
         return done
 
-    def _after_batch(self) -> None:
-        self._on_batch_done()
+    def defer(self, delay: float, fn: Callable[[], None]) -> None:
+        """Run ``fn`` after ``delay``: the items of a fire decided ahead of time start
+        at its due time, handed to the workers by the lanes' timer, on a lane of
+        their own (not queued behind this job's fires)."""
+        self._lanes.submit_after(f"{self.name}/start", None, fn, delay)
+
+    def after_batch(self) -> None:
+        """A batch ended (worker thread): a misfire re-run, a claim or the one-off
+        record may be due."""
+        self.fires.on_batch_done()
         if self.state.config.at is not None:
             # the batch may have completed the one-off job: record it now, not at
             # the next housekeeping pass
             self.submit("oneoff", self.oneoff.check)
 
-    def _launch(self, batch: Batch) -> None:
+    def batch_done(self) -> None:
+        """Marks were settled: a misfire re-run or a failover claim may be due."""
+        self.fires.on_batch_done()
+
+    def launch(self, batch: Batch) -> None:
+        """Hand ``batch`` to the workers."""
         self.batches.launch(batch, self._context)
+
+    def local_items(self) -> set[int]:
+        """Items of normal batches in progress here (not failover ones)."""
+        return self.batches.busy_items(include_failover=False)
+
+    def session(self) -> str:
+        """The store session id now."""
+        return self._session_now()
 
     # -- executions -----------------------------------------------------------------
 
@@ -387,17 +536,18 @@ class JobRunner(FireQueue, Reactions):
             props=dict(cfg.props),
             params=dict(batch.params),
             covers=tuple(datetime.fromtimestamp(t, UTC) for t in batch.covers.get(item, ())),
-            _valid=lambda: item not in batch.timed_out and self._valid(batch),
+            _valid=lambda: item not in batch.timed_out and self.valid(batch),
             # timed out or stopping; never a pending reshard (batches.stop_reason)
             _stop=lambda: self.batches.stop_reason(batch, item),
         )
 
-    def _valid(self, batch: Batch) -> bool:
+    def valid(self, batch: Batch) -> bool:
+        """Whether ``batch``'s items may still run."""
         # Sticky: once the session may have ended (no answered probe for most of a
         # session timeout, another session, LOST), others may run the items.
         if batch.fenced or self.state.hard_stop:
             return False
-        if not self._fresh() or (batch.session and batch.session != self._session()):
+        if not self._fresh() or (batch.session and batch.session != self.session()):
             self.fence_all()
             return False
         return True
@@ -406,13 +556,14 @@ class JobRunner(FireQueue, Reactions):
         """Fence every execution in progress (ctx.is_valid() turns false for good)."""
         self.batches.fence_all()
 
-    def _fence_because(self, why: str) -> None:
+    def fence(self, why: str) -> None:
+        """Fence every execution in progress, logging ``why`` if any was."""
         if self.batches.fence_all():
             log.warning("%s: executions fenced: %s", self.name, why)
 
     # -- failover -------------------------------------------------------------------
 
-    def _mark_in_hand(self, fire_time: float) -> bool:
+    def mark_in_hand(self, fire_time: float) -> bool:
         """Whether a mark of ours for ``fire_time`` may belong to work in hand here
         though no batch owns it yet: a fire still being decided (a start whose outcome
         was unknown, adopted by its next attempt), or any failover claim between its
@@ -446,7 +597,7 @@ class JobRunner(FireQueue, Reactions):
         if not st.config.failover or st.skip_reason() is not None or not self._can_take_more():
             return
         membership = st.membership_check(self.paths.instance(self._me))
-        session = self._session()
+        session = self.session()
         limit = max(1, self._workers.free())
         queued = len(st.queue_hint)
         if queued > limit:
@@ -465,7 +616,7 @@ class JobRunner(FireQueue, Reactions):
                 items = [c.item for c in group]
                 st.count("failovers", len(group))
                 self.trigger.coverage.decided(items, fire_time)
-                self._launch(
+                self.launch(
                     Batch(
                         fire_time=fire_time,
                         items=items,
@@ -484,3 +635,7 @@ class JobRunner(FireQueue, Reactions):
         st.queue_hint.difference_update(c.item for c in claims)
         if st.queue_hint:
             self.submit("claim", self.try_claim)
+
+    def queued_seen(self, items: Iterable[int]) -> None:
+        """The failover queue holds ``items`` now (the repair pass's listing)."""
+        self.state.queue_hint = set(items)

@@ -299,7 +299,7 @@ class TriggerFlow:
         if result.marked:
             if marked:
                 with self._state.lock:  # their misfire marks went with the commit
-                    self._state.misfire_marked.difference_update(result.marked)
+                    self._state.misfire_marks_cleared(result.marked)
             batch = Batch(
                 fire_time=ft,
                 items=list(result.marked),
@@ -317,7 +317,7 @@ class TriggerFlow:
                 # of a fire packed into several was refused or lost. They are decided
                 # again like any refused start, never dropped.
                 if result.reason == "unknown":
-                    self._state.marks_suspect = True
+                    self._state.suspect_marks()
                 done = set(result.marked)
                 rest = [i for i in items if i not in done]
                 if rest:
@@ -330,10 +330,10 @@ class TriggerFlow:
         if result.reason == "reshard":
             return self._wait_reshard(fire)
         if result.reason == "membership":
-            self._state.registered = False
+            self._state.phase.lose_membership("a start commit found the membership gone")
             return Skipped(SkipReason.MEMBERSHIP)
         if result.reason == "unknown":
-            self._state.marks_suspect = True
+            self._state.suspect_marks()
         if result.reason in ("assignment", "unknown", "result"):
             return self._retry(fire, f"start commit: {result.reason}")
         # "running": some item is marked already

@@ -1,0 +1,99 @@
+"""What the registry says about one job, adopted here: its stored config and its
+switches (the job's and each item's). The one writer of ``JobState``'s switches
+and the one caller of ``JobState.set_config``.
+
+Re-reads run on the job's lane; watch events (through the reactions' commands)
+and a batched registration set the switches without a read.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from shardkeeper.config import JobConfig
+from shardkeeper.errors import ShardkeeperError
+from shardkeeper.runtime.jobstate import JobState
+from shardkeeper.runtime.leader import LeaderDuties
+from shardkeeper.runtime.port import RunnerPort
+from shardkeeper.runtime.services import JobServices
+
+__all__ = ["JobSettings"]
+
+log = logging.getLogger("shardkeeper.runtime.runner")
+
+
+class JobSettings:
+    """The stored config and switches of one job (module docstring)."""
+
+    def __init__(
+        self, services: JobServices, state: JobState, leader: LeaderDuties, port: RunnerPort
+    ) -> None:
+        self._s = services
+        self._state = state
+        self._leader = leader
+        self._port = port
+
+    # -- config -------------------------------------------------------------------
+
+    def adopt(self, config: JobConfig) -> None:
+        """Take ``config`` as the job's (strategy and error handler follow it)."""
+        self._state.set_config(config)
+
+    def reload_config(self) -> None:
+        """Re-read the stored config and adopt it when it changed (lane task). A job
+        whose whole subtree is gone was removed by an operator: it is retired here."""
+        st = self._state
+        try:
+            stored = self._s.configs.load()
+        except ShardkeeperError as exc:
+            log.warning(
+                "%s: stored config unreadable; keeping the current one: %s", st.config.name, exc
+            )
+            return
+        if stored is None:
+            store, paths = self._s.store, self._s.paths
+            if st.registered and not store.exists(paths.instance(self._s.instance_id)):
+                # The job's whole subtree is gone, config included: an operator
+                # removed the job (``remove --force``). Registering again would undo
+                # that; stop running it here instead.
+                self._port.retire("the job was removed from the registry")
+            return
+        if stored == st.config:
+            return
+        old = st.config
+        self.adopt(stored)
+        log.info("%s: configuration changed in the registry", stored.name)
+        if old.sharding_total_count != stored.sharding_total_count and self._leader.is_leader:
+            self._s.sharding.set_necessary("count changed")
+        self._port.config_changed(old)
+
+    # -- switches -----------------------------------------------------------------
+
+    def reload_switches(self) -> None:
+        """Re-read the job's and the items' switches (lane task)."""
+        store, paths = self._s.store, self._s.paths
+        self._state.disabled_job = store.exists(paths.disabled_job)
+        self._state.disabled_items = {
+            int(n) for n in store.children(paths.disabled_items) if n.isdigit()
+        }
+
+    def reload(self) -> None:
+        """Re-read the switches, then the config (lane task)."""
+        self.reload_switches()
+        self.reload_config()
+
+    def switch_job(self, on: bool) -> None:
+        """The job's switch changed (a watch event)."""
+        self._state.disabled_job = not on
+
+    def switch_item(self, item: int, on: bool) -> None:
+        """An item's switch changed (a watch event)."""
+        if on:
+            self._state.disabled_items.discard(item)
+        else:
+            self._state.disabled_items.add(item)
+
+    def no_switches(self) -> None:
+        """Nothing of the job existed when it was registered: no switch is set."""
+        self._state.disabled_job = False
+        self._state.disabled_items = set()
