@@ -1,5 +1,9 @@
 """Import paths in configuration: checking their form eagerly, resolving them lazily.
 
+It also holds :func:`needs_extra`, which turns the import of an optional dependency
+(an extra of the package: ``shardkeeper[metrics]``, ``[http]``, ...) that is not
+installed into one line naming the extra to install.
+
 A configuration names user code (a sharding strategy, an error handler, a listener,
 the job class) by an import path, in one of two forms:
 
@@ -16,10 +20,25 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from shardkeeper.errors import JobConfigError
+from shardkeeper.errors import ConfigError, JobConfigError
 
-__all__ = ["import_object", "is_import_path"]
+__all__ = ["EXTRAS", "import_object", "is_import_path", "needs_extra"]
+
+#: each extra of the package and the top-level modules it provides (pyproject.toml's
+#: [project.optional-dependencies]; tests/test_packaging.py checks the two agree)
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "cli": ("typer", "rich", "yaml"),
+    "history": ("sqlalchemy",),
+    "metrics": ("prometheus_client",),
+    "http": ("httpx",),
+    "etcd": ("etcd3", "grpc", "google"),
+    "postgres": ("psycopg",),
+    "console": ("fastapi", "uvicorn", "jinja2", "multipart"),
+    "otel": ("opentelemetry",),
+}
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _DOTTED = rf"{_IDENT}(?:\.{_IDENT})*"
@@ -76,3 +95,28 @@ def import_object(path: str, what: str) -> object:
                 f"{what} {path!r}: module {module_name!r} has no attribute {attr_path!r}"
             ) from None
     return obj
+
+
+@contextmanager
+def needs_extra(extra: str, what: str) -> Iterator[None]:
+    """Import an optional dependency inside the block; name ``extra`` if it is missing.
+
+    ``with needs_extra("metrics", "metrics_port"): import prometheus_client`` raises
+    :class:`~shardkeeper.errors.ConfigError` ("metrics_port needs the 'metrics' extra
+    (prometheus_client is not installed): pip install 'shardkeeper[metrics]'") when
+    the module, or one the extra brings, is not installed. Any other ImportError (a
+    module of the extra that is broken, a bug of ours) passes through unchanged.
+    """
+    provides = EXTRAS.get(extra)
+    if provides is None:
+        raise ValueError(f"unknown extra {extra!r}; the extras are {', '.join(EXTRAS)}")
+    try:
+        yield
+    except ImportError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in provides:
+            raise
+        raise ConfigError(
+            f"{what} needs the {extra!r} extra ({exc.name} is not installed): "
+            f"pip install 'shardkeeper[{extra}]'"
+        ) from None

@@ -32,6 +32,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from shardkeeper._imports import needs_extra
 from shardkeeper.errors import JobConfigError, ShardkeeperError
 from shardkeeper.job import ShardedJob, ShardingContext
 
@@ -99,7 +100,9 @@ class HttpJob(ShardedJob):
 
     def run_item(self, ctx: ShardingContext) -> None:
         """Send the request; raise HttpJobError unless the answer is 2xx."""
-        import httpx
+        # imported here: httpx is the optional 'http' extra
+        with needs_extra("http", "HttpJob"):
+            import httpx
 
         method, url, body, headers = self.request_of(ctx)
         props = ctx.props

@@ -11,10 +11,10 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
+from shardkeeper._imports import needs_extra
 from shardkeeper.alerts.message import Alert
 from shardkeeper.alerts.sender import AlertSender
 from shardkeeper.alerts.smtp import EmailTransport, SmtpSettings
-from shardkeeper.alerts.webhook import WebhookTransport
 
 __all__ = ["AlertHandler", "close_all", "email_handler", "webhook_handler"]
 
@@ -49,7 +49,11 @@ def _shared(key: tuple[object, ...], make: Callable[[], AlertSender]) -> AlertSe
 
 
 def webhook_handler(url: str) -> AlertHandler:
-    """The handler that POSTs an alert to ``url`` for each failed item."""
+    """The handler that POSTs an alert to ``url`` for each failed item (the ``http``
+    extra: a ConfigError naming it when httpx is not installed)."""
+    # imported here: httpx is the optional 'http' extra, which email alerts do not need
+    with needs_extra("http", "the 'webhook' error handler"):
+        from shardkeeper.alerts.webhook import WebhookTransport
     return AlertHandler(
         _shared(
             ("webhook", url), lambda: AlertSender(WebhookTransport(url), name="sk-alert-webhook")

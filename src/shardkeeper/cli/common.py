@@ -11,17 +11,24 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from shardkeeper._version import __version__
 from shardkeeper.cli.render import out
 from shardkeeper.errors import ConfigError, JobConflictError, ShardkeeperError
-from shardkeeper.ops import Operations
-from shardkeeper.registry.url import ENV_VAR
+
+if TYPE_CHECKING:
+    from shardkeeper.ops import Operations
+
+#: the registry URL's environment variable: shardkeeper.registry.url.ENV_VAR, written
+#: out so that ``--help`` does not import the registry package (and pydantic);
+#: tests/test_packaging.py checks that the two agree
+ENV_VAR = "SHARDKEEPER_REGISTRY"
 
 __all__ = [
+    "ENV_VAR",
     "Backend",
     "Failed",
     "HistoryUrlOpt",
@@ -109,6 +116,8 @@ class Failed(Exception):
 @contextmanager
 def connect(registry: str | None) -> Iterator[Operations]:
     """Operations on the registry (URL or ``$SHARDKEEPER_REGISTRY``), closed on exit."""
+    from shardkeeper.ops import Operations  # here: --help needs none of it
+
     ops = Operations.connect(registry)
     try:
         yield ops

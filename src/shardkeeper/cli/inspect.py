@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
+from shardkeeper._imports import needs_extra
 from shardkeeper.cli.common import Failed, HistoryUrlOpt, JobArg, JsonOpt, RegistryOpt, app, connect
 from shardkeeper.cli.render import (
     emit_json,
@@ -20,7 +21,9 @@ from shardkeeper.cli.render import (
     new_table,
     out,
 )
-from shardkeeper.ops import DumpEntry, InstanceView, ItemView, JobSummary
+
+if TYPE_CHECKING:  # the views are imported with the store's answers, not for --help
+    from shardkeeper.ops import DumpEntry, InstanceView, ItemView, JobSummary
 
 __all__ = ["dump", "history", "instances", "job_cmd", "jobs_cmd", "shards", "status"]
 
@@ -172,7 +175,15 @@ def shards(name: JobArg, registry: RegistryOpt = None, as_json: JsonOpt = False)
 
 def _instances_table(views: list[InstanceView]) -> Table:
     table = new_table(
-        "INSTANCE", "HOST", "PID", "VERSION", "STARTED", "ITEMS", "LEADER OF", "LABELS"
+        "INSTANCE",
+        "HOST",
+        "PID",
+        "VERSION",
+        "STARTED",
+        "CLOCK OFFSET",
+        "ITEMS",
+        "LEADER OF",
+        "LABELS",
     )
     for v in views:
         items = "; ".join(
@@ -185,11 +196,24 @@ def _instances_table(views: list[InstanceView]) -> Table:
             str(v.pid or "-"),
             v.version,
             fmt_time(v.started_at),
+            fmt_clock(v),
             items or "-",
             fmt_ids(v.leader_of),
             ", ".join(f"{k}={val}" for k, val in v.labels.items()) or "-",
         )
     return table
+
+
+def fmt_clock(view: InstanceView) -> str:
+    """The instance's clock offset against the store (store - its clock) with its
+    bound, and the jobs whose ``max_time_diff_seconds`` it is past; ``-`` when it
+    published none (no job of it has the check on)."""
+    if view.clock_offset is None:
+        return "-"
+    text = f"{view.clock_offset:+.3f}s ±{view.clock_error or 0.0:.3f}"
+    if view.clock_skewed:
+        text += f" SKEWED ({', '.join(view.clock_skewed)})"
+    return text
 
 
 @app.command()
@@ -198,7 +222,7 @@ def instances(
     registry: RegistryOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List live instances with their items per job."""
+    """List live instances with their items per job and their clock offset."""
     with connect(registry) as ops:
         views = ops.instances(job)
     if as_json:
@@ -257,8 +281,9 @@ def history(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per row.")] = False,
 ) -> None:
     """Recorded executions of a job, newest first (from the execution history)."""
-    from shardkeeper.history import HistoryQuery, HistoryReader, parse_since
-    from shardkeeper.history.render import history_table, json_lines, tracebacks
+    with needs_extra("history", "shardkeeper history"):
+        from shardkeeper.history import HistoryQuery, HistoryReader, parse_since
+        from shardkeeper.history.render import history_table, json_lines, tracebacks
 
     query = HistoryQuery(
         job=name,

@@ -11,7 +11,6 @@ import typer
 from shardkeeper.cli.common import Backend, Failed, JsonOpt, RegistryOpt, registry_app
 from shardkeeper.cli.render import emit_json
 from shardkeeper.errors import ConfigError
-from shardkeeper.registry.url import redact
 
 __all__ = ["registry_down", "registry_fix_acl", "registry_status", "registry_up", "sizing"]
 
@@ -90,6 +89,7 @@ def registry_down(directory: DirOpt = _DEFAULT_DIR) -> None:
 def registry_status(directory: DirOpt = _DEFAULT_DIR, as_json: JsonOpt = False) -> None:
     """Show the local registry and whether every member serves (exit 1 if not)."""
     from shardkeeper.localregistry import status as local_status
+    from shardkeeper.registry.url import redact  # here: --help needs no pydantic
 
     info = _local(lambda: local_status(directory))
     keys = ("backend", "nodes", "url", "hosts", "pids", "logs", "started_at", "healthy")

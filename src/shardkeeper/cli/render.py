@@ -17,8 +17,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from shardkeeper.ops.views import iso
-
 __all__ = [
     "emit_json",
     "fmt_ids",
@@ -62,6 +60,8 @@ def new_table(*columns: str) -> Table:
 
 def fmt_time(value: datetime | float | None) -> str:
     """A time as ISO 8601 UTC with ``Z``, or ``-``."""
+    from shardkeeper.ops.views import iso  # here: importing ops loads config
+
     text = iso(value)
     return text.replace("+00:00", "Z") if text else "-"
 

@@ -9,10 +9,10 @@ from typing import Annotated, TypeVar
 
 import typer
 
+from shardkeeper._imports import needs_extra
 from shardkeeper.cli.common import HistoryUrlOpt, LogLevel, RegistryOpt, app
 from shardkeeper.cli.settings import RUNTIME_CONFIG_ENV, RunSettings, load_run_settings
 from shardkeeper.errors import ConfigError
-from shardkeeper.ops.launch import resolve_jobs
 
 __all__ = ["run"]
 
@@ -103,7 +103,10 @@ def run(
 
     Each option may also come from its environment variable or a runtime config file
     (see docs/cli.md); the command line wins, then the environment, then the file."""
-    from shardkeeper.history import HistoryRecorder, resolve_url
+    # imported here, not at the top: --help and the other commands need none of it
+    with needs_extra("history", "shardkeeper run (it records execution history)"):
+        from shardkeeper.history import HistoryRecorder, resolve_url
+    from shardkeeper.ops.launch import resolve_jobs
     from shardkeeper.runtime import Runtime
 
     file = load_run_settings(runtime_config) if runtime_config is not None else RunSettings()

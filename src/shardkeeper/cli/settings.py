@@ -26,8 +26,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from shardkeeper._imports import needs_extra
 from shardkeeper.errors import ConfigError
 
 __all__ = ["RUNTIME_CONFIG_ENV", "RunSettings", "load_run_settings"]
@@ -82,6 +81,9 @@ def load_run_settings(path: str | Path) -> RunSettings:
         text = p.read_text()
     except OSError as exc:
         raise ConfigError(f"runtime config {str(p)!r}: cannot read it ({exc.strerror})") from None
+    # imported here: only a YAML file needs PyYAML (the 'cli' extra has it)
+    with needs_extra("cli", f"runtime config {str(p)!r}"):
+        import yaml
     try:
         if p.suffix in (".yaml", ".yml"):
             data: Any = yaml.safe_load(text) or {}

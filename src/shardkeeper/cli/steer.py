@@ -11,9 +11,7 @@ import typer
 
 from shardkeeper.cli.common import Failed, JobArg, JsonOpt, RegistryOpt, app, config_app, connect
 from shardkeeper.cli.render import emit_json, fmt_time, new_table, out
-from shardkeeper.config import load_job_configs
 from shardkeeper.errors import ConfigError
-from shardkeeper.ops import config_to_dict, parse_assignments
 
 __all__ = [
     "config_diff",
@@ -166,6 +164,8 @@ def config_get(name: JobArg, registry: RegistryOpt = None, as_json: JsonOpt = Fa
             f"{stored.error} (repair it: shardkeeper config set {name} KEY=VALUE..., or "
             f"shardkeeper config replace {name} --file FILE)"
         )
+    from shardkeeper.ops import config_to_dict
+
     data = config_to_dict(stored.config)
     if as_json:
         emit_json(data)
@@ -213,6 +213,8 @@ def config_set(
 ) -> None:
     """Change fields of a job's stored configuration (validated; instances reload it).
     Also repairs an invalid stored config: its readable fields are kept."""
+    from shardkeeper.ops import config_to_dict, parse_assignments
+
     changes = parse_assignments(assignments)
     with connect(registry) as ops:
         stored = ops.stored_config(name)
@@ -233,6 +235,9 @@ def config_replace(
 ) -> None:
     """Replace a job's whole stored configuration with the job NAME of a job file
     (also an invalid stored config)."""
+    from shardkeeper.config import load_job_configs
+    from shardkeeper.ops import config_to_dict
+
     configs = [c for c in load_job_configs(file) if c.name == name]
     if not configs:
         raise ConfigError(f"{file} has no job named {name!r}")
@@ -260,6 +265,8 @@ def config_diff(
         stored = ops.stored_config(name)
     if stored.config is None:
         raise Failed(f"{stored.error} (nothing to compare: repair it with shardkeeper config set)")
+    from shardkeeper.ops import config_to_dict
+
     mine, theirs = config_to_dict(code), config_to_dict(stored.config)
     # fields the runtime fills in or that only steer a start are not configuration
     skip = {"job_class", "overwrite"}

@@ -7,8 +7,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from shardkeeper._imports import needs_extra
 from shardkeeper.errors import JobConfigError
 
 from .model import JobConfig, build_config, config_label
@@ -34,6 +33,9 @@ def _read_document(path: Path) -> Any:
             return tomllib.loads(raw.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise JobConfigError(f"{path}: invalid TOML: {exc}") from None
+    # imported here: PyYAML comes with the optional 'cli' extra (TOML needs nothing)
+    with needs_extra("cli", f"{path}: a YAML job file"):
+        import yaml
     try:
         return yaml.safe_load(raw)
     except yaml.YAMLError as exc:

@@ -33,7 +33,9 @@ import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from types import FrameType
+from typing import TYPE_CHECKING
 
+from shardkeeper._imports import needs_extra
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.model import new_instance_id
 from shardkeeper.coordination.paths import (
@@ -49,8 +51,6 @@ from shardkeeper.errors import (
     StoreError,
 )
 from shardkeeper.job import JobListener, ShardedJob
-from shardkeeper.metrics import RuntimeMetrics
-from shardkeeper.metrics_http import MetricsServer, readiness
 from shardkeeper.observe import ExecutionObserver, Observers, SkipRecord
 from shardkeeper.registry import open_store
 from shardkeeper.registry.base import (
@@ -61,6 +61,7 @@ from shardkeeper.registry.base import (
 )
 from shardkeeper.registry.url import RegistrySettings
 from shardkeeper.runtime.batch import FIRE_LEAD
+from shardkeeper.runtime.clockskew import ClockMonitor
 from shardkeeper.runtime.commithealth import CommitHealth
 from shardkeeper.runtime.commitwatch import CommitWatch
 from shardkeeper.runtime.gcpause import collection_paused
@@ -80,6 +81,10 @@ from shardkeeper.runtime.runner import JobRunner
 from shardkeeper.runtime.skiplog import SkipLog
 from shardkeeper.scheduling.scheduler import TriggerScheduler
 
+if TYPE_CHECKING:  # prometheus_client is the optional 'metrics' extra: see __init__
+    from shardkeeper.metrics import RuntimeMetrics
+    from shardkeeper.metrics_http import MetricsServer
+
 __all__ = ["Runtime"]
 
 log = logging.getLogger(__name__)
@@ -92,7 +97,11 @@ class Runtime:
     ``SHARDKEEPER_REGISTRY`` environment variable. ``observers`` receive a record of
     every item execution and skipped trigger (:mod:`shardkeeper.observe`).
     ``metrics_port`` (0 = any free port) serves ``/metrics``, ``/healthz`` and
-    ``/readyz`` on ``metrics_host`` while the runtime runs (:mod:`shardkeeper.metrics`).
+    ``/readyz`` on ``metrics_host`` while the runtime runs (:mod:`shardkeeper.metrics`;
+    needs the ``metrics`` extra, a one-line ConfigError naming it otherwise).
+    ``wall_clock`` is this instance's clock as the ``max_time_diff_seconds`` check
+    compares it with the store's (:mod:`shardkeeper.runtime.clockskew`; tests shift
+    it; the triggers keep the system clock).
     """
 
     def __init__(
@@ -107,6 +116,7 @@ class Runtime:
         observers: Iterable[ExecutionObserver] = (),
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if worker_threads < 1:
             raise ConfigError(f"worker_threads={worker_threads!r} must be >= 1")
@@ -146,10 +156,18 @@ class Runtime:
         #: execution and skip observers (history, metrics, alerts): add before start
         self.observers = Observers(observers)
         self._hard = False
+        #: this instance's clock as the clock-skew check reads it (tests shift it)
+        self._wall_clock = wall_clock
+        #: max_time_diff_seconds enforced (runtime/clockskew.py; built at start)
+        self.clock: ClockMonitor | None = None
         #: Prometheus metrics and their HTTP server (None without ``metrics_port``)
         self.metrics: RuntimeMetrics | None = None
         self.metrics_server: MetricsServer | None = None
         if metrics_port is not None:
+            # imported here: prometheus_client is the optional 'metrics' extra
+            with needs_extra("metrics", "metrics_port (the /metrics endpoint)"):
+                from shardkeeper.metrics import RuntimeMetrics
+                from shardkeeper.metrics_http import MetricsServer, readiness
             self.metrics = RuntimeMetrics(self)
             self.observers.add(self.metrics)
             self.metrics_server = MetricsServer(
@@ -234,6 +252,13 @@ class Runtime:
             for runner in self._runners.values():
                 runner.on_config_change = self._config_changed
                 runner.on_retire = self._retired
+            self.clock = ClockMonitor(
+                self.store,
+                self.instance_id,
+                runners=lambda: list(self._runners.values()),
+                session_id=self._session_id,
+                wall=self._wall_clock,
+            )
             # One watch for the whole namespace, established before we register so
             # that no change made after our registration can be missed. The
             # high-churn subtrees are left out (see paths.is_high_churn).
@@ -254,6 +279,7 @@ class Runtime:
                 reput_instance=lambda: self._spawn(self._reput_instance),
                 session_id=self._session_id,
                 skips=self.skips,
+                clock=self.clock.tick,
             )
             self._housekeeper.start()
             self._graylink = GrayLinkGuard(
@@ -275,6 +301,8 @@ class Runtime:
             for runner in self.runners.values():
                 scheduler.add_job(runner.config.name, runner.config)
             scheduler.start()
+            # measured before joining: a skewed instance is never given items
+            self.clock.tick(force=True)
             self.registrar.register_all(list(self._runners.values()))
         except BaseException:
             self._teardown()
