@@ -178,6 +178,12 @@ class Params:
     name: str = ""
     #: the longest an item works (seconds): bounds when a run-now must have run
     work: float = 0.0
+    #: misfire on (issue 25 section 4): a fire whose owner was killed, frozen, gray,
+    #: partitioned or disconnected before starting it must be run later or named in
+    #: a later run's ``covers``; only folding, no healthy instance, a store without a
+    #: leader and the operator's switches excuse a pair. Off: the owner's fault
+    #: before the start excuses it too (misfire off, or the original chaos job).
+    strict: bool = False
 
     @property
     def run_now_deadline(self) -> float:
@@ -1032,7 +1038,14 @@ def _check_fired_work(
             if runs:
                 continue  # started: judged by _check_started_work
             owner = _owner_at(by_item.get(item, []), t)
-            if _inside(t, nobody):
+            if p.strict and (why := _strict_excuse(p, t, item, nobody, leaderless, ops)):
+                excused[why] += 1
+            elif p.strict:
+                report.lost.append(
+                    f"never ran nor covered: fire {t:.3f} item {item} (last owner {owner}; "
+                    f"{_context(t, events)})"
+                )
+            elif _inside(t, nobody):
                 excused["no healthy instance"] += 1
             elif changing:
                 excused["operator: sharding_total_count changed"] += 1
@@ -1530,6 +1543,29 @@ def _figures(report: Report, execs: list[Execution]) -> None:
         )
         report.stats["commits_max"] = max(commits)
         report.stats["items_max"] = max(sizes)
+
+
+def _strict_excuse(
+    p: Params,
+    t: float,
+    item: int,
+    nobody: list[_Window],
+    leaderless: list[_Window],
+    ops: _OperatorWindows,
+) -> str | None:
+    """What excuses a pair that neither ran nor was covered, under ``strict``: no
+    healthy instance, the operator's switches, or a store without a leader."""
+    if _inside(t, nobody):
+        return "no healthy instance"
+    if ops.count_changing(p, t, item):
+        return "operator: sharding_total_count changed"
+    if _inside(t, ops.job):
+        return "operator: job disabled"
+    if _inside(t, ops.items.get(item, [])):
+        return "operator: item disabled"
+    if _inside(t, leaderless):
+        return "store without a leader (measured)"
+    return None
 
 
 def excuse_category(reason: str) -> str:

@@ -6,6 +6,7 @@ docstring)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -880,3 +881,26 @@ def test_load_histories_splits_jobs_and_reads_compact_assignments(tmp_path: Path
     assert report.reports["a"].ok, report.reports["a"].render()
     assert not report.ok and len(report.reports["b"].lost) == 1
     assert "FAILED (b)" in report.table() and "== chaos history check: job a ==" in report.render()
+
+
+def test_strict_checking_counts_an_uncovered_owner_fault_before_start_as_lost() -> None:
+    """Misfire on (strict): the fires a killed owner never started (11 and 12 here)
+    must be named in the ``covers`` of the next owner's first run of the item; the
+    owner's kill no longer excuses them. Without the covers they are lost; with them
+    they are folded. Not strict, the kill excuses them as before."""
+    b = _killed_history(with_failover=True)
+    history = b.history()
+    strict = dataclasses.replace(history, params=dataclasses.replace(history.params, strict=True))
+    report = check(strict)
+    assert not report.ok
+    assert sorted(x.split(" (")[0] for x in report.lost) == [
+        f"never ran nor covered: fire {T0 + 11:.3f} item 0",
+        f"never ran nor covered: fire {T0 + 12:.3f} item 0",
+    ]
+    first = next(e for e in b.executions if e.item == 0 and e.fire == T0 + 13)
+    first.covers = (T0 + 11, T0 + 12)
+    report = check(strict)
+    assert report.ok, report.render()
+    assert report.excused_by_category == {"folded": 2}
+    first.covers = ()
+    assert check(history).excused.get("kill of owner") == 2
