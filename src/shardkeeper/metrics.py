@@ -218,6 +218,33 @@ class _RuntimeCollector(Collector):
         )
         age.add_metric([], self._rt.liveness.age())
         yield age
+        clock = self._rt.clock
+        sample = clock.sample if clock is not None else None
+        if sample is not None:
+            offset = GaugeMetricFamily(
+                "shardkeeper_clock_offset_seconds",
+                "The store's time minus this instance's clock at the latest clock sample "
+                "(taken while some job has max_time_diff_seconds on).",
+            )
+            offset.add_metric([], sample.offset)
+            yield offset
+            bound = GaugeMetricFamily(
+                "shardkeeper_clock_offset_error_seconds",
+                "The bound of that sample: the true offset is within offset ± this.",
+            )
+            bound.add_metric([], sample.error)
+            yield bound
+        if clock is not None:
+            skewed = GaugeMetricFamily(
+                "shardkeeper_clock_skewed",
+                "1 while this instance's clock is past the job's max_time_diff_seconds "
+                "(it runs none of the job's items), else 0.",
+                labels=["job"],
+            )
+            limits = clock.limits()
+            for name in sorted(limits):
+                skewed.add_metric([name], 1.0 if name in clock.skewed else 0.0)
+            yield skewed
         late = self._rt.heartbeat_lateness()
         if late is not None:
             last = GaugeMetricFamily(

@@ -41,7 +41,8 @@ StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 def readiness(runtime: Runtime) -> list[str]:
     """Why ``runtime`` is not ready (empty when it is): not running or stopping, the
-    store connection down or the session not fresh, a job not registered."""
+    store connection down or the session not fresh, a job not registered, its clock
+    past a job's ``max_time_diff_seconds``."""
     if not runtime.running:
         return ["runtime not running"]
     if runtime.stopping:
@@ -54,6 +55,8 @@ def readiness(runtime: Runtime) -> list[str]:
     for name, runner in sorted(runtime.runners.items()):
         if not runner.state.registered:
             why.append(f"job {name} not registered")
+    if runtime.clock is not None:
+        why.extend(runtime.clock.problems())  # ClockSkewError texts: no items run
     return why
 
 
