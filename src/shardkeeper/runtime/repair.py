@@ -21,6 +21,7 @@ make the next pass come sooner (docs/architecture.md, "Self-repair"):
 from __future__ import annotations
 
 import logging
+import time
 
 from shardkeeper.coordination.model import RunningMark
 from shardkeeper.errors import StoreError
@@ -30,7 +31,17 @@ from shardkeeper.runtime.leader import LeaderDuties
 from shardkeeper.runtime.port import RunnerPort
 from shardkeeper.runtime.services import JobServices
 
-__all__ = ["RepairPass"]
+__all__ = ["MARKS_BUDGET", "MARKS_MAX_WAIT", "RepairPass"]
+
+#: at most this share of the job's lane goes to the periodic mark checks: each reads
+#: every running mark of the job (10,000 marks: a quarter of a second of a loaded
+#: machine, per instance), so the next periodic check waits that many times its
+#: duration. Suspect marks (a new session, an unknown commit outcome) and the
+#: leader's reaction to a member leaving are checked at once whatever it costs.
+MARKS_BUDGET = 0.05
+#: but never longer than this between two periodic checks (they are the safety net
+#: for a lost event: an orphan's mark waits at most this long for its requeue)
+MARKS_MAX_WAIT = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +63,8 @@ class RepairPass:
         self._batches = batches
         self._port = port
         self.passes = 0
+        #: monotonic time before which a periodic (unsuspected) mark check waits
+        self._marks_after = 0.0
 
     def run(self) -> list[str]:
         """One pass; returns what it repaired (for logs and tests)."""
@@ -85,22 +98,31 @@ class RepairPass:
             else:
                 self._s.election.sync(holder)
         # Reading every mark costs a request per item on ZooKeeper: the mark checks
-        # run every third pass (about one session timeout), and at once when
-        # something made them suspect (a new session, an unknown commit outcome).
-        marks_due = self.passes % 3 == 1 or st.marks_suspect
+        # run every third pass (about one session timeout) but at most MARKS_BUDGET
+        # of the time, and at once when something made them suspect (a new session,
+        # an unknown commit outcome).
+        began = time.monotonic()
+        marks_due = st.marks_suspect or (self.passes % 3 == 1 and began >= self._marks_after)
         if self._leader.is_leader:
             if marks_due and self._leader.requeue_orphans():
                 done.append("requeued orphans")
+            spent = time.monotonic() - began
             self._leader.reconcile()
+        else:
+            spent = 0.0
         if marks_due and st.config.monitor_execution:
             st.marks_checked()
+            own = time.monotonic()
             moved = self._s.failover.requeue_own(
                 self._known,
                 keep=st.config.failover,
                 done=lambda mark: self._batches.ran_here(mark.execution_id),
             )
+            spent += time.monotonic() - own
             if moved:
                 done.append(f"handed off own stray marks {moved}")
+        if marks_due:
+            self._marks_after = time.monotonic() + min(spent / MARKS_BUDGET, MARKS_MAX_WAIT)
         if self._batches.unfinished():
             try:
                 if self._batches.retry_unfinished():
