@@ -27,7 +27,7 @@ OWNERS: dict[str, str] = {
     "strategy": "jobstate",  # follows config
     "on_error": "jobstate",  # follows config
     "lock": "jobstate",  # never rebound
-    "phase": "phase",  # Phase.transition alone changes the phase
+    "phase": "jobstate",  # bound once; Phase.transition alone changes the phase
     "connection": "runner",  # the reactions' commands, executed by the runner
     "joined_at": "runner",  # registration ok (one by one or batched)
     "member_revision": "runner",  # registration ok
