@@ -1,7 +1,7 @@
 """What the ZooKeeper and etcd backends need of their clients beyond the public API.
 
-The backends use private names and implicit behaviours of kazoo
-(``registry/zookeeper/kazoo_private.py``, ``handler.py``, ``session.py``) and of
+The backends use private names and implicit behaviours of kazoo (only in
+``registry/zookeeper/kazoo_private.py``; ``handler.py`` relies on one behaviour) and of
 cslab-etcd3 (``registry/etcd/client_private.py`` and the generated ``etcdrpc`` stubs),
 listed with their reasons in those modules' docstrings. None of it is visible to mypy
 (the clients are ``Any``), and a new client release that moved one of them would
@@ -16,6 +16,7 @@ and constraints.txt admit it.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.metadata
 import inspect
@@ -105,65 +106,181 @@ def kazoo_client() -> Iterator[Any]:
     client.close()
 
 
-def test_kazoo_has_every_private_name_we_use(kazoo_client: Any) -> None:
-    """Each private attribute or method, and each name of kazoo's undocumented
-    protocol module, that kazoo_private.py, handler.py or session.py use."""
-    from kazoo import exceptions
-    from kazoo.handlers import threading as kthreading
-    from kazoo.protocol import connection, serialization, states
+# ---- what the adapters use, read from their source -------------------------------------
 
-    conn = kazoo_client._connection if hasattr(kazoo_client, "_connection") else None
+SRC = Path(shardkeeper.__file__).resolve().parent
+ZK = SRC / "registry" / "zookeeper"
+ETCD = SRC / "registry" / "etcd"
+
+
+def _private_attributes(path: Path) -> set[str]:
+    """Every ``x._name`` a module reads or writes on an object other than ``self``
+    or ``cls`` of a class of its own that kazoo/etcd3 does not define, plus each
+    private method its classes override: the client's private names it uses."""
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            name = node.attr
+            if name.startswith("_") and not name.startswith("__"):
+                found.add(name)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and str(node.args[1].value).startswith("_")
+        ):
+            found.add(str(node.args[1].value))  # getattr(conn, "_socket", None)
+        elif isinstance(node, ast.ClassDef):
+            found.update(
+                item.name
+                for item in node.body
+                if isinstance(item, ast.FunctionDef)
+                and item.name.startswith("_")
+                and not item.name.startswith("__")
+            )
+    # namedtuple's documented API (ZnodeStat._make), not a private name
+    return found - {"_make", "_fields", "_replace", "_asdict"}
+
+
+def _module_attributes(path: Path, alias: str) -> set[str]:
+    """The names a module reads from the module it imported as ``alias``."""
+    tree = ast.parse(path.read_text())
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == alias
+    }
+
+
+#: private names of the adapter modules that are their own, not the client's
+OWN_KAZOO = {"_serialize", "_string", "_OP_HEADERS", "_MULTI_END", "_log"}
+
+
+def test_kazoo_has_every_private_name_the_adapter_uses(kazoo_client: Any) -> None:
+    """Each private attribute or method of kazoo that kazoo_private.py touches or
+    overrides (read from its source, so the list is exactly what it uses), each name
+    it takes from kazoo's undocumented protocol module, and the public attributes
+    whose behaviour it relies on."""
+    from kazoo import exceptions
+    from kazoo.protocol import connection, serialization
+
+    adapter = ZK / "kazoo_private.py"
+    private = _private_attributes(adapter) - OWN_KAZOO
+    # what the adapter needs of kazoo, exactly (a new use must be added here, and to
+    # the adapter's docstring and docs/registry-backends.md)
+    assert private == {
+        "_call",
+        "_child_watchers",
+        "_connect",
+        "_connection",
+        "_data_watchers",
+        "_read_watch_event",
+        "_session_id",
+        "_session_passwd",
+        "_socket",
+    }, private
+    conn = kazoo_client._connection
+    missing = [
+        name
+        for name in sorted(private)
+        if not any(
+            hasattr(owner, name) for owner in (kazoo_client, conn, connection.ConnectionHandler)
+        )
+    ]
     names: dict[str, tuple[object, str]] = {
-        "KazooClient._call": (kazoo_client, "_call"),
-        "KazooClient._connection": (kazoo_client, "_connection"),
-        "KazooClient._data_watchers": (kazoo_client, "_data_watchers"),
-        "KazooClient._child_watchers": (kazoo_client, "_child_watchers"),
-        "KazooClient._pending": (kazoo_client, "_pending"),
-        "KazooClient._session_callback": (kazoo_client, "_session_callback"),
-        # relinquish_session (zookeeper/store.py): the gray-link give-up forgets them
-        "KazooClient._session_id": (kazoo_client, "_session_id"),
-        "KazooClient._session_passwd": (kazoo_client, "_session_passwd"),
+        # public, but relied on for a behaviour (see the tests below)
         "KazooClient.last_zxid": (kazoo_client, "last_zxid"),
         "KazooClient.chroot": (kazoo_client, "chroot"),
         "KazooClient.hosts": (kazoo_client, "hosts"),
         "KazooClient.unchroot": (kazoo_client, "unchroot"),
-        "ConnectionHandler._read_watch_event": (connection.ConnectionHandler, "_read_watch_event"),
-        "ConnectionHandler._read_response": (connection.ConnectionHandler, "_read_response"),
-        "ConnectionHandler._connect": (connection.ConnectionHandler, "_connect"),
-        "ConnectionHandler._read": (connection.ConnectionHandler, "_read"),
-        "ConnectionHandler._socket": (conn, "_socket"),
-        "SequentialThreadingHandler.select": (kthreading.SequentialThreadingHandler, "select"),
-        "SequentialThreadingHandler.create_connection": (
-            kthreading.SequentialThreadingHandler,
-            "create_connection",
-        ),
+        "KazooClient.client_id": (kazoo_client, "client_id"),
+        "ConnectionHandler.retry_sleeper": (conn, "retry_sleeper"),
+        "ConnectionHandler.logger": (conn, "logger"),
+        "ConnectionHandler.sasl_options": (conn, "sasl_options"),
         "kazoo.exceptions.EXCEPTIONS": (exceptions, "EXCEPTIONS"),
-        "kazoo.protocol.states.ZnodeStat": (states, "ZnodeStat"),
     }
-    for name in [
-        "Transaction",
-        "Create",
-        "Delete",
-        "SetData",
-        "CheckVersion",
-        "GetData",
-        "GetChildren",
-        "Watch",
-        "MultiHeader",
-        "ReplyHeader",
-        "multiheader_struct",
-        "int_struct",
-        "stat_struct",
-        "read_buffer",
-        "read_string",
-        "write_string",
-    ]:
+    for name in sorted(_module_attributes(adapter, "zkproto")):
         names[f"kazoo.protocol.serialization.{name}"] = (serialization, name)
-    missing = _missing(names)
+    missing += _missing(names)
     assert not missing, (
         f"kazoo {importlib.metadata.version('kazoo')} lacks {missing}, which the "
-        f"ZooKeeper backend uses ({WHERE['kazoo']}, handler.py, session.py)"
+        f"ZooKeeper backend uses ({WHERE['kazoo']})"
     )
+
+
+def test_only_the_adapter_touches_kazoo_privates(kazoo_client: Any) -> None:
+    """No other module of the ZooKeeper backend uses a private name of kazoo's client
+    or connection handler, nor kazoo's protocol modules (states, a documented one,
+    aside): the adapter is the one place to re-check on a new kazoo."""
+    from kazoo.protocol import connection
+
+    def kazoo_private_name(name: str) -> bool:
+        return any(
+            name in vars(type(owner)) or name in vars(owner)
+            for owner in (kazoo_client, kazoo_client._connection)
+        ) or hasattr(connection.ConnectionHandler, name)
+
+    offenders = []
+    for path in sorted(ZK.glob("*.py")):
+        if path.name == "kazoo_private.py":
+            continue
+        source = path.read_text()
+        tree = ast.parse(source)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+                and kazoo_private_name(node.attr)
+            ):
+                offenders.append(f"{path.name}:{node.lineno} .{node.attr}")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                ("kazoo.protocol.serialization", "kazoo.protocol.connection")
+            ):
+                offenders.append(f"{path.name}:{node.lineno} from {node.module}")
+        if "from kazoo.protocol import serialization" in source:
+            offenders.append(f"{path.name}: imports kazoo.protocol.serialization")
+    assert not offenders, offenders
+
+
+def test_no_method_is_replaced_on_a_live_kazoo_object() -> None:
+    """The hooks are overrides in subclasses (kazoo_private.Client, _Connection), never
+    a method assigned on an instance (``conn._read_watch_event = ...``)."""
+    offenders = []
+    for path in sorted(ZK.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute) and target.attr in (
+                        "_read_watch_event",
+                        "_connect",
+                        "_call",
+                    ):
+                        offenders.append(f"{path.name}:{node.lineno} {target.attr}")
+    assert not offenders, offenders
+
+
+def test_the_adapter_client_installs_its_connection_handler() -> None:
+    """kazoo_private.Client replaces kazoo's connection handler with its subclass,
+    keeping kazoo's retry policy; the hooks it overrides exist in this kazoo."""
+    from kazoo.protocol.connection import ConnectionHandler
+
+    from shardkeeper.registry.zookeeper import kazoo_private
+
+    client = kazoo_private.Client(hosts="127.0.0.1:1", timeout=4.0)
+    try:
+        conn = client._connection
+        assert type(conn).__name__ == "_Connection" and isinstance(conn, ConnectionHandler)
+        assert conn.client is client and conn.retry_sleeper is not None
+        assert kazoo_private.missing_hooks() == []
+    finally:
+        client.close()
 
 
 def test_kazoo_private_methods_keep_their_shape() -> None:
@@ -287,7 +404,7 @@ def test_kazoo_connect_returns_the_negotiated_timeout_split_per_host(
     assert tuple(got) == (4000 * 2.0 / 3.0, 4000 / 2), (
         f"kazoo's _connect returned {got}, not (read timeout, negotiated / hosts): "
         f"the negotiated session timeout would be wrong ({WHERE['kazoo']}, "
-        "capture_negotiated_timeout)"
+        "_Connection._connect)"
     )
     assert [str(s) for s in states] == ["CONNECTED"], (
         f"kazoo's _connect reported {states} before returning, not CONNECTED"

@@ -15,7 +15,9 @@ part in the docstring of the module that does it:
 * ``handler.py``: kazoo's threading handler with a ``poll``-based ``select``;
 * ``errors.py``: the one translation of kazoo's exceptions, and timeouts;
 * ``security.py``: the credential filter on kazoo's logs, ACL checks and repair;
-* ``kazoo_private.py``: every use of kazoo's private API (nothing else touches it);
+* ``kazoo_private.py``: the adapter onto kazoo: a ``KazooClient`` subclass with its
+  connection-handler subclass, the hand-built requests, every use of kazoo's private
+  API (nothing else touches it);
 * ``nodes.py``: path helpers and the znode -> :class:`~shardkeeper.registry.base.Node` mapping.
 
 Namespace

@@ -1,9 +1,24 @@
-"""Every use of kazoo's private API by the ZooKeeper backend, in one place.
+"""The adapter of the ZooKeeper backend onto kazoo: every use of kazoo's private API.
 
 Checked on kazoo 2.11 (2.11.0): when upgrading kazoo, re-check each item below against
 its source (``kazoo/client.py``, ``kazoo/protocol/connection.py``,
-``kazoo/protocol/serialization.py``). The rest of the package uses only kazoo's public
-client API and the functions of this module.
+``kazoo/protocol/serialization.py``); ``tests/registry/test_client_privates.py`` reads
+the private names this module uses from its source and probes each on the installed
+kazoo. No other module of the package touches a private name of kazoo or its protocol
+modules (that test checks it too): they use kazoo's public client API, :class:`Client`
+and the functions here. Nothing is patched on a live object: the two hooks in kazoo's
+connection thread are overrides in :class:`_Connection`, a subclass of kazoo's
+``ConnectionHandler`` that :class:`Client` (a ``KazooClient`` subclass) puts in place
+of kazoo's own when it is built, before any thread or socket exists.
+
+Private names used: ``KazooClient._call``, ``_connection``, ``_data_watchers``,
+``_child_watchers``, ``_session_id``, ``_session_passwd``; ``ConnectionHandler``'s
+``_read_watch_event``, ``_connect`` (overridden) and ``_socket``; the records and
+helpers of the undocumented ``kazoo.protocol.serialization``; ``kazoo.exceptions.
+EXCEPTIONS`` (the error-code table). Behaviours relied on are named where they are
+used: ``last_zxid`` set before a reply is deserialized, ``Transaction.unchroot``
+passing our ``(results, zxid)`` pair through, ``chroot`` assignable after start,
+``_read`` skipping ``select`` while ``socket.pending()`` (``handler.py``).
 
 The multi and its zxid (:func:`submit_multi` and the ``*_op`` builders)
     A commit's result carries the zxid of its ``multi`` (``CommitResult.revision``),
@@ -29,7 +44,7 @@ The read-only multi (:func:`submit_multi_read`, :func:`get_data_op`, :func:`get_
     in a multi. One request instead of one per node: a subtree of a hundred leaves is
     read in two requests, a commit's pre-reads in one.
 
-The persistent recursive watch (:func:`submit_add_watch`, :func:`install_watch_tap`)
+The persistent recursive watch (:func:`submit_add_watch`, ``_Connection._read_watch_event``)
     ZooKeeper 3.6+ has ``addWatch`` (opcode 106) with mode ``PERSISTENT_RECURSIVE``:
     one request, and the server notifies every create, data change and delete at or
     below the path until the connection ends. kazoo 2.11 has no API for it, so the
@@ -45,12 +60,18 @@ The persistent recursive watch (:func:`submit_add_watch`, :func:`install_watch_t
     ``SetWatches``), and the server drops a connection's watches with it: the backend
     sends ``addWatch`` again after each reconnect, then re-reads the subtree.
 
-The negotiated session timeout (:func:`capture_negotiated_timeout`)
+The negotiated session timeout (``_Connection._connect``)
     kazoo logs the session timeout the server negotiated but does not keep it. Its
-    private ``ConnectionHandler._connect`` (on ``client._connection``) returns
-    ``(read timeout, connect timeout)`` with connect = negotiated / number of hosts
-    (in milliseconds): the backend wraps it to recover the negotiated value. Without
-    the attribute the store falls back to the requested timeout.
+    private ``ConnectionHandler._connect`` returns ``(read timeout, connect
+    timeout)`` with connect = negotiated / number of hosts (in milliseconds): the
+    override recovers the negotiated value. A kazoo without either hook is refused
+    at start (:func:`missing_hooks`).
+
+The session's identity (:meth:`Client.forget_session`) and the late chroot
+(:meth:`Client.root_at`)
+    ``relinquish_session`` makes kazoo ask for a new session at its next connect by
+    clearing ``_session_id`` and ``_session_passwd`` (kazoo has no API for it). The
+    client starts unrooted and is rooted once the namespace node exists.
 
 The connection's socket (:func:`connection_socket`)
     The ``drop_connection`` fault hook (tests) shuts down the client's socket,
@@ -69,13 +90,14 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import EXCEPTIONS
 from kazoo.protocol import serialization as zkproto
+from kazoo.protocol.connection import ConnectionHandler
 from kazoo.protocol.states import ZnodeStat
 
 _log = logging.getLogger("shardkeeper.registry.zookeeper")
 
 __all__ = [
     "PERSISTENT_RECURSIVE",
-    "capture_negotiated_timeout",
+    "Client",
     "check_op",
     "connection_socket",
     "create_op",
@@ -84,7 +106,7 @@ __all__ = [
     "deleted",
     "get_children_op",
     "get_data_op",
-    "install_watch_tap",
+    "missing_hooks",
     "set_data_op",
     "submit_add_watch",
     "submit_multi",
@@ -248,35 +270,6 @@ def submit_add_watch(client: KazooClient, path: str, mode: int = PERSISTENT_RECU
     return async_result
 
 
-def install_watch_tap(client: KazooClient, tap: Callable[[int, str], None]) -> bool:
-    """Call ``tap(event type, path)`` on kazoo's connection thread for every watch
-    notification, after kazoo's own handling; False when kazoo lacks the private hook.
-
-    ``tap`` must be quick and must not raise (it runs where kazoo reads the socket);
-    an exception is logged and swallowed so the connection lives on."""
-    conn = getattr(client, "_connection", None)
-    original = getattr(conn, "_read_watch_event", None)
-    if conn is None or original is None:
-        return False
-
-    def _read_watch_event(buffer: bytes, offset: int) -> Any:
-        watch, _ = zkproto.Watch.deserialize(buffer, offset)
-        result = None
-        if watch.path in client._data_watchers or watch.path in client._child_watchers:
-            # kazoo's one-shot watchers of this path: kazoo's own handling. Without
-            # any (the recursive watch's notifications) it would only build an
-            # event for nobody, thousands of times in a burst.
-            result = original(buffer, offset)
-        try:
-            tap(watch.type, client.unchroot(watch.path))
-        except Exception:
-            _log.exception("watch notification tap failed")
-        return result
-
-    conn._read_watch_event = _read_watch_event
-    return True
-
-
 def get_data_op(path: str) -> Any:
     """A multiRead operation reading ``path`` (absolute): ``(data, stat)``."""
     return zkproto.GetData(path, None)
@@ -352,26 +345,116 @@ def check_op(path: str, version: int) -> Any:
     return zkproto.CheckVersion(path, version)
 
 
-def capture_negotiated_timeout(client: KazooClient, record: Callable[[float], None]) -> None:
-    """Call ``record(seconds)`` with the negotiated session timeout at each connect.
-
-    Does nothing when kazoo no longer has the private hook (the caller then keeps the
-    timeout it asked for)."""
-    conn = getattr(client, "_connection", None)
-    original = getattr(conn, "_connect", None)
-    if conn is None or original is None:
-        return
-
-    def _connect(*args: Any) -> Any:
-        read_timeout, connect_timeout = original(*args)
-        record(connect_timeout * len(client.hosts) / 1000.0)
-        return read_timeout, connect_timeout
-
-    conn._connect = _connect
-
-
 def connection_socket(client: KazooClient) -> socket.socket | None:
-    """The socket of the client's current connection, or None when not connected."""
+    """The socket of ``client``'s current connection (any KazooClient: the twin
+    clients of ``expire_session`` too), or None when not connected."""
     sock = getattr(getattr(client, "_connection", None), "_socket", None)
     sock = getattr(sock, "raw", sock)  # under the handler's read buffer (handler.py)
     return sock if isinstance(sock, socket.socket) else None
+
+
+class _Connection(ConnectionHandler):  # type: ignore[misc]
+    """kazoo's connection handler with the two hooks the backend needs (the module
+    docstring: the persistent recursive watch, the negotiated session timeout).
+
+    A subclass, not methods replaced on a live object: :class:`Client` builds it in
+    place of kazoo's own, and kazoo's connection thread calls these overrides."""
+
+    client: Client
+
+    def _read_watch_event(self, buffer: bytes, offset: int) -> Any:
+        client = self.client
+        watch, _ = zkproto.Watch.deserialize(buffer, offset)
+        result = None
+        if watch.path in client._data_watchers or watch.path in client._child_watchers:
+            # kazoo's one-shot watchers of this path: kazoo's own handling. Without
+            # any (the recursive watch's notifications) it would only build an
+            # event for nobody, thousands of times in a burst.
+            result = super()._read_watch_event(buffer, offset)
+        tap = client.watch_tap
+        if tap is not None:
+            try:
+                tap(watch.type, client.unchroot(watch.path))
+            except Exception:
+                _log.exception("watch notification tap failed")
+        return result
+
+    def _connect(self, host: str, hostip: str, port: int) -> Any:
+        read_timeout, connect_timeout = super()._connect(host, hostip, port)
+        record = self.client.on_negotiated
+        if record is not None:
+            # kazoo returns connect = negotiated / number of hosts, in milliseconds
+            record(connect_timeout * len(self.client.hosts) / 1000.0)
+        return read_timeout, connect_timeout
+
+
+class Client(KazooClient):  # type: ignore[misc]
+    """The backend's kazoo client: kazoo's public client plus the requests and hooks
+    kazoo has no API for (the module docstring lists each, with its private names).
+
+    ``watch_tap(event type, path)`` gets every watch notification on kazoo's
+    connection thread (quick, never raising: an exception is logged and swallowed);
+    ``on_negotiated(seconds)`` gets the negotiated session timeout at each connect.
+    """
+
+    #: kazoo's connection handler (set by kazoo's ``__init__``, then replaced by ours)
+    _connection: Any
+
+    def __init__(
+        self,
+        *,
+        watch_tap: Callable[[int, str], None] | None = None,
+        on_negotiated: Callable[[float], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.watch_tap = watch_tap
+        self.on_negotiated = on_negotiated
+        # kazoo's own handler has only been built (no thread, no socket yet): ours
+        # takes its place with the same retry policy, logger and SASL options
+        own = self._connection
+        self._connection = _Connection(
+            self, own.retry_sleeper, logger=own.logger, sasl_options=own.sasl_options
+        )
+
+    def submit_multi(
+        self, ops: list[Any], on_applied: Callable[[list[Any], int], None] | None = None
+    ) -> Any:
+        """:func:`submit_multi` on this client."""
+        return submit_multi(self, ops, on_applied)
+
+    def submit_multi_read(self, ops: list[Any]) -> Any:
+        """:func:`submit_multi_read` on this client."""
+        return submit_multi_read(self, ops)
+
+    def submit_add_watch(self, path: str, mode: int = PERSISTENT_RECURSIVE) -> Any:
+        """:func:`submit_add_watch` on this client."""
+        return submit_add_watch(self, path, mode)
+
+    def connection_socket(self) -> socket.socket | None:
+        """:func:`connection_socket` of this client."""
+        return connection_socket(self)
+
+    def forget_session(self) -> None:
+        """Make the next (re)connection ask for a NEW session: kazoo's connection
+        thread reads the session id and password only when it connects, and has no
+        API to drop them (``relinquish_session``)."""
+        self._session_id = None
+        self._session_passwd = b"\x00" * 16
+
+    def root_at(self, chroot: str) -> None:
+        """Root the started client at ``chroot``: ``set_hosts()`` refuses to change the
+        chroot and ``start()`` only warns when the node is missing, so the client
+        starts unrooted and is rooted once the node exists (kazoo reads ``chroot`` on
+        every request)."""
+        self.chroot = chroot
+
+
+def missing_hooks() -> list[str]:
+    """The private kazoo methods :class:`_Connection` overrides that this kazoo lacks:
+    an override of a method kazoo no longer calls would be silently dead."""
+    return [
+        f"ConnectionHandler.{name}"
+        for name in ("_read_watch_event", "_connect")
+        if not callable(getattr(ConnectionHandler, name, None))
+    ]

@@ -92,7 +92,7 @@ class _Session(CoordinationStore):
         self.namespace = settings.namespace
         # escaped so that namespace X never sees X/sub as its node /sub
         self._chroot = "/" + settings.namespace.strip("/").replace("/", "%2F")
-        self._client: KazooClient | None = None
+        self._client: kazoo_private.Client | None = None
         self._lock = threading.Lock()
         self._closed = False
         # the shared event thread (registry/_events.py): kazoo's callbacks only post to
@@ -134,7 +134,14 @@ class _Session(CoordinationStore):
             return
         s = self._settings
         auth = {("digest", f"{s.username}:{s.password or ''}")} if s.username else None
-        client = KazooClient(
+        missing = kazoo_private.missing_hooks()
+        if missing:
+            raise StoreError(
+                f"this kazoo has no {', '.join(missing)}, which the ZooKeeper backend's "
+                "watches and session timeout need: install the kazoo version the "
+                "package requires"
+            )
+        client = kazoo_private.Client(
             hosts=s.hosts_string,
             timeout=s.session_timeout,
             # kazoo's default back-off grows to an hour; a restarted server must be
@@ -145,16 +152,11 @@ class _Session(CoordinationStore):
             auth_data=auth,
             default_acl=self._acl,
             handler=PollingHandler(),
+            watch_tap=self._on_watch_tap,
+            on_negotiated=self._record_negotiated,
             **tls.kazoo_options(s),
         )
-        kazoo_private.capture_negotiated_timeout(client, self._record_negotiated)
         client.add_listener(self._on_kazoo_state)
-        if not kazoo_private.install_watch_tap(client, self._on_watch_tap):
-            raise StoreError(
-                "this kazoo has no ConnectionHandler._read_watch_event, which the "
-                "ZooKeeper backend's watches need: install the kazoo version the "
-                "package requires"
-            )
         self._client = client
         self._loop.start()
         deadline = time.monotonic() + s.connection_timeout
@@ -244,7 +246,7 @@ class _Session(CoordinationStore):
     # -- plumbing: requests, deadlines, errors ---------------------------------------
 
     @property
-    def _zk(self) -> KazooClient:
+    def _zk(self) -> kazoo_private.Client:
         client = self._client
         if client is None or self._closed:
             state = "closed" if self._closed else "not started"
@@ -381,7 +383,7 @@ class _Session(CoordinationStore):
         with translate(what, self._settings.hosts_string, self._settings.operation_timeout):
             yield
 
-    def _prepare_namespace(self, client: KazooClient, deadline: float) -> None:
+    def _prepare_namespace(self, client: kazoo_private.Client, deadline: float) -> None:
         with self._errors(self._chroot):
             try:
                 # reading the children needs READ: wrong credentials fail here, at start
@@ -393,9 +395,8 @@ class _Session(CoordinationStore):
             else:
                 if self._acl is not None:
                     self._check_namespace_acl(client)
-        # set_hosts() refuses to change the chroot and start() only warns when it is
-        # missing, so the client starts unrooted and is rooted once the node exists
-        client.chroot = self._chroot
+        # the client starts unrooted and is rooted once the node exists
+        client.root_at(self._chroot)
 
     def _check_namespace_acl(self, client: KazooClient) -> None:
         """Refuse (or, with ``acl_repair``, repair) an existing namespace whose node or

@@ -276,15 +276,10 @@ class ZooKeeperStore(_Planner, _TreeWatcher):
         old = client.client_id
         if old is None:
             raise StoreUnavailableError("relinquish_session: the ZooKeeper store has no session")
-        if not (hasattr(client, "_session_id") and hasattr(client, "_session_passwd")):
-            raise StoreError(
-                "relinquish_session: this kazoo keeps no _session_id/_session_passwd; "
-                "install the kazoo version the package requires"
-            )
-        # kazoo's connection thread reads these only when it (re)connects: set now,
-        # the reconnect after the cut below asks for a new session
-        client._session_id = None
-        client._session_passwd = b"\x00" * 16
+        # kazoo's connection thread reads the session id and password only when it
+        # (re)connects: forgotten now, the reconnect after the cut below asks for a
+        # new session
+        client.forget_session()
         sock = kazoo_private.connection_socket(client)
         if sock is not None:
             with suppress(OSError):
