@@ -52,6 +52,8 @@ class LeaderDuties:
         taken over already)."""
         if not self._state.registered or self._state.stopping:
             return False
+        if self._state.clock_skew is not None:
+            return False  # a skewed instance leads no job (runtime/clockskew.py)
         if self._s.election.try_acquire():
             self.take_over()
             return True
