@@ -5,6 +5,8 @@
 #                      no system packages
 #   make test-latest - the fast tier on the newest releases of every dependency, kazoo and
 #                      cslab-etcd3 included (past pyproject's ranges), in its own venv
+#   make test-versions - the fast tier on the other supported Pythons (3.12, 3.13, from
+#                      pyenv), each in its own venv; the full suite runs on 3.11 (make test)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -19,8 +21,13 @@ PYTEST_WORKERS ?= 2
 # the newest releases, for make test-latest (never the venv make test uses)
 LATEST_VENV ?= .venv-latest
 FAST_MARK := not external_service
+# the package with every extra and the dev dependency group (PEP 735; pip >= 25.1)
+INSTALL_DEV := -e '.[all]' --group dev
+# the other Pythons of pyproject's classifiers, for make test-versions (pyenv's builds)
+OTHER_PYTHONS ?= 3.12 3.13
+PYENV_ROOT ?= $(HOME)/.pyenv
 
-.PHONY: demo test test-fast test-latest lint typecheck typecheck-tests pytest system-deps venv chaos bench clean registry-up registry-down
+.PHONY: demo test test-fast test-latest test-versions lint typecheck typecheck-tests pytest system-deps venv chaos bench clean registry-up registry-down
 
 demo: system-deps venv
 	$(PY) -m demo --backend $(BACKEND)
@@ -56,16 +63,33 @@ test-latest:
 	rm -rf $(LATEST_VENV)
 	python3 -m venv $(LATEST_VENV)
 	$(LATEST_VENV)/bin/python -m pip install -q --upgrade pip
-	$(LATEST_VENV)/bin/python -m pip install -q --upgrade --upgrade-strategy eager -e '.[dev]'
+	$(LATEST_VENV)/bin/python -m pip install -q --upgrade --upgrade-strategy eager $(INSTALL_DEV)
 	$(LATEST_VENV)/bin/python -m pip install -q --upgrade kazoo cslab-etcd3
 	$(LATEST_VENV)/bin/python -m pip list 2>/dev/null | grep -iE '^(kazoo|cslab-etcd3|grpcio|protobuf|apscheduler) '
 	$(LATEST_VENV)/bin/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "$(FAST_MARK)" $(PYTEST_ARGS)
+
+# The fast tier on each of OTHER_PYTHONS, at the tested versions (constraints.txt), in
+# .venv-3.12 and so on (made once; rm one to rebuild it). The interpreter is pyenv's
+# newest build of that minor version, else python3.12 and so on from the PATH.
+test-versions:
+	@set -e; for v in $(OTHER_PYTHONS); do \
+	  py=$$(ls -d $(PYENV_ROOT)/versions/$$v.*/bin/python 2>/dev/null | sort -V | tail -1); \
+	  [ -n "$$py" ] || py=$$(command -v python$$v) || { echo "no Python $$v (pyenv install $$v)"; exit 1; }; \
+	  venv=.venv-$$v; echo "== Python $$v: $$py ($$venv)"; \
+	  if [ ! -f $$venv/.installed ] || [ pyproject.toml -nt $$venv/.installed ] || [ constraints.txt -nt $$venv/.installed ]; then \
+	    [ -x $$venv/bin/python ] || $$py -m venv $$venv; \
+	    $$venv/bin/python -m pip install -q --upgrade 'pip>=25.1'; \
+	    $$venv/bin/python -m pip install -q -c constraints.txt $(INSTALL_DEV); \
+	    touch $$venv/.installed; \
+	  fi; \
+	  $$venv/bin/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "$(FAST_MARK)" $(PYTEST_ARGS); \
+	done
 
 chaos: system-deps venv
 	$(PY) -m pytest -q tests/chaos --chaos-duration $${DURATION:-600} -m chaos $(if $(STORE),-k '$(STORE)',)
 
 bench: system-deps venv
-	$(VENV)/bin/pip install -q -e '.[bench]'
+	$(VENV)/bin/pip install -q -c constraints.txt --group bench
 	$(PY) -m bench $(if $(QUICK),--quick,)
 
 # ZooKeeper, etcd, a JRE and PostgreSQL 15 (the history tests start a throwaway server
@@ -101,11 +125,12 @@ system-deps:
 
 venv: $(STAMP)
 
-# the dev extra at the tested versions (constraints.txt), as CI runs it
+# every extra and the dev group at the tested versions (constraints.txt), as CI runs
+# it; pip >= 25.1 reads dependency groups (--group)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install -q --upgrade 'pip>=25.1'
+	$(PY) -m pip install -q -c constraints.txt $(INSTALL_DEV)
 	touch $(STAMP)
 
 registry-up: system-deps venv
@@ -115,4 +140,4 @@ registry-down: venv
 	$(PY) -m shardkeeper.cli registry down
 
 clean:
-	rm -rf $(VENV) $(LATEST_VENV) registry/data .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
+	rm -rf $(VENV) $(LATEST_VENV) $(foreach v,$(OTHER_PYTHONS),.venv-$(v)) registry/data .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

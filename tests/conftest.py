@@ -42,8 +42,10 @@ import pytest
 
 from shardkeeper.registry import CoordinationStore, RegistrySettings, open_store
 from shardkeeper.registry.memory import MemoryServer, named_server
-from shardkeeper.testing.pytest_plugin import FAST_OPTIONS
 from shardkeeper.testing.servers import ClusterError, EtcdCluster, ServerCluster, ZooKeeperCluster
+
+# the plugin is opt-in (no pytest11 entry point): the suite enables it as a user would
+pytest_plugins = ["shardkeeper.testing.pytest_plugin"]
 
 StoreFactory = Callable[..., CoordinationStore]
 
@@ -276,6 +278,10 @@ def namespace(shardkeeper_namespace: str) -> str:
 def registry_url(server: ServerCluster | MemoryServer, namespace: str) -> str:
     """A registry URL on the single-node server of ``backend`` with a unique namespace
     and short timeouts (see FAST_OPTIONS)."""
+    # imported here: a module-level import would come before pytest_plugins loads the
+    # plugin, too early for pytest's assertion rewriting of it (a warning, an error here)
+    from shardkeeper.testing.pytest_plugin import FAST_OPTIONS
+
     return server.url(namespace, **FAST_OPTIONS)
 
 

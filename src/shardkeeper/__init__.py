@@ -42,6 +42,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports
     from shardkeeper.config import JobConfig, load_job_configs
     from shardkeeper.errors import (
+        ClockSkewError,
         ConfigError,
         InstanceLookupError,
         InvalidRegistryURLError,
@@ -79,6 +80,7 @@ _ORIGINS: dict[str, str] = {
     **dict.fromkeys(("JobConfig", "load_job_configs"), "shardkeeper.config"),
     **dict.fromkeys(
         (
+            "ClockSkewError",
             "ConfigError",
             "InstanceLookupError",
             "InvalidRegistryURLError",
@@ -131,6 +133,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ClockSkewError",
     "ClusterOnceListener",
     "ConfigError",
     "DataflowJob",

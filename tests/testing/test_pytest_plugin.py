@@ -1,5 +1,5 @@
-"""shardkeeper.testing for users: the pytest plugin (loaded through its ``pytest11``
-entry point, as in a user's project) and RecordingJob."""
+"""shardkeeper.testing for users: the pytest plugin (opt-in, enabled as a user's
+project does: ``pytest_plugins`` in its conftest.py or ``-p``) and RecordingJob."""
 
 from __future__ import annotations
 
@@ -40,10 +40,16 @@ def test_namespaces_differ(shardkeeper_namespace, shardkeeper_zookeeper):
 """
 
 
+PLUGIN = "shardkeeper.testing.pytest_plugin"
+#: a pytest session in the user's project directory
+PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+
+
 def test_plugin_fixtures_in_a_users_project(tmp_path: Path) -> None:
-    """A project with no conftest gets a real ZooKeeper, a namespace per test and a
-    URL from the installed plugin; its tests pass."""
+    """A project whose conftest.py enables the plugin gets a real ZooKeeper, a
+    namespace per test and a URL from it; its tests pass."""
     (tmp_path / "test_user.py").write_text(USER_TEST)
+    (tmp_path / "conftest.py").write_text(f"pytest_plugins = [{PLUGIN!r}]\n")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
         cwd=tmp_path,
@@ -59,7 +65,7 @@ def test_plugin_refuses_an_unknown_backend(tmp_path: Path) -> None:
     (tmp_path / "test_user.py").write_text("def test_url(shardkeeper_registry_url):\n    pass\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\nshardkeeper_backend = mysql\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
+        [*PYTEST, "-p", PLUGIN, "test_user.py"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -68,6 +74,34 @@ def test_plugin_refuses_an_unknown_backend(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "'mysql'" in proc.stdout + proc.stderr
     assert "zookeeper, etcd" in proc.stdout + proc.stderr
+
+
+def test_plugin_is_not_loaded_unless_enabled(tmp_path: Path) -> None:
+    """Installing shardkeeper adds nothing to another project's test sessions: no
+    fixture, no option, no server (the plugin has no pytest11 entry point)."""
+    (tmp_path / "test_user.py").write_text(
+        "def test_url(request):\n"
+        "    assert 'shardkeeper_registry_url' not in request.fixturenames\n"
+        "    assert not request.config.pluginmanager.has_plugin("
+        f"{PLUGIN!r})\n"
+    )
+    proc = subprocess.run(
+        [*PYTEST, "--fixtures", "test_user.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "shardkeeper_registry_url" not in proc.stdout
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 def _ctx(item: int, fire: float, **extra: object) -> ShardingContext:

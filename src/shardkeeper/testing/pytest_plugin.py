@@ -1,7 +1,12 @@
 """A pytest plugin for projects that test their shardkeeper jobs on real stores.
 
-Installed with shardkeeper (a ``pytest11`` entry point): no ``conftest.py`` line is
-needed. Its fixtures:
+Opt-in: installing shardkeeper does not load it into every test session. A project
+enables it in its top-level ``conftest.py``::
+
+    pytest_plugins = ["shardkeeper.testing.pytest_plugin"]
+
+or on the command line (``pytest -p shardkeeper.testing.pytest_plugin``, or ``-p`` in
+the ``addopts`` of its pytest configuration). Its fixtures:
 
 * ``shardkeeper_zookeeper`` / ``shardkeeper_etcd``: a real single-node ZooKeeper or
   etcd on a free loopback port, started on first use and stopped at the end of the
