@@ -21,6 +21,8 @@ from shardkeeper.coordination.model import RunningMark
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.registry import open_store
 from shardkeeper.registry.base import CoordinationStore
+from shardkeeper.registry.etcd import EtcdStore
+from shardkeeper.registry.zookeeper import ZooKeeperStore
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.jobs import RecordingJob
@@ -42,6 +44,7 @@ def test_a_later_start_commit_refused_by_one_busy_item_loses_no_item(
     store.put(paths.disabled_instance(TAKER), b"")
     store.put(paths.instance(TAKER), b"{}", ephemeral=True)
     capped = open_store(registry_url)
+    assert isinstance(capped, ZooKeeperStore | EtcdStore), "the limits set are the real stores'"
     capped.max_ops_per_commit = 128
     capped.max_groups_per_commit = None  # plain all-or-nothing commits (ZooKeeper's way)
     job = RecordingJob()

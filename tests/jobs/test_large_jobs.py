@@ -8,6 +8,8 @@ from shardkeeper.config import JobConfig
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.registry import open_store
 from shardkeeper.registry.base import CoordinationStore
+from shardkeeper.registry.etcd import EtcdStore
+from shardkeeper.registry.zookeeper import ZooKeeperStore
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.jobs import RecordingJob
@@ -48,6 +50,7 @@ def test_items_beyond_one_commit_all_run_and_leave_no_marks(
     """300 items on one instance at 128 operations a commit: every trigger runs all of
     them (marks written in chunks), and completion clears every mark."""
     capped = open_store(registry_url)
+    assert isinstance(capped, ZooKeeperStore | EtcdStore), "the limits set are the real stores'"
     capped.max_ops_per_commit = LIMIT
     capped.max_groups_per_commit = None  # plain commits, not etcd's nested transactions
     _run_chunked(capped, store, "big")
@@ -81,6 +84,7 @@ def test_marks_beyond_one_commits_bytes_are_cut_by_size(
     """A store whose byte limit holds fewer marks than its operation limit: the start
     and completion are cut by size, every item of every trigger runs, no mark is left."""
     capped = open_store(registry_url)
+    assert isinstance(capped, ZooKeeperStore | EtcdStore), "the limits set are the real stores'"
     capped.max_commit_bytes = 20_000  # about 80 marks a commit
     _run_chunked(capped, store, "wide")
 

@@ -27,7 +27,7 @@ from shardkeeper.coordination.model import InstanceInfo
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.errors import JobConfigError, OperationTimeoutError
 from shardkeeper.job import ShardedJob, ShardingContext
-from shardkeeper.registry import CoordinationStore, open_store
+from shardkeeper.registry import CoordinationStore, batching, open_store
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import expire_session, wait_until
@@ -116,7 +116,7 @@ def test_large_config_documents_are_batched_within_the_request_limit(registry_ur
         stats = rt.registrar.stats
         assert stats["batched"] == len(names)
         assert stats["one_by_one"] == 0
-        budget = rt.store.max_commit_bytes
+        budget = batching.max_commit_bytes(rt.store)
         if budget is not None:
             assert stats["batch_commits"] >= -(-len(names) * 100_000 // budget)
         with open_store(registry_url) as admin:
@@ -154,7 +154,7 @@ def test_batched_start_up_registers_every_job(
             # the namespace is not empty (no single first batch): 60 jobs in batches of
             # limit // 6 (two compares for each of a job's 3 absence checks): 21 jobs
             # a commit on etcd (3 commits), 682 on ZooKeeper (1 commit)
-            per_batch = rt.store.max_ops_per_commit // 6
+            per_batch = batching.max_ops_per_commit(rt.store) // 6
             assert stats["batch_commits"] == -(-len(new) // per_batch)
             for name in known:
                 assert rt.runners[name].config.sharding_total_count == 3

@@ -386,6 +386,7 @@ def test_max_txn_ops_raises_the_client_limit_with_the_servers(tmp_path: Path) ->
         wide.start()
         narrow.start()
         try:
+            assert isinstance(wide, EtcdStore)
             assert wide.max_ops_per_commit == 512
             before = request_count(wide)
             assert wide.commit([Create(f"/many/k{i}", b"v") for i in range(250)])

@@ -582,6 +582,7 @@ def test_a_commit_of_4096_operations_is_one_multi_and_its_framing_counts(
     of 900 bytes, under the limit by their values alone (921,600 bytes), are refused
     before anything is sent once their paths and framing are counted, and
     ``commit_bytes`` says so beforehand."""
+    assert isinstance(store, ZooKeeperStore)
     assert store.max_ops_per_commit == 4096
     before = request_count(store)
     assert store.commit([Create(f"/wide/n{i:04d}", b"v") for i in range(4096)])

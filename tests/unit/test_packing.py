@@ -7,15 +7,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from shardkeeper.registry import CoordinationStore, open_store
+from shardkeeper.registry import open_store
 from shardkeeper.registry.base import Check, Create, Op
+from shardkeeper.registry.memory import MemoryStore
 from shardkeeper.registry.packing import pack_groups
 
 
 @pytest.fixture
-def store() -> Iterator[CoordinationStore]:
-    """An in-memory store whose limits each test sets."""
+def store() -> Iterator[MemoryStore]:
+    """An in-memory store whose limits each test sets (plain attributes on it)."""
     with open_store("memory://packing/ns") as s:
+        assert isinstance(s, MemoryStore), "a memory:// URL opens the MemoryStore"
         yield s
 
 
@@ -23,7 +25,7 @@ def _groups(n: int, value: bytes = b"v") -> list[list[Op]]:
     return [[Check(f"/c/{i}", exists=False), Create(f"/m/{i}", value)] for i in range(n)]
 
 
-def test_groups_are_cut_by_the_operation_limit_never_split(store: CoordinationStore) -> None:
+def test_groups_are_cut_by_the_operation_limit_never_split(store: MemoryStore) -> None:
     """10 groups of 2 behind 2 fixed ops, 8 ops a commit: 3 groups a chunk."""
     store.max_ops_per_commit = 8
     fixed: list[Op] = [Check("/a", exists=False), Check("/b", exists=False)]
@@ -34,7 +36,7 @@ def test_groups_are_cut_by_the_operation_limit_never_split(store: CoordinationSt
         assert len(ops) <= 8
 
 
-def test_groups_are_cut_by_the_byte_limit(store: CoordinationStore) -> None:
+def test_groups_are_cut_by_the_byte_limit(store: MemoryStore) -> None:
     """With a byte limit, a chunk holds what fits by size even when the count allows
     more; no chunk passes the limit."""
     store.max_ops_per_commit = 1000
@@ -47,7 +49,7 @@ def test_groups_are_cut_by_the_byte_limit(store: CoordinationStore) -> None:
         assert store.commit_bytes(ops) <= store.max_commit_bytes
 
 
-def test_a_group_larger_than_a_commit_gets_one_of_its_own(store: CoordinationStore) -> None:
+def test_a_group_larger_than_a_commit_gets_one_of_its_own(store: MemoryStore) -> None:
     """An oversized group is not dropped or split: it gets a chunk alone (the store
     then refuses it, naming its limit); no groups gives the fixed ops alone."""
     store.max_commit_bytes = 500

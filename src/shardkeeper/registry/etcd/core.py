@@ -77,8 +77,9 @@ class EtcdCore(CoordinationStore):
         self.namespace = settings.namespace
         #: the URL's max_txn_ops (etcd's --max-txn-ops, default 128)
         self.max_ops_per_commit = settings.max_txn_ops
-        #: groups checked apart in one request (nested transactions: nesting.py)
-        self.max_groups_per_commit = groups_per_commit(settings.max_txn_ops)
+        #: groups checked apart in one request (nested transactions: nesting.py);
+        #: None switches nesting off (commit_groups is then one plain commit)
+        self.max_groups_per_commit: int | None = groups_per_commit(settings.max_txn_ops)
         #: under etcd's default request limit (--max-request-bytes, 1.5 MiB), as
         #: commit_bytes counts (generously): room for the request's own framing
         self.max_commit_bytes = 1_400_000
