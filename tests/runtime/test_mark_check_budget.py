@@ -58,24 +58,21 @@ def _passes(server: MemoryServer, runtimes: list[Runtime], cost: float, suspect:
     failover = runner.repairs._s.failover
     real = failover.requeue_own
 
-    def costly(*args: Any, **kwargs: Any) -> int:
+    def costly(*args: Any, **kwargs: Any) -> list[int]:
         nonlocal calls
         calls += 1
         clock.now += cost
         return real(*args, **kwargs)
 
-    original_time = repair.time
-    try:
-        repair.time = clock  # type: ignore[assignment]
-        failover.requeue_own = costly  # type: ignore[method-assign]
+    # undone on leaving the block, as a try/finally would
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(repair, "time", clock)
+        patch.setattr(failover, "requeue_own", costly)
         for _ in range(60):
             if suspect:
                 runner.state.marks_suspect = True
             runner.repairs.run()
             clock.now += 1.0
-    finally:
-        repair.time = original_time
-        failover.requeue_own = real  # type: ignore[method-assign]
     return calls
 
 
