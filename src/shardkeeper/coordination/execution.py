@@ -328,11 +328,22 @@ class ExecutionService:
             done_all = batching.commit_groups(self._store, [], [groups[m] for m in members])
             if done_all.succeeded and not done_all.refused:
                 continue
-            # Some mark is not ours any more: clear ours one by one, never theirs
-            # (a store that checked the items apart applied the others already).
-            for k, m in enumerate(members):
-                if k in done_all.applied:
+            # Some mark is not ours any more (taken over, or cleared by an earlier
+            # attempt of this very completion whose reply was lost). Find which with
+            # one read, not one commit per item: thousands of one-by-one commits kept
+            # a loaded instance's lane busy for a minute while its next fires waited.
+            rest = [m for k, m in enumerate(members) if k not in done_all.applied]
+            ours = self._still_ours({items[m]: fences.get(items[m], "") for m in rest}, token)
+            fenced += [items[m] for m in rest if items[m] not in ours]
+            rest = [m for m in rest if items[m] in ours]
+            if rest:
+                again = batching.commit_groups(self._store, [], [groups[m] for m in rest])
+                if again.succeeded and not again.refused:
                     continue
+                rest = [m for k, m in enumerate(rest) if k not in again.applied]
+            # still refused (a take-over between the read and the commit, or only a
+            # result write failed): ours one by one, never theirs
+            for m in rest:
                 done = self._store.commit(groups[m])
                 if not done and done.failed_path == self._paths.result(items[m]):
                     # only the result write failed: the completion must not hinge on it
@@ -346,6 +357,22 @@ class ExecutionService:
                 fenced,
             )
         return fenced
+
+    def _still_ours(self, fences: dict[int, str], token: int) -> set[int]:
+        """Which of the items (-> their fence child, "" for none) still have the mark
+        this execution made: its fence child, or else its created_revision
+        ``token`` (one tree read; a failed read raises, and the completion is retried
+        whole)."""
+        marks = self._marks_in(self._store.get_tree(self._paths.running_root))
+        ours: set[int] = set()
+        for item, fence in fences.items():
+            found = marks.get(item)
+            if found is None:
+                continue
+            _mark, revision, child = found
+            if (fence and child == fence) or (not fence and revision == token):
+                ours.add(item)
+        return ours
 
     def clear_ops(self, item: int, token: int, fence: str) -> list[Op]:
         """The conditional deletion of ``item``'s mark (see :meth:`finish`)."""
