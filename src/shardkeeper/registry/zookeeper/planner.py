@@ -71,7 +71,6 @@ from shardkeeper.registry.base import (
     Check,
     CommitResult,
     Create,
-    Delete,
     Node,
     Op,
     Put,
@@ -80,6 +79,13 @@ from shardkeeper.registry.base import (
 from shardkeeper.registry.zookeeper import kazoo_private
 from shardkeeper.registry.zookeeper.errors import _first_error
 from shardkeeper.registry.zookeeper.nodes import _node, _parent
+from shardkeeper.registry.zookeeper.plan import (
+    Origin,
+    PlanContext,
+    build_multi,
+    reads_needed,
+    revision_check,
+)
 from shardkeeper.registry.zookeeper.reads import _Reads
 
 #: how often a commit re-reads and retries when a pre-read node changed under it
@@ -236,7 +242,7 @@ class _Planner(_Reads):
     ) -> dict[str, tuple[bytes, Any] | None]:
         """The pre-reads; a created-revision check's node found to be an ephemeral of
         our session is recorded as ours (the next check of it needs no pre-read)."""
-        wanted = sorted({op.path for op in ops if _revision_check(op)} & set(paths))
+        wanted = sorted({op.path for op in ops if revision_check(op)} & set(paths))
         ticket = self._learn(wanted)
         learned: dict[str, int] | None = None
         try:
@@ -283,175 +289,41 @@ class _Planner(_Reads):
         parents: set[str],
         reread: set[str] | None = None,
         below_absent: frozenset[str] = frozenset(),
-    ) -> CommitResult | tuple[list[Any], list[tuple[str, Op, str]]]:
-        """Pre-read what the conditions need and build the multi, checks first; or a
-        failed result when a condition is already false. Origins say, per multi
-        operation, why it is there: (kind, user op, path). ``below_absent``: paths
-        below a path the commit checks absent (see ``_under_absence``)."""
+    ) -> CommitResult | tuple[list[Any], list[Origin]]:
+        """Pre-read what the conditions need and build the multi with the pure planner
+        (``plan.py``), checks first; or a failed result when a condition is already
+        false. Origins say, per multi operation, why it is there: (kind, user op,
+        path). ``below_absent``: paths below a path the commit checks absent (see
+        ``_under_absence``)."""
         reread = reread or set()
-
-        def blind(op: Op) -> bool:
-            # a Put of a node the writer says exists (persistent): set it natively
-            return (
-                isinstance(op, Put) and op.existing and not op.ephemeral and op.path not in reread
-            )
-
-        # Paths that exist if the commit applies at all: a bare existence check on
-        # the path or on one of its descendants (it comes first in the multi and
-        # fails it otherwise). Deleting them needs no pre-read.
-        known = {op.path for op in ops if _bare_exists(op)}
         # created-revision checks of our own ephemeral nodes whose incarnation is known
         # (owned.py): an existence check says the same, natively
-        mine = {
+        mine = frozenset(
             op.path
             for op in ops
             if isinstance(op, Check)
-            and _revision_check(op)
+            and revision_check(op)
             and op.created_revision is not None
             and self._owned.knows(op.path, op.created_revision)
             and self._covered(op.path)
-        }
-        known |= mine
-        present = known | {a for p in known for a in ancestors(p)}
-
-        def native_delete(op: Op) -> bool:
-            return isinstance(op, Delete) and op.path in present and op.path != "/"
-
-        # Puts below a path the commit checks absent: if it applies, they do not
-        # exist yet, so they are creates and need no pre-read (a registration's
-        # membership node)
-        def fresh(op: Op) -> bool:
-            return isinstance(op, Put) and op.path in below_absent and op.path not in reread
-
-        need = {
-            op.path
-            for op in ops
-            if (isinstance(op, Put) and not blind(op) and not fresh(op))
-            or (isinstance(op, Delete) and not native_delete(op))
-            or (
-                isinstance(op, Check)
-                and op.version is None
-                and not _bare_exists(op)
-                and op.exists is not False
-                and op.path not in mine
-            )
-        }
+        )
+        need = reads_needed(ops, mine, reread, below_absent)
         # one request for all the pre-reads (a multiRead), whatever their number
-        seen = self._read_many_learning(deadline, sorted(need), ops) if need else {}
-        checks: list[tuple[Any, tuple[str, Op, str]]] = []
-        writes: list[tuple[Any, tuple[str, Op, str]]] = []
-        made: set[str] = set()
-
-        # Absence checks of paths this multi creates as parents anyway (a
-        # registration's job node): that create fails on an existing node by itself,
-        # so the guard's create+delete (two operations and two notifications for
-        # every watcher) is left out, unless an operation of the commit writes or
-        # deletes the path itself (then the create would not see the state before).
-        touched = {op.path for op in ops if not isinstance(op, Check)}
-        folded = {
-            op.path
-            for op in ops
-            if isinstance(op, Check)
-            and op.exists is False
-            and op.path in parents
-            and op.path not in touched
-            and op.path not in guards
-        }
-
-        def guard(op: Op) -> None:
-            if op.path in folded:
-                return  # the parent create below is the check (see ``folded``)
-            mode, g = guards.get(op.path, ("pair", op.path))
-            if mode == "exists":
-                checks.append((kazoo_private.check_op(self._full(g), -1), ("guard", op, g)))
-                return
-            acl = self._acl or OPEN_ACL_UNSAFE
-            checks.append(
-                (kazoo_private.create_op(self._full(g), b"", acl, False), ("guard", op, g))
-            )
-            checks.append((kazoo_private.delete_op(self._full(g), -1), ("guard", op, g)))
-
-        def create(op: Create | Put, kind: str) -> None:
-            # (no missing parents known: the common first attempt skips the walk)
-            # top-down: a parent is made before its children
-            for a in reversed(ancestors(op.path)) if parents else ():
-                if a in parents and a not in made:
-                    made.add(a)
-                    writes.append((self._create_op(a, b"", False), ("parent", op, a)))
-            writes.append((self._create_op(op.path, op.value, op.ephemeral), (kind, op, op.path)))
-
-        for op in ops:
-            full = self._full(op.path)
-            if isinstance(op, Check):
-                if op.version is not None:
-                    checks.append((kazoo_private.check_op(full, op.version), ("user", op, op.path)))
-                    continue
-                if _bare_exists(op):
-                    # version -1 checks existence only: native, no pre-read
-                    checks.append((kazoo_private.check_op(full, -1), ("user", op, op.path)))
-                    continue
-                if op.path in mine:
-                    checks.append((kazoo_private.check_op(full, -1), ("owned", op, op.path)))
-                    continue
-                if op.exists is False:
-                    # the guard itself fails when the node exists: no pre-read
-                    guard(op)
-                    continue
-                got = seen[op.path]
-                if got is None:
-                    return CommitResult(False, failed_path=op.path)
-                value, stat = got
-                if (op.value is not None and value != op.value) or (
-                    op.created_revision is not None and stat.czxid != op.created_revision
-                ):
-                    return CommitResult(False, failed_path=op.path)
-                checks.append(
-                    (kazoo_private.check_op(full, stat.version), ("derived", op, op.path))
-                )
-            elif isinstance(op, Create):
-                create(op, "user")
-            elif isinstance(op, Put) and blind(op) and op.path not in seen:
-                writes.append(
-                    (kazoo_private.set_data_op(full, op.value, -1), ("existing", op, op.path))
-                )
-            elif isinstance(op, Put) and fresh(op):
-                create(op, "create")
-            elif isinstance(op, Put):
-                got = seen[op.path]
-                if got is None:
-                    create(op, "create")
-                    continue
-                stat = got[1]
-                if stat.ephemeralOwner == self._wanted_owner(op.ephemeral):
-                    writes.append(
-                        (
-                            kazoo_private.set_data_op(full, op.value, stat.version),
-                            ("derived", op, op.path),
-                        )
-                    )
-                else:
-                    writes.append(
-                        (kazoo_private.delete_op(full, stat.version), ("derived", op, op.path))
-                    )
-                    writes.append(
-                        (
-                            self._create_op(op.path, op.value, op.ephemeral),
-                            ("derived", op, op.path),
-                        )
-                    )
-            elif native_delete(op):
-                writes.append((kazoo_private.delete_op(full, -1), ("user", op, op.path)))
-            elif seen[op.path] is None:
-                guard(op)
-            else:
-                writes.append((kazoo_private.delete_op(full, -1), ("derived", op, op.path)))
-        for op in ops:
-            if op.path in folded and op.path not in made:
-                # nothing created it after all (e.g. a blind set below it): guard it
-                folded.discard(op.path)
-                guard(op)
-        both = checks + writes
-        return [z for z, _ in both], [o for _, o in both]
+        seen = self._read_many_learning(deadline, need, ops) if need else {}
+        ctx = PlanContext(self._chroot, self._acl or OPEN_ACL_UNSAFE, self._own_session())
+        planned = build_multi(
+            ops,
+            ctx,
+            seen,
+            mine=mine,
+            guards=guards,
+            parents=parents,
+            reread=reread,
+            below_absent=below_absent,
+        )
+        if isinstance(planned, CommitResult):
+            return planned
+        return planned.ops, planned.origins
 
 
 def _under_absence(ops: list[Op], targets: set[str]) -> tuple[set[str], frozenset[str]]:
@@ -477,25 +349,3 @@ def _under_absence(ops: list[Op], targets: set[str]) -> tuple[set[str], frozense
         if under:
             below.add(op.path)
     return implied, frozenset(below)
-
-
-def _revision_check(op: Op) -> bool:
-    """A check of the created revision alone (no value, no version)."""
-    return (
-        isinstance(op, Check)
-        and op.created_revision is not None
-        and op.value is None
-        and op.version is None
-        and op.exists is not False
-    )
-
-
-def _bare_exists(op: Op) -> bool:
-    """A check of existence alone (no version, value or created revision)."""
-    return (
-        isinstance(op, Check)
-        and op.exists is True
-        and op.version is None
-        and op.value is None
-        and op.created_revision is None
-    )

@@ -357,8 +357,10 @@ class _Session(CoordinationStore):
         return self._owned.begin([p for p in paths if self._covered(p)])
 
     def _own_session(self) -> int | None:
-        """The session id requests are sent on now (None between sessions)."""
-        cid = self._zk.client_id
+        """The session id requests are sent on now (None between sessions, and
+        before the client exists)."""
+        client = self._client
+        cid = client.client_id if client is not None else None
         return cid[0] if cid else None
 
     def _create_op(self, path: str, value: bytes, ephemeral: bool) -> Any:
