@@ -222,17 +222,42 @@ class FailoverService:
                 continue
             if result.failed_path in fixed_paths:
                 return applied
-            for m in members:
+            if not self._bisect(fixed, groups, members, applied):
+                return applied
+        return applied
+
+    def _bisect(
+        self, fixed: list[Op], groups: list[list[Op]], members: list[int], applied: dict[int, int]
+    ) -> bool:
+        """A refused chunk's groups, in halves: a half that commits is done, a refused
+        half is halved again, down to single groups. A few refused groups among
+        thousands cost a few dozen commits, not one per group (a take-over of 1,000
+        orphans sent one by one held the lane for seconds on a loaded store). False
+        when ``fixed`` failed or the store gave no answer (stop: what was applied is
+        in ``applied``)."""
+        fixed_paths = {op.path for op in fixed}
+        pending = [members]
+        while pending:
+            part = pending.pop()
+            if len(part) > 1:
+                half = len(part) // 2
+                chunks = [part[:half], part[half:]]
+            else:
+                chunks = [part]
+            for chunk in chunks:
+                ops = [*fixed, *(op for m in chunk for op in groups[m])]
                 try:
-                    one = self._store.commit([*fixed, *groups[m]])
+                    done = self._store.commit(ops)
                 except StoreError as exc:
                     log.info("%s: failover commit outcome unknown: %s", self._paths.job, exc)
-                    return applied
-                if one:
-                    applied[m] = one.revision
-                elif one.failed_path in fixed_paths:
-                    return applied
-        return applied
+                    return False
+                if done:
+                    applied.update(dict.fromkeys(chunk, done.revision))
+                elif done.failed_path in fixed_paths:
+                    return False
+                elif len(chunk) > 1:
+                    pending.append(chunk)
+        return True
 
     def _clear_ops(self, item: int, token: int, fence: str) -> list[Op]:
         return clear_mark_ops(self._paths, item, token, fence)
