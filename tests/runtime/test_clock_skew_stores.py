@@ -9,6 +9,7 @@ aligned and the test isolates the check and the leader's rule)."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -100,6 +101,7 @@ def test_a_skewed_instance_runs_nothing_its_items_run_elsewhere_and_it_comes_bac
 ) -> None:
     steady, steady_job, shifted, shifted_job, clock = pair
     assert steady.clock is not None and shifted.clock is not None
+    monitor = shifted.clock  # a name: the narrowing above does not reach into lambdas
     # both in sync: both run items, and both published a small offset
     t0 = time.time()
     wait_until(
@@ -116,7 +118,7 @@ def test_a_skewed_instance_runs_nothing_its_items_run_elsewhere_and_it_comes_bac
     caplog.set_level(logging.ERROR, logger="shardkeeper.runtime.clockskew")
     clock.shift = SHIFT
     runner = shifted.runners[JOB]
-    wait_until(lambda: JOB in shifted.clock.skewed, 20, message="the shift was not seen")
+    wait_until(lambda: JOB in monitor.skewed, 20, message="the shift was not seen")
     skewed_at = time.time()
     assert runner.state.skip_reason() is SkipReason.CLOCK_SKEW
     assert any(
@@ -135,6 +137,7 @@ def test_a_skewed_instance_runs_nothing_its_items_run_elsewhere_and_it_comes_bac
     assert view.health == "clock_skew" and view.clock_skewed == [JOB]
     assert view.clock_offset is not None and view.clock_offset == pytest.approx(-SHIFT, abs=1.5)
     assert views[steady.instance_id].health == "ok"
+    _cli_and_console_show_it(registry_url, store, shifted.instance_id)
     from shardkeeper.metrics import RuntimeMetrics
     from shardkeeper.metrics_http import readiness
 
@@ -159,7 +162,7 @@ def test_a_skewed_instance_runs_nothing_its_items_run_elsewhere_and_it_comes_bac
 
     # the shift removed: back within the limit, items again
     clock.shift = 0.0
-    wait_until(lambda: JOB not in shifted.clock.skewed, 20, message="it did not come back")
+    wait_until(lambda: JOB not in monitor.skewed, 20, message="it did not come back")
     back = time.time()
     assert not store.exists(P.skewed(shifted.instance_id))
     wait_until(lambda: shifted_job.items_since(back), 30, message="no items after it came back")
@@ -188,3 +191,44 @@ def test_a_skewed_instance_at_start_never_gets_items(registry_url: str) -> None:
         assert shifted_job.started_since(0) == 0
         sample = shifted.clock.sample
         assert sample is not None and sample.offset == pytest.approx(SHIFT, abs=1.5)
+
+
+def _cli_and_console_show_it(registry_url: str, store: CoordinationStore, skewed: str) -> None:
+    """``shardkeeper instances`` and the console's instance view show the offset and
+    the skew."""
+    import os
+    import subprocess
+    import sys
+
+    from fastapi.testclient import TestClient
+
+    from shardkeeper.console import AuthConfig, create_app
+
+    env = {**os.environ, "COLUMNS": "300", "SHARDKEEPER_REGISTRY": registry_url}
+    result = subprocess.run(
+        [sys.executable, "-m", "shardkeeper.cli", "instances"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "CLOCK OFFSET" in result.stdout
+    row = next(ln for ln in result.stdout.splitlines() if skewed in ln)
+    assert f"SKEWED ({JOB})" in row and "-30." in row, row
+    auth = AuthConfig()
+    auth.add_user("bob", "viewer", password="bob-password-1")
+    app = create_app(Operations(store), auth, refresh_seconds=0)
+    with TestClient(app) as client:
+        form = client.get("/login").text
+        match = re.search(r'name="csrf" value="([^"]+)"', form)
+        assert match, "no CSRF token on the login page"
+        client.post(
+            "/login",
+            data={"username": "bob", "password": "bob-password-1", "csrf": match.group(1)},
+        )
+        page = client.get("/instances")
+    assert page.status_code == 200
+    assert "Clock offset" in page.text and f"clock skew: {JOB}" in page.text
+    assert "-30." in page.text
