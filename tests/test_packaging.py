@@ -258,8 +258,8 @@ def test_cli_status_loads_what_it_uses_only() -> None:
     result = _loaded_by(CLI, "status")
     assert result["rc"] == 0
     assert "0 job(s)" in result["out"]
-    unused = ("shardkeeper.runtime", "shardkeeper.history", "shardkeeper.console")
-    unused += ("shardkeeper.scheduling.scheduler", "sqlalchemy", "fastapi", "httpx")
-    unused += ("prometheus_client", "kazoo", "etcd3")
+    unused: tuple[str, ...] = ("shardkeeper.runtime", "shardkeeper.history")
+    unused += ("shardkeeper.console", "shardkeeper.scheduling.scheduler", "sqlalchemy")
+    unused += ("fastapi", "httpx", "prometheus_client", "kazoo", "etcd3")
     wrong = [m for m in result["loaded"] if m.startswith(unused)]
     assert not wrong, wrong
