@@ -382,9 +382,12 @@ class JobRunner:
         self.state.phase.move({JobPhase.UNREGISTERED: JobPhase.REGISTERING}, "register (batch)")
 
     def registration_left(self, why: str) -> None:
-        """The registrar leaves this job to the housekeeping pass (``why``)."""
-        self.state.register_error = why
-        self.state.phase.move({JobPhase.REGISTERING: JobPhase.UNREGISTERED}, f"left: {why}")
+        """The registrar leaves this job, still registering, to the housekeeping pass
+        (``why``); a job it registered, or whose registration failed, stays as it is."""
+        st = self.state
+        with st.lock:
+            if st.phase.move({JobPhase.REGISTERING: JobPhase.UNREGISTERED}, f"left: {why}"):
+                st.register_error = why
 
     def _joined(self, revision: int, joined_at: float, why: str) -> None:
         """Register ok, however it was done: our membership and the phase."""
