@@ -449,7 +449,10 @@ class JitterTrace:
             for kind, xs in sorted(by_kind.items())
         }
         keep = [s for b, s in self.calls.keepalives if b >= warm]
-        gcs = [s for b, s, _g in self.gc_pauses if b >= warm]
+        gcs: dict[int, list[float]] = {}
+        for b, s, g in self.gc_pauses:
+            if b >= warm:
+                gcs.setdefault(g, []).append(s)
         return {
             "late_ms": late_ms,
             "late_fires": len(rows),
@@ -459,7 +462,10 @@ class JitterTrace:
                 "n": len(keep),
                 "max_ms": round(max(keep) * 1000, 2) if keep else None,
             },
-            "gc": {"n": len(gcs), "max_ms": round(max(gcs) * 1000, 2) if gcs else None},
+            "gc": {
+                f"generation {g}": {"n": len(xs), "max_ms": round(max(xs) * 1000, 2)}
+                for g, xs in sorted(gcs.items())
+            },
             "server_disk": self.disk.totals() if self.disk is not None else {},
             "rows": rows,
         }
