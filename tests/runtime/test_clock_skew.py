@@ -4,6 +4,7 @@ test_clock_skew_stores.py)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,93 @@ def test_sharding_leaves_skewed_instances_out() -> None:
         assert set(svc.enabled_members()) == {"a"}
         store.delete(p.skewed("b"))
         assert svc.enabled_instances() == ["a", "b"]
+
+
+# -- the runtime on the MemoryStore (fast tier) --------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_minus_one_keeps_todays_behaviour_whatever_the_clock() -> None:
+    """With the default -1 nothing is measured nor written, and an instance whose clock
+    is an hour off runs its items as before."""
+    from shardkeeper.config import JobConfig
+    from shardkeeper.registry.memory import MemoryServer
+    from shardkeeper.runtime import Runtime
+    from shardkeeper.testing.jobs import RecordingJob
+
+    server = MemoryServer()
+    try:
+        job = RecordingJob()
+        rt = Runtime(server.store(), shutdown_grace=1.0, wall_clock=lambda: time.time() + 3600)
+        rt.add_job(job, JobConfig(name="j", interval=0.5, sharding_total_count=2))
+        with rt:
+            job.wait_for(lambda runs: {r.item for r in runs} == {0, 1}, 30)
+            assert rt.clock is not None
+            rt.clock.tick(force=True)
+            assert rt.clock.sample is None and rt.clock.skewed == {}
+            assert not rt.store.exists(clock_path(rt.instance_id))
+            assert not rt.store.children(JobPaths("j").skewed_root)
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.timeout(60)
+def test_memory_store_runtime_refuses_and_comes_back() -> None:
+    """The MemoryStore's server clock is this host's: a shifted runtime clock is seen,
+    the runtime refuses the job's items, and runs them again once the shift goes."""
+    from shardkeeper.config import JobConfig
+    from shardkeeper.registry.memory import MemoryServer
+    from shardkeeper.runtime import Runtime
+    from shardkeeper.runtime.jobstate import SkipReason
+    from shardkeeper.testing.faults import wait_until
+    from shardkeeper.testing.jobs import RecordingJob
+
+    shift = [0.0]
+    server = MemoryServer()
+    try:
+        job = RecordingJob()
+        rt = Runtime(server.store(), shutdown_grace=1.0, wall_clock=lambda: time.time() + shift[0])
+        rt.add_job(
+            job,
+            JobConfig(name="j", interval=0.5, sharding_total_count=2, max_time_diff_seconds=1),
+        )
+        with rt:
+            assert rt.clock is not None
+            job.wait_for(lambda runs: len(runs) >= 2, 30)
+            assert rt.clock.sample is not None and abs(rt.clock.sample.offset) < 0.5
+            shift[0] = 10.0
+            rt.clock.tick(force=True)
+            assert "j" in rt.clock.skewed
+            assert rt.runners["j"].state.skip_reason() is SkipReason.CLOCK_SKEW
+            assert rt.store.exists(JobPaths("j").skewed(rt.instance_id))
+            shift[0] = 0.0
+            rt.clock.tick(force=True)
+            assert rt.clock.skewed == {}
+            back = time.time()
+            job.wait_for(lambda runs: any(r.fire_time >= back for r in runs), 30)
+            wait_until(lambda: not rt.store.children(JobPaths("j").skewed_root), 5)
+    finally:
+        server.shutdown()
+
+
+def test_fmt_clock_in_the_instances_table() -> None:
+    from shardkeeper.cli.inspect import fmt_clock
+    from shardkeeper.ops import InstanceView
+
+    base = {
+        "instance_id": "h@1@a",
+        "host": "h",
+        "pid": 1,
+        "version": "1",
+        "started_at": None,
+        "labels": {},
+        "jobs": ["j"],
+        "items": {"j": []},
+        "running": {"j": []},
+        "disabled": {"j": False},
+        "leader_of": [],
+    }
+    assert fmt_clock(InstanceView(**base)) == "-"  # type: ignore[arg-type]
+    view = InstanceView(**base, clock_offset=-30.1234, clock_error=0.5, clock_skewed=["j"])  # type: ignore[arg-type]
+    assert fmt_clock(view) == "-30.123s ±0.500 SKEWED (j)"
+    assert view.health == "clock_skew"

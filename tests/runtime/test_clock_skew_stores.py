@@ -216,7 +216,9 @@ def _cli_and_console_show_it(registry_url: str, store: CoordinationStore, skewed
     assert result.returncode == 0, result.stderr
     assert "CLOCK OFFSET" in result.stdout
     row = next(ln for ln in result.stdout.splitlines() if skewed in ln)
-    assert f"SKEWED ({JOB})" in row and "-30." in row, row
+    shown = re.search(r"([+-]\d+\.\d+)s ±(\d+\.\d+) SKEWED \(" + JOB + r"\)", row)
+    assert shown, row
+    assert float(shown.group(1)) == pytest.approx(-SHIFT, abs=1.5)
     auth = AuthConfig()
     auth.add_user("bob", "viewer", password="bob-password-1")
     app = create_app(Operations(store), auth, refresh_seconds=0)
@@ -231,4 +233,7 @@ def _cli_and_console_show_it(registry_url: str, store: CoordinationStore, skewed
         page = client.get("/instances")
     assert page.status_code == 200
     assert "Clock offset" in page.text and f"clock skew: {JOB}" in page.text
-    assert "-30." in page.text
+    row_html = page.text.split(f'<tr id="instance-{skewed}">', 1)[1].split("</tr>", 1)[0]
+    cell = re.search(r'<td class="clock">([+-]\d+\.\d+) s ±', row_html)
+    assert cell and float(cell.group(1)) == pytest.approx(-SHIFT, abs=1.5), row_html
+    assert f"clock skew: {JOB}" in row_html
