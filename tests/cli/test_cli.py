@@ -191,6 +191,11 @@ INSTANCE_KEYS = {
     "disabled",
     "leader_of",
     "state",
+    "health",
+    "clock_offset",
+    "clock_error",
+    "clock_at",
+    "clock_skewed",
 }
 DUMP_KEYS = {"value", "encoding", "kind", "version", "revision", "created_revision"}
 
