@@ -32,7 +32,7 @@ PYENV_ROOT ?= $(HOME)/.pyenv
 demo: system-deps venv
 	$(PY) -m demo --backend $(BACKEND)
 
-test: system-deps venv lint typecheck pytest
+test: system-deps venv lint typecheck typecheck-tests pytest
 
 lint: venv
 	$(VENV)/bin/ruff check src tests examples demo bench
@@ -42,9 +42,7 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
-# the tests under the same strict mypy (check_untyped_defs included): not yet part of
-# make test, since 104 errors in 26 test files remain (private attributes of the
-# stores, Optional values used unchecked); docs/testing.md
+# the tests under the same strict mypy (check_untyped_defs included); part of make test
 typecheck-tests: venv
 	$(VENV)/bin/mypy --explicit-package-bases tests
 
