@@ -38,6 +38,13 @@ The tree inside a namespace (the same on ZooKeeper and etcd)::
     /jobs/{job}/done                       P  a one-off job (``at``) is done: every item of
                                               its fire completed, or the fire was skipped
                                               (JSON: at, done_at, by, skipped items)
+    /audit/jobs/{job}/{entry}              P  one operator action on the job (JSON: who,
+                                              via, host, action, target, outcome, details);
+                                              the newest 200 per job are kept
+                                              (ops/audit.py); outside /jobs/{job}, so that
+                                              removing a job keeps its audit trail
+    /audit/namespace/{entry}               P  the same, for actions on no job (shutdown,
+                                              fix-acl, an instance switch that found no job)
 
 E = ephemeral (bound to the instance's session), P = persistent.
 Instance ids look like ``host@pid@suffix``; job names use ``[A-Za-z0-9._-]``.
@@ -48,6 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "AUDIT",
     "CONTROL",
     "FENCE_PREFIX",
     "INSTANCES",
@@ -58,6 +66,9 @@ __all__ = [
     "ParsedNode",
     "ShutdownNode",
     "Unknown",
+    "audit_entry",
+    "audit_job_root",
+    "audit_namespace_root",
     "clock_path",
     "instance_path",
     "is_high_churn",
@@ -73,6 +84,8 @@ INSTANCES = "/instances"
 FENCE_PREFIX = "fence-"
 JOBS = "/jobs"
 CONTROL = "/control"
+#: the operators' audit trail (read by the tools only; never by an instance)
+AUDIT = "/audit"
 
 
 def instance_path(instance_id: str) -> str:
@@ -93,6 +106,22 @@ def clock_path(instance_id: str) -> str:
 def probe_path(instance_id: str) -> str:
     """``/control/probe/{instance}``: the gray-link guard's probe commit (ephemeral)."""
     return f"{CONTROL}/probe/{instance_id}"
+
+
+def audit_job_root(job: str) -> str:
+    """``/audit/jobs/{job}``: parent of the audit entries of one job."""
+    return f"{AUDIT}/jobs/{job}"
+
+
+def audit_namespace_root() -> str:
+    """``/audit/namespace``: parent of the audit entries that concern no job."""
+    return f"{AUDIT}/namespace"
+
+
+def audit_entry(root: str, entry_id: str) -> str:
+    """One audit entry under ``root`` (:func:`audit_job_root` or
+    :func:`audit_namespace_root`); ids sort oldest first."""
+    return f"{root}/{entry_id}"
 
 
 @dataclass(frozen=True)
@@ -250,8 +279,10 @@ def is_high_churn(path: str) -> bool:
     """Whether ``path`` is ``/jobs/{job}/running``, ``misfire``, ``once``, ``fired`` or
     ``results`` itself, or ``/control/clock`` (rewritten at every clock sample).
     The runtime's namespace watch excludes these subtrees: on ZooKeeper that saves
-    reading every running mark on every instance at every trigger."""
-    if path == f"{CONTROL}/clock":
+    reading every running mark on every instance at every trigger. ``/audit`` is
+    excluded too: no instance reads it, and a resync would otherwise read every
+    job's audit trail on every instance."""
+    if path in (f"{CONTROL}/clock", AUDIT):
         return True
     parsed = parse_job_path(path)
     return parsed is not None and len(parsed[1]) == 1 and parsed[1][0] in HIGH_CHURN

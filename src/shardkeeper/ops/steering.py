@@ -93,8 +93,11 @@ class Steering(OperationsBase):
         block until it is gone; returns whether it is gone (False without ``wait``)."""
         self._require_live(instance)
         self.store.put(shutdown_path(instance), stamp("shutdown"))
-        if wait is None:
-            return False
+        return False if wait is None else self.shutdown_wait(instance, wait)
+
+    def shutdown_wait(self, instance: str, wait: float) -> bool:
+        """After :meth:`shutdown`: block up to ``wait`` seconds until ``instance`` is
+        gone; returns whether it is (then its request node is removed)."""
         deadline = time.monotonic() + wait
         while self.store.exists(instance_path(instance)):
             if time.monotonic() >= deadline:

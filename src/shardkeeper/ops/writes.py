@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from shardkeeper.config import JobConfig
+from shardkeeper.config.secrets import mask_config_data
 from shardkeeper.coordination.config_service import ConfigService
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.errors import ConfigError, OperationRefusedError
@@ -57,6 +58,14 @@ class Writes(OperationsBase):
         stored config its readable fields are the base, so an edit can repair it.
         The document records the edit as an operator's (see docs/configuration.md:
         an instance's ``overwrite`` does not undo it)."""
+        return self.edit_config(job, changes)[0]
+
+    def edit_config(
+        self, job: str, changes: dict[str, Any], *, by: str | None = None
+    ) -> tuple[JobConfig, JobConfig | None]:
+        """:meth:`update_config` that also returns the config it changed (None when
+        the stored one was corrupt), for an audit entry's before and after; ``by``
+        names the operator in the stored document (default: this process's)."""
         if "name" in changes and changes["name"] != job:
             raise ConfigError(
                 f"the name of job {job!r} cannot change; register a new job and remove "
@@ -65,21 +74,23 @@ class Writes(OperationsBase):
         if not changes:
             raise ConfigError("nothing to change")
         paths = self._require_job(job)
-        new, _ = ConfigService(self.store, paths).update(changes, by=operator())
-        return new
+        return ConfigService(self.store, paths).update(changes, by=by or operator())
 
-    def replace_config(self, job: str, config: JobConfig) -> tuple[JobConfig, JobConfig | None]:
+    def replace_config(
+        self, job: str, config: JobConfig, *, by: str | None = None
+    ) -> tuple[JobConfig, JobConfig | None]:
         """Replace the whole stored config of ``job`` with ``config`` (its name must be
         ``job``), also when the stored one is corrupt: the repair for a config no
         edit can fix. Sets the reshard flag when the count changes (or the old count
-        is unreadable). Returns (new, old config or None when it was corrupt)."""
+        is unreadable). Returns (new, old config or None when it was corrupt). ``by``
+        names the operator in the stored document (default: this process's)."""
         if config.name != job:
             raise ConfigError(
                 f"the config is for job {config.name!r}, not {job!r}; the name of a job "
                 "cannot change"
             )
         paths = self._require_job(job)
-        return ConfigService(self.store, paths).replace(config, by=operator())
+        return ConfigService(self.store, paths).replace(config, by=by or operator())
 
     def remove_job(self, job: str, *, force: bool = False) -> list[str]:
         """Delete everything stored for ``job``. Refused (OperationRefusedError) while
@@ -98,7 +109,10 @@ class Writes(OperationsBase):
         return members
 
 
-def config_to_dict(config: JobConfig) -> dict[str, Any]:
-    """A config as JSON data, exactly as stored (what ``config get --json`` prints)."""
+def config_to_dict(config: JobConfig, *, reveal: bool = False) -> dict[str, Any]:
+    """A config as JSON data as stored (what ``config get --json`` prints), with its
+    literal secrets masked (``https://host/***``; a reference is shown as is) unless
+    ``reveal``: it is made to be shown. A masked value written back keeps the secret
+    (:func:`shardkeeper.config.secrets.restore_masked`)."""
     data: dict[str, Any] = json.loads(config.to_json())
-    return data
+    return data if reveal else mask_config_data(data)
