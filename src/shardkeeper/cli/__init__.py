@@ -7,7 +7,8 @@ described in ``docs/cli.md``, with the JSON schema of each ``--json`` output.
 Modules: :mod:`~shardkeeper.cli.common` (the apps, shared options, exit codes),
 :mod:`~shardkeeper.cli.render` (console, tables, JSON), and one per group of commands:
 :mod:`~shardkeeper.cli.run`, :mod:`~shardkeeper.cli.inspect` (reads),
-:mod:`~shardkeeper.cli.steer` (writes and ``config``), :mod:`~shardkeeper.cli.serve` (the
+:mod:`~shardkeeper.cli.steer` (writes and ``config``), :mod:`~shardkeeper.cli.audit`
+(the audit trail, and the recording of every write), :mod:`~shardkeeper.cli.serve` (the
 web console), :mod:`~shardkeeper.cli.registry`.
 
 Imports are lazy: this package imports nothing until :func:`main` runs, and the
@@ -39,7 +40,7 @@ __all__ = ["app", "exit_code", "main"]
 
 # Each command module registers its commands on ``app`` when imported; the order
 # here is the order of ``shardkeeper --help``.
-_COMMAND_MODULES = ("run", "inspect", "steer", "serve", "registry")
+_COMMAND_MODULES = ("run", "inspect", "steer", "audit", "serve", "registry")
 
 
 def _load_app() -> typer.Typer:

@@ -18,6 +18,7 @@ anything is read or written, and an unknown name has no trail to go to.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -46,9 +47,12 @@ _NOT_RECORDED = (ConfigError, JobLookupError, InstanceLookupError)
 
 
 def _config_dict(config: JobConfig | None) -> dict[str, Any] | None:
-    from shardkeeper.ops.writes import config_to_dict
-
-    return None if config is None else config_to_dict(config)
+    # the values as stored: compared unmasked (two secrets may share a mask), then
+    # masked field by field in the entry (config_changes)
+    if config is None:
+        return None
+    data: dict[str, Any] = json.loads(config.to_json())
+    return data
 
 
 class AuditedOperations:
