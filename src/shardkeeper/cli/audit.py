@@ -27,8 +27,9 @@ from shardkeeper.cli.render import emit_json, fmt_time, new_table, out
 if TYPE_CHECKING:
     from shardkeeper.ops.audit import AuditEntry, AuditSink
     from shardkeeper.ops.audited import AuditedOperations
+    from shardkeeper.registry.base import CoordinationStore
 
-__all__ = ["audit", "audited", "history_sinks"]
+__all__ = ["audit", "audited", "history_sinks", "record_done"]
 
 #: the history URL's environment variable (shardkeeper.history.url.ENV_VAR, written out
 #: so that a write command does not import SQLAlchemy when it is unset)
@@ -49,24 +50,44 @@ def history_sinks() -> list[AuditSink]:
 
 
 @contextmanager
-def audited(registry: str | None) -> Iterator[AuditedOperations]:
-    """The writes of the registry's operations made by this process's user, each
-    recorded; warnings about entries not written are printed on stderr at the end."""
+def _recording(store: CoordinationStore, extra: list[AuditSink]) -> Iterator[AuditedOperations]:
+    from shardkeeper.ops import Operations
     from shardkeeper.ops.audit import cli_actor
     from shardkeeper.ops.auditlog import RegistryAuditLog
 
+    writer = Operations(store).audited(cli_actor(), [RegistryAuditLog(store), *extra])
+    try:
+        yield writer
+    finally:
+        for warning in writer.warnings:
+            sys.stderr.write(f"warning: {warning}\n")
+        for sink in extra:
+            close = getattr(sink, "close", None)
+            if close is not None:
+                close()
+
+
+@contextmanager
+def audited(registry: str | None) -> Iterator[AuditedOperations]:
+    """The writes of the registry's operations made by this process's user, each
+    recorded; warnings about entries not written are printed on stderr at the end."""
     extra = history_sinks()
-    with connect(registry) as ops:
-        writer = ops.audited(cli_actor(), [RegistryAuditLog(ops.store), *extra])
-        try:
-            yield writer
-        finally:
-            for warning in writer.warnings:
-                sys.stderr.write(f"warning: {warning}\n")
-            for sink in extra:
-                close = getattr(sink, "close", None)
-                if close is not None:
-                    close()
+    with connect(registry) as ops, _recording(ops.store, extra) as writer:
+        yield writer
+
+
+def record_done(store: CoordinationStore, action: str, details: dict[str, object]) -> None:
+    """Record ``action``, done by this process's user on ``store``'s namespace with a
+    store of its own (``registry fix-acl``); a warning on stderr if it cannot be."""
+    from shardkeeper.errors import ConfigError
+
+    try:
+        extra = history_sinks()
+    except ConfigError as exc:  # the action is done: say so, do not fail it
+        sys.stderr.write(f"warning: the audit entry is not written to the database: {exc}\n")
+        extra = []
+    with _recording(store, extra) as writer:
+        writer.record(action, details=details)
 
 
 def _details(entry: AuditEntry) -> str:

@@ -154,6 +154,9 @@ def registry_fix_acl(registry: RegistryOpt = None) -> None:
     try:
         store.start()
         count = store.acl_repaired or store.repair_acl()
+        from shardkeeper.cli.audit import record_done
+
+        record_done(store, "fix-acl", {"nodes": count, "user": settings.username})
     finally:
         store.close()
     typer.echo(
