@@ -8,6 +8,7 @@ boundary where they occur, so callers only ever catch shardkeeper's own types::
      |    +-- InvalidRegistryURLError         a registry URL that cannot be parsed
      |    +-- JobConfigError                  an invalid job configuration
      |    +-- JobConflictError                the job name belongs to another job class
+     |    +-- SecretReferenceError            an env:/file: reference that cannot be resolved
      +-- StoreError                           anything that went wrong talking to the store
      |    +-- StoreUnavailableError (ConnectionError)
      |    |                                   cannot reach the store within the timeout
@@ -39,6 +40,7 @@ __all__ = [
     "NodeExistsError",
     "OperationRefusedError",
     "OperationTimeoutError",
+    "SecretReferenceError",
     "SessionLostError",
     "ShardkeeperError",
     "StoreAuthError",
@@ -71,6 +73,18 @@ class JobConfigError(ConfigError):
 
 class JobConflictError(ConfigError):
     """The job name is registered in the store by a different job class."""
+
+
+class SecretReferenceError(ConfigError):
+    """A secret-valued setting's ``env:NAME`` or ``file:PATH`` reference that is malformed
+    or cannot be resolved on this instance: ``setting`` and ``reference`` name it,
+    ``missing`` says what is missing (never the secret itself)."""
+
+    def __init__(self, setting: str, reference: str, missing: str) -> None:
+        self.setting = setting
+        self.reference = reference
+        self.missing = missing
+        super().__init__(f"{setting}: secret reference {reference!r} cannot be resolved: {missing}")
 
 
 class StoreError(ShardkeeperError):

@@ -9,8 +9,12 @@ of the deployment, so it comes from the environment of each instance:
 ``SHARDKEEPER_SMTP_FROM``       sender address (default ``shardkeeper@<host>``)
 ``SHARDKEEPER_SMTP_STARTTLS``   ``1``/``true`` to upgrade with STARTTLS
 ``SHARDKEEPER_SMTP_USER``       login user (with ``..._PASSWORD``), if the server
-``SHARDKEEPER_SMTP_PASSWORD``   needs one
+``SHARDKEEPER_SMTP_PASSWORD``   needs one (a secret: or ``file:PATH``/``env:NAME``)
 =============================== ================================================
+
+The password may be a reference, ``file:/run/secrets/smtp`` (or ``env:NAME``, another
+variable), read when an alert is sent: one that cannot be read drops the alert
+(counted and logged by the sender, naming the setting and what is missing).
 """
 
 from __future__ import annotations
@@ -26,9 +30,13 @@ from email.message import EmailMessage
 
 from shardkeeper.alerts.message import Alert
 from shardkeeper.alerts.sender import SendError
-from shardkeeper.errors import ConfigError
+from shardkeeper.errors import ConfigError, SecretReferenceError
+from shardkeeper.secretref import check_reference, is_reference, resolve_secret
 
-__all__ = ["ADDRESS", "EmailTransport", "SmtpSettings", "email_message"]
+__all__ = ["ADDRESS", "PASSWORD_SETTING", "EmailTransport", "SmtpSettings", "email_message"]
+
+PASSWORD_SETTING = "SHARDKEEPER_SMTP_PASSWORD"
+"""The setting of the SMTP password (named by errors about its reference)."""
 
 #: what an email address must look like here (one @, no spaces, a dot-free local part
 #: is fine; the server has the final word)
@@ -58,6 +66,8 @@ class SmtpSettings:
             )
         if bool(self.user) != bool(self.password):
             raise ConfigError("give both SHARDKEEPER_SMTP_USER and SHARDKEEPER_SMTP_PASSWORD")
+        if is_reference(self.password):
+            check_reference(PASSWORD_SETTING, self.password)  # read when an alert is sent
 
     @property
     def from_address(self) -> str:
@@ -118,11 +128,16 @@ class EmailTransport:
         """Send one alert; SendError (retry for connection trouble and 4xx replies)."""
         s = self.settings
         try:
+            # read at each send: a rotated password file is picked up
+            password = resolve_secret(PASSWORD_SETTING, s.password) if s.user else ""
+        except SecretReferenceError as exc:
+            raise SendError(str(exc), retry=False) from None
+        try:
             with smtplib.SMTP(s.host, s.port, timeout=s.timeout) as smtp:
                 if s.starttls:
                     smtp.starttls(context=ssl.create_default_context())
                 if s.user:
-                    smtp.login(s.user, s.password)
+                    smtp.login(s.user, password)
                 smtp.send_message(email_message(alert, s.from_address, self.to))
         except smtplib.SMTPResponseException as exc:
             # 4xx: temporary (greylisting, busy); 5xx: refused for good

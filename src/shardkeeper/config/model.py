@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,6 +18,7 @@ from shardkeeper._imports import is_import_path
 from shardkeeper.errors import JobConfigError
 from shardkeeper.limits import ASSIGNMENT_MAX_BYTES
 from shardkeeper.scheduling.triggers import resolve_time_zone
+from shardkeeper.secretref import check_reference, is_reference, mask_webhook_url
 
 from .fields import (
     BUILTIN_ERROR_HANDLER_NAMES,
@@ -32,6 +33,7 @@ from .fields import (
     parse_item_parameters,
     scalar_to_str,
 )
+from .secrets import mask_value
 
 __all__ = ["JobConfig", "build_config", "config_label", "make_job_config"]
 
@@ -86,7 +88,9 @@ class JobConfig(BaseModel):
         default="log", description="log, ignore, raise, webhook, email or an import path."
     )
     alert_webhook_url: str | None = Field(
-        default=None, description="http(s) URL the webhook error handler POSTs alerts to."
+        default=None,
+        description="http(s) URL the webhook error handler POSTs alerts to (a secret: "
+        "or env:NAME / file:PATH).",
     )
     alert_email_to: tuple[str, ...] = Field(
         default=(), description="Recipients of the email error handler's alerts."
@@ -127,6 +131,11 @@ class JobConfig(BaseModel):
         allow_inf_nan=False,
         description="Max wait for running items before a reshard, seconds.",
     )
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        # a config's repr reaches log lines and tracebacks: never a secret in it
+        for name, value in super().__repr_args__():
+            yield name, (mask_value(name, value) if name is not None else value)
 
     # -- field validators -------------------------------------------------------------
 
@@ -247,13 +256,19 @@ class JobConfig(BaseModel):
     def _check_webhook_url(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        parsed = urlsplit(value.strip())
+        text = value.strip()
+        if is_reference(text):
+            # kept as written: the instance that sends an alert reads it then
+            return check_reference("alert_webhook_url", text)
+        parsed = urlsplit(text)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            # the value may be a secret: the message quotes its mask only
             raise ValueError(
-                f"alert_webhook_url {value!r} is not an http(s) URL; expected e.g. "
-                "'https://hooks.example.com/services/T000/B000/XXXX'"
+                f"alert_webhook_url {mask_webhook_url(text)!r} is not an http(s) URL; "
+                "expected e.g. 'https://hooks.example.com/services/T000/B000/XXXX', or a "
+                "reference to it: 'env:NAME' or 'file:/PATH'"
             )
-        return value.strip()
+        return text
 
     @field_validator("alert_email_to", mode="before")
     @classmethod

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardkeeper.config import JobConfig
+from shardkeeper.config.secrets import mask_value, restore_masked
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.sharding import necessary_value
 from shardkeeper.errors import JobConfigError, JobConflictError, OperationRefusedError
@@ -351,7 +352,7 @@ class ConfigService:
                 config.name,
                 ", ".join(kept),
                 stored.by or "an operator",
-                ", ".join(f"{k}={json.dumps(merged[k])}" for k in kept),
+                ", ".join(f"{k}={json.dumps(mask_value(k, merged[k]))}" for k in kept),
             )
         if replaced:
             log.warning(
@@ -359,7 +360,7 @@ class ConfigService:
                 "config changed them since (%s)",
                 config.name,
                 ", ".join(replaced),
-                ", ".join(f"{k}={json.dumps(code[k])}" for k in replaced),
+                ", ".join(f"{k}={json.dumps(mask_value(k, code[k]))}" for k in replaced),
             )
         return result, kept
 
@@ -402,7 +403,8 @@ class ConfigService:
             if stored is None:
                 raise JobConfigError(f"job {job!r} has no stored config")
             base = stored.data()
-            data = build({**base, "name": job})
+            # a secret sent back as a view showed it (masked) keeps the stored secret
+            data = restore_masked(base, build({**base, "name": job}))
             if data.get("name") != job:
                 raise JobConfigError(
                     f"the name of job {job!r} cannot change (got {data.get('name')!r}); "

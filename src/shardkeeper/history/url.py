@@ -11,6 +11,14 @@
 Anything else is a :class:`~shardkeeper.errors.ConfigError` naming the value (its
 password hidden) and what is valid. Passwords never reach a log line: use
 :func:`display_url` to show a URL.
+
+A URL with a password is a secret: the whole value may be a reference,
+``env:NAME`` or ``file:PATH`` (see :mod:`shardkeeper.secretref`), and so may the
+password alone (``postgresql://jobs:env:PGPASSWORD@db/jobs``, or the ``password``
+query option: ``postgresql://jobs@db/jobs?password=file:/run/secrets/pg``). Either
+is read by :func:`resolve_url`, on the instance that opens the database; one that
+cannot be read is a :class:`~shardkeeper.errors.SecretReferenceError` naming
+``history_url``, the reference and what is missing.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from sqlalchemy.exc import ArgumentError
 
 from shardkeeper.errors import ConfigError
 from shardkeeper.registry.url import redact
+from shardkeeper.secretref import is_reference, resolve_secret
 
 __all__ = ["ENV_VAR", "OFF", "default_path", "display_url", "resolve_url"]
 
@@ -30,6 +39,8 @@ __all__ = ["ENV_VAR", "OFF", "default_path", "display_url", "resolve_url"]
 ENV_VAR = "SHARDKEEPER_HISTORY_URL"
 #: the value that turns history off
 OFF = "off"
+#: the setting's name in messages
+SETTING = "history_url"
 
 _VALID = (
     f"expected {OFF!r}, sqlite:///PATH (a file) or "
@@ -48,7 +59,7 @@ def resolve_url(value: str | None) -> URL | None:
     """The SQLAlchemy URL for a ``history_url`` value, or None when history is off."""
     if value is None or not value.strip():
         return URL.create("sqlite", database=str(default_path()))
-    text = value.strip()
+    text = resolve_secret(SETTING, value.strip()).strip()
     if text.lower() == OFF:
         return None
     try:
@@ -65,10 +76,21 @@ def resolve_url(value: str | None) -> URL | None:
     if url.drivername in _POSTGRES:
         if not url.host and not url.query.get("host"):
             raise ConfigError(f"history_url {display_url(url)!r} names no host: {_VALID}")
-        return url.set(drivername="postgresql+psycopg")
+        return _resolve_password(url).set(drivername="postgresql+psycopg")
     raise ConfigError(
         f"history_url {display_url(url)!r} has an unsupported scheme {url.drivername!r}: {_VALID}"
     )
+
+
+def _resolve_password(url: URL) -> URL:
+    """``url`` with a password reference (user-info, or the ``password`` option, which
+    moves to the user-info) replaced by what it refers to."""
+    option = url.query.get("password")
+    if isinstance(option, str) and is_reference(option):
+        url = url.difference_update_query(["password"]).set(password=option)
+    if url.password is not None and is_reference(str(url.password)):
+        url = url.set(password=resolve_secret(f"{SETTING} password", str(url.password)))
+    return url
 
 
 def display_url(url: URL | None) -> str:

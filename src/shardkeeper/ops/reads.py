@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import base64
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from shardkeeper.config import JobConfig
+from shardkeeper.config.secrets import mask_config_data, mask_config_text, mask_edits
 from shardkeeper.coordination.config_service import ConfigService, StoredConfig
+from shardkeeper.coordination.paths import JobNode, parse
 from shardkeeper.coordination.snapshot import (
     JobSnapshot,
     read_clocks,
@@ -31,6 +34,7 @@ from shardkeeper.ops.views import (
 from shardkeeper.registry.base import check_path
 from shardkeeper.registry.url import RegistrySettings
 from shardkeeper.scheduling.triggers import build_trigger
+from shardkeeper.secretref import mask_urls_in_text
 
 __all__ = ["Reads", "next_fire"]
 
@@ -96,7 +100,7 @@ class Reads(OperationsBase):
             enabled=state.enabled,
             failover=bool(state.config and state.config.failover),
             next_fire=next_fire(state.config) if reason is None else None,
-            config_error=state.config_error,
+            config_error=_masked_error(state.config_error),
             next_fire_reason=reason if state.config is not None else None,
         )
 
@@ -165,8 +169,9 @@ class Reads(OperationsBase):
         summary = self._summary(state)
         return JobDetail(
             name=state.name,
-            config=state.config_data,
-            config_error=state.config_error,
+            # every view of a job reads it here: a literal secret leaves masked
+            config=mask_config_data(state.config_data),
+            config_error=_masked_error(state.config_error),
             trigger=state.trigger,
             enabled=state.enabled,
             disabled_by_operator=state.disabled_job,
@@ -236,11 +241,18 @@ class Reads(OperationsBase):
 
     def stored_config(self, job: str) -> StoredConfig:
         """The stored config document of ``job`` as it is, valid or not: the raw text,
-        the config or the reason it is invalid, and who wrote it last."""
+        the config or the reason it is invalid, and who wrote it last. Made to be
+        shown: the raw text, the error and the edits have their secrets masked (the
+        ``config`` is the real one: show it with ``config_to_dict``)."""
         stored = ConfigService(self.store, self._require_job(job)).read()
         if stored is None:
             raise JobLookupError(job)
-        return stored
+        return replace(
+            stored,
+            raw=mask_config_text(stored.text).encode("utf-8"),
+            error=_masked_error(stored.error),
+            edits=mask_edits(stored.edits),
+        )
 
     def dump(self, path: str = "/") -> dict[str, DumpEntry]:
         """Every node at or below ``path`` (path -> entry), sorted by path. Values are
@@ -252,6 +264,9 @@ class Reads(OperationsBase):
             node = tree[node_path]
             try:
                 value, encoding = node.value.decode("utf-8"), "utf-8"
+                parsed = parse(node_path)
+                if isinstance(parsed, JobNode) and parsed.kind == "config":
+                    value = mask_config_text(value)  # the stored config's secrets
             except UnicodeDecodeError:
                 value, encoding = base64.b64encode(node.value).decode("ascii"), "base64"
             out[node_path] = DumpEntry(
@@ -264,6 +279,11 @@ class Reads(OperationsBase):
                 created_revision=node.created_revision,
             )
         return out
+
+
+def _masked_error(error: str | None) -> str | None:
+    """A config error as shown: an invalid document's message may quote a URL."""
+    return None if error is None else mask_urls_in_text(error)
 
 
 def _number(value: object) -> float | None:

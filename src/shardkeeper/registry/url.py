@@ -11,7 +11,15 @@ process-wide server called ``name``: for tests and experiments, never for severa
 processes. It takes no credentials; only ``session_timeout`` means anything to it.
 
 Credentials go in the user-info part (``zk://user:secret@host:2181/ns``) or as
-``username``/``password`` options. Options (seconds, floats > 0 and at most 3600):
+``username``/``password`` options. The password is a secret: it may be a reference,
+``password=env:NAME`` or ``password=file:/run/secrets/zk`` (``env:NAME`` also in the
+user-info: ``zk://user:env:ZK_PASSWORD@host:2181/ns``), and so may the whole URL
+(``SHARDKEEPER_REGISTRY=file:/run/secrets/registry-url``); see
+:mod:`shardkeeper.secretref`. A reference is read when the URL is parsed, on the
+instance or tool that connects; one that cannot be read is a
+:class:`~shardkeeper.errors.SecretReferenceError` naming it and what is missing.
+
+Options (seconds, floats > 0 and at most 3600):
 
 * ``session_timeout`` (default 4): how long the store waits after the last
   heartbeat before it declares the session dead and deletes its ephemeral nodes.
@@ -68,6 +76,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shardkeeper.errors import InvalidRegistryURLError
 from shardkeeper.registry.tls import URL_OPTION, check_tls_options
+from shardkeeper.secretref import is_reference, resolve_secret
 
 __all__ = [
     "DEFAULT_OPERATION_TIMEOUT",
@@ -342,8 +351,11 @@ def _boolean(url: str, name: str, raw: str) -> bool:
 def parse_registry_url(url: str) -> RegistrySettings:
     """Parse and validate a registry URL; every error names the bad part.
 
-    Error messages quote the URL with its password replaced by ``***``.
+    Error messages quote the URL with its password replaced by ``***``. The URL, or
+    its password, may be an ``env:``/``file:`` reference (module docstring).
     """
+    if isinstance(url, str) and is_reference(url.strip()):
+        url = resolve_secret("registry URL", url.strip())
     try:
         return _parse(url)
     except InvalidRegistryURLError as exc:
@@ -459,6 +471,8 @@ def _parse(url: str) -> RegistrySettings:
         raise InvalidRegistryURLError(url, "a memory:// registry takes no credentials")
     if password is not None and not username:
         raise InvalidRegistryURLError(url, "a password was given without a user name")
+    if password is not None and is_reference(password):
+        password = resolve_secret("registry URL password", password)
     if acl_repair and backend != "zookeeper":
         raise InvalidRegistryURLError(
             url,
