@@ -2,7 +2,9 @@
 
 Each action redirects back (303) with a message saying what was done, or why it
 was refused; a config edit with invalid values shows the job page again with each
-error next to its field.
+error next to its field. Every write is made through
+:func:`~shardkeeper.console.audit.audited`: it is recorded in the audit trail under
+the logged-in user's name (a warning joins the message if it could not be).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from shardkeeper.console.context import context_of
+from shardkeeper.console.audit import audited, warning_suffix
 from shardkeeper.console.deps import OperatorForm, operator_form
 from shardkeeper.console.forms import EDITABLE, form_changes, parse_params, validate_changes
 from shardkeeper.console.pages import job_page
@@ -41,14 +43,14 @@ def _act(request: Request, back: str, action: Callable[[], str]) -> Response:
     try:
         message = action()
     except ShardkeeperError as exc:
-        return redirect(request, back, f"refused: {exc}", error=True)
-    return redirect(request, back, message)
+        return redirect(request, back, f"refused: {exc}{warning_suffix(request)}", error=True)
+    return redirect(request, back, message + warning_suffix(request))
 
 
 @router.post("/jobs/{name}/trigger")
 def trigger(request: Request, name: str, form: Form) -> Response:
     """Run the job's items now (optionally on one instance, with one-off params)."""
-    ops = context_of(request).ops
+    ops = audited(request, form.principal)
 
     def act() -> str:
         params = parse_params(form.text("params"))
@@ -62,8 +64,8 @@ def trigger(request: Request, name: str, form: Form) -> Response:
 @router.post("/jobs/{name}/config")
 def edit_config(request: Request, name: str, form: Form) -> Response:
     """Change the fields whose text changed; invalid values are shown by their field."""
-    ops = context_of(request).ops
-    data = ops.job(name).config
+    ops = audited(request, form.principal)
+    data = ops.ops.job(name).config
     submitted = {k: form.text(k) for k in EDITABLE if k in form.form}
     try:
         changes = form_changes(data, submitted)
@@ -79,9 +81,8 @@ def edit_config(request: Request, name: str, form: Form) -> Response:
         except JobConfigError as exc:
             errors = {"_config": str(exc)}
         else:
-            return redirect(
-                request, _job_url(name), f"config of {name} changed: {', '.join(sorted(changes))}"
-            )
+            changed = f"config of {name} changed: {', '.join(sorted(changes))}"
+            return redirect(request, _job_url(name), changed + warning_suffix(request))
     return job_page(
         request, form.principal, name, submitted=submitted, errors=errors, status_code=422
     )
@@ -90,7 +91,7 @@ def edit_config(request: Request, name: str, form: Form) -> Response:
 @router.post("/jobs/{name}/{switch}")
 def switch_job(request: Request, name: str, switch: str, form: Form) -> Response:
     """``disable``/``enable`` the job, or ``remove`` it (refused while it runs)."""
-    ops = context_of(request).ops
+    ops = audited(request, form.principal)
 
     def act() -> str:
         if switch == "disable":
@@ -106,16 +107,18 @@ def switch_job(request: Request, name: str, switch: str, form: Form) -> Response
         return redirect(request, _job_url(name), f"unknown action {switch!r}", error=True)
     if switch == "remove":  # a removed job has no page to go back to
         try:
-            return redirect(request, "/", act())
+            message = act()
         except ShardkeeperError as exc:
-            return redirect(request, _job_url(name), f"refused: {exc}", error=True)
+            refused = f"refused: {exc}{warning_suffix(request)}"
+            return redirect(request, _job_url(name), refused, error=True)
+        return redirect(request, "/", message + warning_suffix(request))
     return _act(request, _job_url(name), act)
 
 
 @router.post("/jobs/{name}/items/{item}/{switch}")
 def switch_item(request: Request, name: str, item: int, switch: str, form: Form) -> Response:
     """``disable``/``enable`` one item."""
-    ops = context_of(request).ops
+    ops = audited(request, form.principal)
 
     def act() -> str:
         if switch == "disable":
@@ -132,7 +135,7 @@ def switch_item(request: Request, name: str, item: int, switch: str, form: Form)
 @router.post("/instances/{instance}/{switch}")
 def switch_instance(request: Request, instance: str, switch: str, form: Form) -> Response:
     """``disable``/``enable`` an instance (in one job, or all), or ``shutdown`` it."""
-    ops = context_of(request).ops
+    ops = audited(request, form.principal)
     job = form.text("job") or None
 
     def act() -> str:

@@ -4,7 +4,9 @@ Reads answer the ``to_dict()`` views of :mod:`shardkeeper.ops.views` (the schema
 of the CLI's ``--json``, documented in docs/cli.md). Errors answer
 ``{"detail": message, "error": kind}`` with 404 (unknown job or instance), 422
 (bad input), 409 (refused in the current state), 503 (store or history
-unreachable); 401/403 for missing or insufficient credentials.
+unreachable); 401/403 for missing or insufficient credentials. Every write is
+recorded in the audit trail under the token's (or Basic account's) name
+(:func:`~shardkeeper.console.audit.audited`); ``GET /api/audit`` reads it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from shardkeeper.console.audit import audited
 from shardkeeper.console.auth import Principal
 from shardkeeper.console.context import context_of
 from shardkeeper.console.deps import api_reader, api_writer
@@ -84,7 +87,7 @@ def get_config(request: Request, name: str, _: Reader) -> JSON:
 def patch_config(
     request: Request,
     name: str,
-    _: Writer,
+    who: Writer,
     changes: Annotated[JSON, Body(examples=[{"sharding_total_count": 8}])],
 ) -> JSONResponse:
     """Validated as a whole: 422 with ``errors`` (field -> message) when invalid."""
@@ -97,7 +100,7 @@ def patch_config(
         return JSONResponse(
             {"detail": detail, "error": "JobConfigError", "errors": errors}, status_code=422
         )
-    new = ops.update_config(name, **changes)
+    new = audited(request, who).update_config(name, **changes)
     return JSONResponse({"config": config_to_dict(new)})
 
 
@@ -136,24 +139,24 @@ def instances(request: Request, _: Reader, job: str | None = None) -> JSON:
 
 
 @router.post("/jobs/{name}/trigger", summary="Run the job's items now")
-def trigger(request: Request, name: str, _: Writer, body: TriggerRequest | None = None) -> JSON:
+def trigger(request: Request, name: str, who: Writer, body: TriggerRequest | None = None) -> JSON:
     """``{"asked": [instance...]}``; 409 when the job is disabled or has no instance."""
     req = body or TriggerRequest()
-    asked = context_of(request).ops.trigger(name, req.instance, req.params or None)
+    asked = audited(request, who).trigger(name, req.instance, req.params or None)
     return {"job": name, "asked": asked}
 
 
 @router.post("/jobs/{name}/disable", summary="Switch the job off")
-def disable_job(request: Request, name: str, _: Writer) -> JSON:
+def disable_job(request: Request, name: str, who: Writer) -> JSON:
     """No instance starts its items until enabled (running items finish)."""
-    context_of(request).ops.disable_job(name)
+    audited(request, who).disable_job(name)
     return {"job": name, "enabled": False}
 
 
 @router.post("/jobs/{name}/enable", summary="Switch the job on")
-def enable_job(request: Request, name: str, _: Writer) -> JSON:
+def enable_job(request: Request, name: str, who: Writer) -> JSON:
     """Removes the operator's switch (and a ``disabled`` in the stored config)."""
-    context_of(request).ops.enable_job(name)
+    audited(request, who).enable_job(name)
     return {"job": name, "enabled": True}
 
 
@@ -161,48 +164,48 @@ def enable_job(request: Request, name: str, _: Writer) -> JSON:
 def remove_job(
     request: Request,
     name: str,
-    _: Writer,
+    who: Writer,
     force: Annotated[bool, Query(description="Even while instances run it.")] = False,
 ) -> JSON:
     """409 while live instances run it (unless ``force``: they keep running it)."""
-    members = context_of(request).ops.remove_job(name, force=force)
+    members = audited(request, who).remove_job(name, force=force)
     return {"job": name, "removed": True, "members": members}
 
 
 @router.post("/jobs/{name}/items/{item}/disable", summary="Switch one item off")
-def disable_item(request: Request, name: str, item: int, _: Writer) -> JSON:
+def disable_item(request: Request, name: str, item: int, who: Writer) -> JSON:
     """Its owner skips it from the next trigger on."""
-    context_of(request).ops.disable_item(name, item)
+    audited(request, who).disable_item(name, item)
     return {"job": name, "item": item, "disabled": True}
 
 
 @router.post("/jobs/{name}/items/{item}/enable", summary="Switch one item on")
-def enable_item(request: Request, name: str, item: int, _: Writer) -> JSON:
+def enable_item(request: Request, name: str, item: int, who: Writer) -> JSON:
     """The item runs again from the next trigger on."""
-    context_of(request).ops.enable_item(name, item)
+    audited(request, who).enable_item(name, item)
     return {"job": name, "item": item, "disabled": False}
 
 
 @router.post("/instances/{instance}/disable", summary="Give an instance no items")
 def disable_instance(
-    request: Request, instance: str, _: Writer, body: InstanceSwitch | None = None
+    request: Request, instance: str, who: Writer, body: InstanceSwitch | None = None
 ) -> JSON:
     """In ``job`` (or every job it runs); the leader moves its items."""
-    jobs = context_of(request).ops.disable_instance(instance, (body or InstanceSwitch()).job)
+    jobs = audited(request, who).disable_instance(instance, (body or InstanceSwitch()).job)
     return {"instance": instance, "disabled": True, "jobs": jobs}
 
 
 @router.post("/instances/{instance}/enable", summary="Let an instance take items again")
 def enable_instance(
-    request: Request, instance: str, _: Writer, body: InstanceSwitch | None = None
+    request: Request, instance: str, who: Writer, body: InstanceSwitch | None = None
 ) -> JSON:
     """In ``job`` (or every job); returns the jobs switched."""
-    jobs = context_of(request).ops.enable_instance(instance, (body or InstanceSwitch()).job)
+    jobs = audited(request, who).enable_instance(instance, (body or InstanceSwitch()).job)
     return {"instance": instance, "disabled": False, "jobs": jobs}
 
 
 @router.post("/instances/{instance}/shutdown", summary="Stop an instance gracefully")
-def shutdown(request: Request, instance: str, _: Writer) -> JSON:
+def shutdown(request: Request, instance: str, who: Writer) -> JSON:
     """The instance finishes its running items within its grace period and leaves."""
-    context_of(request).ops.shutdown(instance)
+    audited(request, who).shutdown(instance)
     return {"instance": instance, "shutdown_requested": True}

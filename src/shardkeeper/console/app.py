@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from shardkeeper._version import __version__
-from shardkeeper.console import actions, api, pages
+from shardkeeper.console import actions, api, audit, pages
 from shardkeeper.console.auth import AuthConfig
 from shardkeeper.console.context import ConsoleContext, context_of
 from shardkeeper.console.deps import Forbidden, LoginRequired, page_principal
@@ -33,6 +33,7 @@ from shardkeeper.errors import (
     StoreError,
 )
 from shardkeeper.history import HistoryReader, HistoryUnavailableError, resolve_url
+from shardkeeper.history.audit import AuditTable
 from shardkeeper.ops import Operations
 from shardkeeper.registry.url import RegistrySettings
 
@@ -93,6 +94,10 @@ def _install_handlers(app: FastAPI) -> None:
         response = await call_next(request)
         for name, value in _HEADERS.items():
             response.headers.setdefault(name, value)
+        warnings = audit.audit_warnings(request)
+        if warnings and request.url.path.startswith("/api"):
+            # the action is done and answered as such; the header says what was not
+            response.headers[audit.WARNING_HEADER] = "; ".join(warnings)
         return response
 
 
@@ -109,13 +114,18 @@ def create_app(
 ) -> FastAPI:
     """The console app over ``ops``. ``secret`` signs the session cookies (random
     when None: sessions then end with the process); ``secrets`` are strings never to
-    show (registry and history passwords); ``close`` runs at shutdown."""
+    show (registry and history passwords); ``close`` runs at shutdown. With a
+    ``history``, the console's writes are also recorded in its database's audit
+    table."""
+    audit_db = AuditTable(history.url) if history is not None else None
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         try:
             yield
         finally:
+            if audit_db is not None:
+                audit_db.close()
             if close is not None:
                 close()
 
@@ -136,11 +146,13 @@ def create_app(
         secrets=[s for s in secrets if s],
         refresh_seconds=refresh_seconds,
         cookie_secure=cookie_secure,
+        audit_db=audit_db,
     )
     _install_handlers(app)
     app.mount("/static", StaticFiles(directory=_STATIC), name="static")
     app.include_router(api.router)
     app.include_router(pages.router)
+    app.include_router(audit.router)
     app.include_router(actions.router)
     return app
 

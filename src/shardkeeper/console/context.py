@@ -12,6 +12,7 @@ from shardkeeper.console.session import Signer
 from shardkeeper.console.throttle import LoginThrottle, TooManyLogins
 from shardkeeper.history import HistoryReader
 from shardkeeper.ops import Operations
+from shardkeeper.ops.audit import AuditSink
 
 __all__ = ["ConsoleContext", "context_of"]
 
@@ -23,6 +24,8 @@ class ConsoleContext:
     ``history`` is None when history is off. ``secrets`` are strings (registry and
     history passwords, user-info) scrubbed from every message the console shows.
     ``refresh_seconds`` is how often pages refresh their live parts (0: never).
+    ``audit_db`` is the history database's audit table (None when history is off):
+    the console's writes are recorded there too, besides the registry's trail.
     """
 
     ops: Operations
@@ -34,6 +37,7 @@ class ConsoleContext:
     cookie_secure: bool = False
     title: str = "shardkeeper"
     throttle: LoginThrottle = field(default_factory=LoginThrottle)
+    audit_db: AuditSink | None = None
 
     def check_password(self, user: str, password: str, via: str) -> Principal | None:
         """The principal for a correct password, None for a wrong one; TooManyLogins
