@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from shardkeeper.config.secrets import mask_value
 from shardkeeper.errors import ConfigError
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "config_changes",
     "new_entry_id",
     "parse_since",
+    "shown",
 ]
 
 #: every action the tools record (the ``action`` of an entry)
@@ -61,11 +63,6 @@ OUTCOMES = ("ok", "refused", "failed")
 #: the longest text kept of one value of an entry (a config's props or parameters may
 #: be large; an entry must stay far below the stores' node size limits)
 MAX_VALUE_CHARS = 1000
-#: config fields whose literal value is a secret: recorded as ``***`` (a reference
-#: such as ``env:NAME`` or ``file:PATH`` is no secret and is recorded as it is)
-SECRET_FIELDS = frozenset({"alert_webhook_url"})
-_REFERENCE = re.compile(r"^(env|file):\S+$")
-MASK = "***"
 
 
 @dataclass(frozen=True)
@@ -186,12 +183,13 @@ class AuditSink(Protocol):
 
 
 def shown(name: str, value: Any) -> Any:
-    """``value`` of field ``name`` as an entry keeps it: a secret masked, long text
-    cut to :data:`MAX_VALUE_CHARS` (marked with an ellipsis and the full length)."""
+    """``value`` of field ``name`` as an entry keeps it: a secret field masked as every
+    view masks it (a literal webhook URL as ``https://host/***``; an ``env:``/``file:``
+    reference as it is), long text cut to :data:`MAX_VALUE_CHARS` (marked with an
+    ellipsis and the full length). Viewers read the trail: it never holds a secret."""
     if value is None:
         return None
-    if name in SECRET_FIELDS and not (isinstance(value, str) and _REFERENCE.match(value)):
-        return MASK
+    value = mask_value(name, value)
     text = json.dumps(value, default=str, sort_keys=True)
     if len(text) <= MAX_VALUE_CHARS:
         # round-tripped so that tuples, datetimes and int keys read back as they are stored
