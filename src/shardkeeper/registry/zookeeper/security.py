@@ -9,8 +9,9 @@ Credentials in logs
     :func:`install_credential_filter` (the store does it when it is built), rewrites
     such records before any handler sees them: the ``auth=`` value of an ``Auth``
     request, ``passwd``/``session_passwd`` values, the hash part of a digest ACL id
-    and every password a store of this process registered are replaced by ``***``.
-    It never drops a record.
+    and every password a store of this process registered are replaced by ``***``,
+    and every http(s) URL (a stored job config's webhook URL is a secret) keeps only
+    its scheme and host. It never drops a record.
 
 ACLs of an existing namespace
     A store with credentials creates every node with the user's digest ACL, but a
@@ -36,6 +37,7 @@ from kazoo import exceptions as kz
 from kazoo.client import KazooClient
 
 from shardkeeper.errors import StoreAuthError
+from shardkeeper.secretref import mask_urls_in_text
 
 __all__ = [
     "KAZOO_LOGGERS",
@@ -94,6 +96,9 @@ def redact_text(text: str) -> str:
     text = _AUTH.sub(_keep_user, text)
     text = _PASSWD.sub(r"\1'***'", text)
     text = _DIGEST_ID.sub(r"\1\2:***\3", text)
+    # request and reply data carry stored documents: a job config's webhook URL is a
+    # secret (its host is not)
+    text = mask_urls_in_text(text)
     with _secrets_lock:
         secrets = sorted(_secrets, key=len, reverse=True)
     for secret in secrets:
