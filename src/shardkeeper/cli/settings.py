@@ -12,9 +12,14 @@ default. The file is YAML (``.yaml``/``.yml``) or TOML (``.toml``)::
     grace: 60
     labels: {zone: eu-1, role: batch}
     log_level: info
-    history_url: postgresql://jobs:secret@db/jobs
+    history_url: file:/run/secrets/history-url
     metrics_port: 9108
     metrics_host: 0.0.0.0
+
+``registry`` and ``history_url`` are secrets when they hold a password: either may
+be an ``env:NAME`` or ``file:PATH`` reference, whole or for its password alone
+(``postgresql://jobs@db/jobs?password=file:/run/secrets/pg``), read when the
+instance starts (:mod:`shardkeeper.secretref`); keep literals out of the file.
 
 An unknown key or a value of the wrong type is an error naming it.
 """
