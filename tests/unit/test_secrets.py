@@ -243,6 +243,11 @@ def test_a_stored_document_is_masked_including_the_operator_edits() -> None:
     assert masked["_meta"]["edits"]["alert_webhook_url"] == {"code": SHOWN}
     assert masked["_meta"]["edits"]["cron"] == {"code": "* * * * *"}
     assert TOKEN not in mask_config_text(json.dumps(doc))
+    # shown as stored where it can be: the layout kept, nothing secret untouched
+    laid_out = json.dumps(doc, indent=2)
+    assert mask_config_text(laid_out) == laid_out.replace(HOOK, SHOWN)
+    plain = '{ "name": "hooked",  "sharding_total_count": "lots" }'
+    assert mask_config_text(plain) == plain
     corrupt = '{"alert_webhook_url": "' + HOOK + '", '  # no JSON: its URLs masked
     assert TOKEN not in mask_config_text(corrupt) and SHOWN in mask_config_text(corrupt)
 

@@ -80,9 +80,32 @@ def mask_config_text(text: str) -> str:
         return mask_urls_in_text(text)
     if not isinstance(obj, dict):
         return mask_urls_in_text(text)
-    return json.dumps(
-        mask_config_data(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
+    masked = mask_config_data(obj)
+    if masked == obj:
+        return text  # nothing secret: the document exactly as stored
+    # the operator repairs the text shown: keep its layout where the secrets can be
+    # replaced in place, else show it re-encoded
+    shown = text
+    for field, value in _secret_values(obj):
+        shown = shown.replace(value, mask_value(field, value))
+    try:
+        if json.loads(shown) == masked:
+            return shown
+    except ValueError:
+        pass
+    return json.dumps(masked, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _secret_values(obj: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(field, value) of every literal secret in a stored document, longest first."""
+    found = [(k, v) for k, v in obj.items() if k in SECRET_FIELDS and isinstance(v, str)]
+    meta = obj.get(META_KEY)
+    edits = meta.get("edits") if isinstance(meta, Mapping) else None
+    if isinstance(edits, Mapping):
+        for name, edit in edits.items():
+            if name in SECRET_FIELDS and isinstance(edit, Mapping):
+                found += [(name, v) for v in edit.values() if isinstance(v, str)]
+    return sorted(found, key=lambda pair: -len(pair[1]))
 
 
 def restore_masked(current: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -247,9 +247,11 @@ class Reads(OperationsBase):
         stored = ConfigService(self.store, self._require_job(job)).read()
         if stored is None:
             raise JobLookupError(job)
+        shown = mask_config_text(stored.text)
         return replace(
             stored,
-            raw=mask_config_text(stored.text).encode("utf-8"),
+            # the bytes as stored unless a secret had to be masked in them
+            raw=stored.raw if shown == stored.text else shown.encode("utf-8"),
             error=_masked_error(stored.error),
             edits=mask_edits(stored.edits),
         )
