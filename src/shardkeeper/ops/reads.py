@@ -233,7 +233,9 @@ class Reads(OperationsBase):
 
     def get_config(self, job: str) -> JobConfig:
         """The stored configuration of ``job`` (JobConfigError when it is invalid,
-        saying how to repair it; :meth:`stored_config` reads it without raising)."""
+        saying how to repair it; :meth:`stored_config` reads it without raising).
+        Its secret fields are as stored (a literal or a reference): show it through
+        :func:`~shardkeeper.ops.config_to_dict`, which masks them."""
         config = ConfigService(self.store, self._require_job(job)).load()
         if config is None:
             raise JobLookupError(job)
