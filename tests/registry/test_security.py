@@ -25,6 +25,7 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from shardkeeper.config import JobConfig
 from shardkeeper.errors import InvalidRegistryURLError, StoreAuthError
+from shardkeeper.ops import Operations
 from shardkeeper.registry import (
     Check,
     CoordinationStore,
@@ -244,7 +245,13 @@ def test_fix_acl_command_sets_the_acl_recursively(
     raw.set(f"/{namespace}/jobs/j1/config", b"reachable")
     result = cli("registry", "fix-acl", registry=url)
     assert result.returncode == 0, result.stderr
-    assert "ACL of 7 node(s)" in result.stdout
+    # the 7 of before, and the first run's audit entry with its two parents
+    assert "ACL of 10 node(s)" in result.stdout
+    trail = Operations(alice).audit()
+    assert [(e.action, e.via, e.job, e.details) for e in trail] == [
+        ("fix-acl", "cli", None, {"nodes": 10, "user": "alice"}),
+        ("fix-acl", "cli", None, {"nodes": 7, "user": "alice"}),
+    ]
     with pytest.raises(NoAuthError):
         raw.set(f"/{namespace}/jobs/j1/config", b"evil")
     assert all(e == [("digest", "alice")] for e in all_acls(alice, namespace).values())
