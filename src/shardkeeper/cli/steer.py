@@ -1,4 +1,7 @@
-"""Write commands: trigger, disable/enable, shutdown, remove, config get/set/replace."""
+"""Write commands: trigger, disable/enable, shutdown, remove, config get/set/replace.
+
+Every write goes through :func:`~shardkeeper.cli.audit.audited`, which records it in
+the audit trail (``shardkeeper audit``)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from shardkeeper.cli.audit import audited
 from shardkeeper.cli.common import Failed, JobArg, JsonOpt, RegistryOpt, app, config_app, connect
 from shardkeeper.cli.render import emit_json, fmt_time, new_table, out
 from shardkeeper.errors import ConfigError
@@ -48,7 +52,7 @@ def trigger(
         if not sep or not key:
             raise ConfigError(f"--param {pair!r} is not KEY=VALUE")
         params[key] = value
-    with connect(registry) as ops:
+    with audited(registry) as ops:
         asked = ops.trigger(name, instance, params=params)
     with_params = f" with {', '.join(f'{k}={v}' for k, v in params.items())}" if params else ""
     out.print(f"triggered {name} on {', '.join(asked)}{with_params}", markup=False)
@@ -64,7 +68,7 @@ def _switch(
         raise ConfigError("give --item or --instance, not both")
     if name is None and instance is None:
         raise ConfigError("give a job NAME, or --instance ID (for every job it runs)")
-    with connect(registry) as ops:
+    with audited(registry) as ops:
         if item is not None:
             assert name is not None  # checked above: --item needs a job
             (ops.enable_item if enable else ops.disable_item)(name, item)
@@ -121,7 +125,7 @@ def shutdown(
     registry: RegistryOpt = None,
 ) -> None:
     """Ask an instance to stop gracefully (it finishes its running items first)."""
-    with connect(registry) as ops:
+    with audited(registry) as ops:
         gone = ops.shutdown(instance, wait=wait)
     if wait is None:
         out.print(f"shutdown requested for {instance}", markup=False)
@@ -140,7 +144,7 @@ def remove(
     registry: RegistryOpt = None,
 ) -> None:
     """Delete everything stored for a job (refused while instances run it)."""
-    with connect(registry) as ops:
+    with audited(registry) as ops:
         members = ops.remove_job(name, force=force)
     note = f" (still run by {', '.join(members)}: stop them)" if members else ""
     out.print(f"removed job {name}{note}", markup=False)
@@ -186,8 +190,12 @@ def config_get(name: JobArg, registry: RegistryOpt = None, as_json: JsonOpt = Fa
 def _print_changes(
     name: str, before: dict[str, Any] | None, after: dict[str, Any], as_json: bool
 ) -> None:
+    # before and after as stored (a new secret differs from the old one even when
+    # both share a mask), shown masked
+    from shardkeeper.config.secrets import mask_config_data, mask_value
+
     if as_json:
-        emit_json(after)
+        emit_json(mask_config_data(after))
         return
     if before is None:
         out.print(f"{name}: the invalid stored config was replaced", markup=False)
@@ -196,7 +204,8 @@ def _print_changes(
     if not changed:
         out.print(f"{name}: nothing changed", markup=False)
     for key in changed:
-        old, new = json.dumps(before.get(key)), json.dumps(after[key])
+        old = json.dumps(mask_value(key, before.get(key)))
+        new = json.dumps(mask_value(key, after[key]))
         out.print(f"{name}: {key} {old} -> {new}", markup=False)
     if before["sharding_total_count"] != after["sharding_total_count"]:
         out.print(f"{name}: items are resharded at the next trigger", markup=False)
@@ -216,10 +225,11 @@ def config_set(
     from shardkeeper.ops import config_to_dict, parse_assignments
 
     changes = parse_assignments(assignments)
-    with connect(registry) as ops:
-        stored = ops.stored_config(name)
-        before = config_to_dict(stored.config) if stored.config is not None else None
-        after = config_to_dict(ops.update_config(name, **changes))
+    with audited(registry) as ops:
+        stored = ops.ops.stored_config(name)
+        current = stored.config
+        before = config_to_dict(current, reveal=True) if current is not None else None
+        after = config_to_dict(ops.update_config(name, **changes), reveal=True)
     _print_changes(name, before, after, as_json)
 
 
@@ -241,9 +251,14 @@ def config_replace(
     configs = [c for c in load_job_configs(file) if c.name == name]
     if not configs:
         raise ConfigError(f"{file} has no job named {name!r}")
-    with connect(registry) as ops:
+    with audited(registry) as ops:
         new, old = ops.replace_config(name, configs[0])
-    _print_changes(name, config_to_dict(old) if old else None, config_to_dict(new), as_json)
+    _print_changes(
+        name,
+        config_to_dict(old, reveal=True) if old else None,
+        config_to_dict(new, reveal=True),
+        as_json,
+    )
 
 
 @config_app.command("diff")
@@ -267,11 +282,13 @@ def config_diff(
         raise Failed(f"{stored.error} (nothing to compare: repair it with shardkeeper config set)")
     from shardkeeper.ops import config_to_dict
 
-    mine, theirs = config_to_dict(code), config_to_dict(stored.config)
+    # compared as they are, shown masked: two secrets may share their mask
+    mine, theirs = config_to_dict(code, reveal=True), config_to_dict(stored.config, reveal=True)
+    shown_mine, shown_theirs = config_to_dict(code), config_to_dict(stored.config)
     # fields the runtime fills in or that only steer a start are not configuration
     skip = {"job_class", "overwrite"}
     differ = {
-        key: {"stored": theirs.get(key), "code": mine.get(key)}
+        key: {"stored": shown_theirs.get(key), "code": shown_mine.get(key)}
         for key in sorted(set(mine) | set(theirs))
         if key not in skip and mine.get(key) != theirs.get(key)
     }
