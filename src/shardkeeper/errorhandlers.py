@@ -16,7 +16,8 @@ Built-in handlers, selected by name in ``JobConfig.error_handler``:
     runtime wraps around an execution (its own logging and failure counters).
 ``webhook``
     logs as ``log`` does and POSTs an alert (JSON, Slack-compatible) to the job's
-    ``alert_webhook_url`` from a background sender (:mod:`shardkeeper.alerts`).
+    ``alert_webhook_url`` from a background sender (:mod:`shardkeeper.alerts`); a
+    secret, it may be an ``env:NAME``/``file:PATH`` reference, read at each send.
 ``email``
     logs as ``log`` does and mails an alert to the job's ``alert_email_to`` through
     the SMTP server of the ``SHARDKEEPER_SMTP_*`` environment, from a background sender.
