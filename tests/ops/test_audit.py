@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -18,9 +19,11 @@ from shardkeeper.coordination.config_service import encode_document
 from shardkeeper.coordination.paths import (
     AUDIT,
     JobPaths,
+    Unknown,
     audit_job_root,
     audit_namespace_root,
     is_high_churn,
+    parse,
 )
 from shardkeeper.errors import (
     ConfigError,
@@ -183,9 +186,16 @@ def test_the_trail_outlives_the_job_and_namespace_actions_have_their_own(
     assert ops.audit()[0].target == "namespace audit-unit"
 
 
-def test_the_runtime_watch_leaves_the_trail_out() -> None:
+def test_the_paths_and_their_documentation() -> None:
+    assert audit_job_root(JOB) == f"/audit/jobs/{JOB}"
+    assert audit_namespace_root() == "/audit/namespace"
+    assert parse(f"{audit_job_root(JOB)}/1-a") == Unknown(f"/audit/jobs/{JOB}/1-a")
+    # the runtime's namespace watch leaves the trail out: no instance reads it
     assert is_high_churn(AUDIT)
     assert not is_high_churn(JobPaths(JOB).config)
+    layout = (Path(__file__).resolve().parents[2] / "docs" / "registry-layout.md").read_text()
+    assert "| `/audit/jobs/{job}/{entry}` | P |" in layout
+    assert "| `/audit/namespace/{entry}` | P |" in layout
 
 
 def test_stray_nodes_are_skipped(ops: Operations, store: MemoryStore) -> None:

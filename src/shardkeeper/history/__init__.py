@@ -8,7 +8,8 @@ docs/monitoring.md.
 Modules: ``url`` (the ``history_url`` setting), ``engine`` (SQLAlchemy engines),
 ``schema`` (the ``executions`` table), ``rows`` (records to rows), ``recorder`` (the
 queue and writer thread), ``retention`` (age and row limits), ``query`` (reading), ``render`` (the
-command's output), ``errors``.
+command's output), ``errors``; ``audit`` (the ``audit_log`` table of operator actions,
+imported on its own).
 """
 
 from shardkeeper.history.errors import HistoryUnavailableError
