@@ -253,13 +253,13 @@ def test_a_misfire_rerun_queued_during_another_is_never_run_twice(server: Memory
         second = first + 1
         held = server.pause("commit", path=P.running_root, thread="sk-coord")
         with runner.fires._fires_lock:
-            runner.fires._queue_misfire_rerun(first)
+            runner.fires._queue_misfire_rerun(first, None)
         runner.submit("fires", runner.fires._pump)
         assert held.wait_reached(10), "the re-run never committed its marks"
         # a batch ended meanwhile and owes another re-run: queued behind this one
         with runner.fires._fires_lock:
-            assert runner.fires._queue_misfire_rerun(second)
-            assert not runner.fires._queue_misfire_rerun(second), "queued twice"
+            assert runner.fires._queue_misfire_rerun(second, None)
+            assert not runner.fires._queue_misfire_rerun(second, None), "queued twice"
         held.release()
         wait_until(lambda: runner.pending_fires() == 0 and runner.idle, 10)
     finally:

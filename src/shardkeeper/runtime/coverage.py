@@ -39,7 +39,7 @@ from shardkeeper.coordination.results import ItemResult
 from shardkeeper.errors import StoreError
 from shardkeeper.registry.base import CoordinationStore, Node
 
-__all__ = ["MAX_COVERS", "Coverage", "FireSchedule"]
+__all__ = ["MAX_COVERS", "SAME_FIRE", "Coverage", "FireSchedule"]
 
 log = logging.getLogger(__name__)
 

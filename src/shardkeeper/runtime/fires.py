@@ -257,8 +257,7 @@ class Fires:
             return
         if st.config.misfire:
             with st.lock:
-                if st.misfire_at is None or fire.fire_time < st.misfire_at:
-                    st.misfire_at = fire.fire_time
+                _note_missed(st, fire)
             st.count("misfires")
         else:
             st.count("skipped")
@@ -273,15 +272,18 @@ class Fires:
         if self._current is fire:
             self._current = None
 
-    def _queue_misfire_rerun(self, fire_time: float) -> bool:
-        """Queue the misfire re-run of ``fire_time`` first, but behind a fire being
-        decided; at most one re-run per fire time is queued (under ``_fires_lock``).
-        False when one was queued already."""
-        if any(
-            f.misfire and _plain(f) and abs(f.fire_time - fire_time) < 1e-6 for f in self._fires
-        ):
-            return False
-        self._queue_first(Fire(fire_time, misfire=True))
+    def _queue_misfire_rerun(self, fire_time: float, folds_until: float | None) -> bool:
+        """Queue the misfire re-run of ``fire_time`` (the fold of the fires up to
+        ``folds_until``) first, but behind a fire being decided; at most one re-run per
+        fire time is queued (under ``_fires_lock``): a second one widens the first's
+        fold. False when one was queued already."""
+        for f in self._fires:
+            if f.misfire and _plain(f) and abs(f.fire_time - fire_time) < 1e-6:
+                if folds_until is not None:
+                    # read when it starts (its covers): widened while still queued
+                    f.folds_until = max(f.folds_until or folds_until, folds_until)
+                return False
+        self._queue_first(Fire(fire_time, misfire=True, folds_until=folds_until))
         return True
 
     def _queue_first(self, fire: Fire) -> None:
@@ -393,8 +395,7 @@ class Fires:
                 # re-run at once
                 shown = since is None or time.monotonic() - since >= MISFIRE_MARK_AFTER
                 with st.lock:
-                    if st.misfire_at is None or fire.fire_time < st.misfire_at:
-                        st.misfire_at = fire.fire_time
+                    _note_missed(st, fire)
                     # a mark written for an earlier missed fire of the same run
                     # stays until the re-run starts: one commit per run, not per miss
                     unmarked = [i for i in result.items if i not in st.misfire_marked]
@@ -457,6 +458,7 @@ class Fires:
         settled = not self.batches.unfinished()
         with st.lock:
             misfire_at, st.misfire_at = st.misfire_at, None
+            misfire_last, st.misfire_last = st.misfire_last, None
             rerun = misfire_at is not None and st.config.misfire and settled
             with self._fires_lock:
                 # queued under the state lock: a graceful stop never sees the re-run
@@ -464,17 +466,36 @@ class Fires:
                 # requests (each is queued first, behind the fire being decided)
                 requests = settled and self._queue_held_requests()
                 if rerun:
-                    self._queue_misfire_rerun(misfire_at or 0.0)
+                    self._queue_misfire_rerun(misfire_at or 0.0, misfire_last)
         if rerun or requests:
             self._port.submit("fires", self._pump)
             if misfire_at is not None and not rerun:
                 with st.lock:  # marks still to clear: keep it for later
-                    st.misfire_at = misfire_at
+                    _keep_missed(st, misfire_at, misfire_last)
         elif misfire_at is not None:
             with st.lock:  # marks still to clear: keep it for later
-                st.misfire_at = misfire_at
+                _keep_missed(st, misfire_at, misfire_last)
         elif st.config.failover:
             self._port.submit("claim", self._port.try_claim)
+
+
+def _note_missed(st: JobState, fire: Fire) -> None:
+    """A plain fire missed here (folded, or its items still ran): the misfire re-run
+    is of the earliest missed fire and folds every later one, up to the latest
+    (under ``st.lock``). A missed re-run brings the fold it carried."""
+    if st.misfire_at is None or fire.fire_time < st.misfire_at:
+        st.misfire_at = fire.fire_time
+    latest = max(fire.fire_time, fire.folds_until or fire.fire_time)
+    if st.misfire_last is None or latest > st.misfire_last:
+        st.misfire_last = latest
+
+
+def _keep_missed(st: JobState, misfire_at: float, misfire_last: float | None) -> None:
+    """Put back a re-run that is owed but not queued yet (under ``st.lock``), merged
+    with what was missed meanwhile."""
+    st.misfire_at = misfire_at if st.misfire_at is None else min(st.misfire_at, misfire_at)
+    if misfire_last is not None and (st.misfire_last is None or misfire_last > st.misfire_last):
+        st.misfire_last = misfire_last
 
 
 def _plain(fire: Fire) -> bool:

@@ -38,6 +38,7 @@ OWNERS: dict[str, str] = {
     "disabled_items": "settings",
     "marks_suspect": "jobstate",  # suspect_marks (anyone), marks_checked (repair)
     "misfire_at": "fires",
+    "misfire_last": "fires",
     "misfire_marked": "jobstate",  # misfire_marks_written (fires), _cleared (trigger)
     "starting": "fires",
     "stats": "jobstate",  # count
@@ -78,6 +79,9 @@ class JobState:
     marks_suspect: bool = True
     #: earliest fire missed while items ran here (under ``lock``)
     misfire_at: float | None = None
+    #: latest fire missed since ``misfire_at`` (under ``lock``): the re-run of
+    #: ``misfire_at`` is the fold of every fire up to it and says so (``ctx.covers``)
+    misfire_last: float | None = None
     #: items whose misfire marks this instance wrote and has not deleted yet (under
     #: ``lock``): a later missed fire of the same run needs no commit of its own
     misfire_marked: set[int] = field(default_factory=set)

@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from shardkeeper.coordination.model import Assignment, RunningMark
 from shardkeeper.coordination.oneoff import OneOffService, OneOffView
 from shardkeeper.runtime.batches import Batch, execution_id
-from shardkeeper.runtime.coverage import Coverage, FireSchedule
+from shardkeeper.runtime.coverage import MAX_COVERS, SAME_FIRE, Coverage, FireSchedule
 from shardkeeper.runtime.jobstate import JobState, SkipReason
 from shardkeeper.runtime.leader import LeaderDuties, ReshardStep
 from shardkeeper.runtime.services import JobServices
@@ -69,6 +69,9 @@ class Fire:
     params: dict[str, str] = field(default_factory=dict)
     #: a one-off job's catch-up, asked for by its leader (not an operator's re-run)
     catchup: bool = False
+    #: a misfire re-run: the latest fire folded into it (the fires of the schedule
+    #: after ``fire_time`` up to this one ran nowhere: the re-run covers them)
+    folds_until: float | None = None
 
 
 @dataclass(frozen=True)
@@ -309,7 +312,7 @@ class TriggerFlow:
                 misfire=fire.misfire,
                 session=session,
                 params=dict(fire.params),
-                covers=self._covers(list(result.marked), ft),
+                covers=self._covers(list(result.marked), ft, fire.folds_until),
             )
             self._launch(batch)
             if result.reason is not None:
@@ -357,7 +360,7 @@ class TriggerFlow:
                 misfire=fire.misfire,
                 session=session,
                 params=dict(fire.params),
-                covers=self._covers(sorted(adopted), ft),
+                covers=self._covers(sorted(adopted), ft, fire.folds_until),
             )
             self._launch(batch)
             rest = [i for i in items if i not in adopted]
@@ -409,18 +412,27 @@ class TriggerFlow:
             return Launched(step.items, Skipped(SkipReason.RUNNING_ELSEWHERE, gone))
         return step
 
-    def _covers(self, items: list[int], fire_time: float) -> dict[int, tuple[float, ...]]:
-        """The earlier fires of just-started ``items`` that no run stood for
-        (runtime/coverage.py): with misfire on this run is their fold; with it off
-        they are recorded as skips (owner gone) and the run covers nothing."""
+    def _covers(
+        self, items: list[int], fire_time: float, folds_until: float | None = None
+    ) -> dict[int, tuple[float, ...]]:
+        """The fires of just-started ``items`` that no run stood for: the earlier ones
+        (runtime/coverage.py) and, for a misfire re-run, the later fires folded into
+        it here up to ``folds_until``. With misfire on this run is their fold; with it
+        off they are recorded as skips (owner gone) and the run covers nothing."""
         cfg = self._state.config
         if cfg.at is not None:
             return {}  # a one-off job has one fire: nothing before it to cover
         if self._schedule is None or self._schedule[0] is not cfg:
             self._schedule = (cfg, FireSchedule(build_trigger(cfg)))
-        gaps = self.coverage.gaps(
-            items, fire_time, self._schedule[1], monitored=cfg.monitor_execution
-        )
+        schedule = self._schedule[1]
+        gaps = self.coverage.gaps(items, fire_time, schedule, monitored=cfg.monitor_execution)
+        if folds_until is not None and folds_until > fire_time + SAME_FIRE and cfg.misfire:
+            # the fires that came while the run ahead went on (or queued behind it)
+            # and were folded into this re-run: it stands for them, and says so
+            folded = (*schedule.between(fire_time, folds_until), folds_until)[-MAX_COVERS:]
+            gaps = {
+                item: tuple(sorted({*gaps.get(item, ()), *folded}))[-MAX_COVERS:] for item in items
+            }
         if not gaps or cfg.misfire:
             return gaps
         by_fire: dict[float, list[int]] = {}
