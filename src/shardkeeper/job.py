@@ -109,10 +109,11 @@ class ShardingContext:
     #: one-off parameters of an operator's run-now request (``shardkeeper trigger
     #: JOB --param k=v``); empty for scheduled fires and their re-runs
     params: dict[str, str] = field(default_factory=dict)
-    #: earlier fire times of this item that no run stood for (its owner died, froze
-    #: or lost its store before starting them, or this instance skipped them): with
-    #: misfire on, this run is their fold, as a misfire re-run is the fold of the
-    #: fires that came while the item ran. Oldest first; at most 100 (the newest).
+    #: fire times of this item that no run stood for and this run is the fold of
+    #: (misfire on): earlier fires whose owner died, froze or lost its store before
+    #: starting them, or that this instance skipped; and, for a misfire re-run, the
+    #: later fires that came while the item ran and were folded into it. Oldest
+    #: first; at most 100 (the newest).
     covers: tuple[datetime, ...] = ()
     _valid: Callable[[], bool] = field(default=_always_true, repr=False, compare=False)
     _stop: Callable[[], StopReason | None] = field(default=_no_stop, repr=False, compare=False)

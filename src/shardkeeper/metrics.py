@@ -88,8 +88,9 @@ class RuntimeMetrics:
         )
         self.covered = Counter(
             "shardkeeper_covered_fires",
-            "Earlier fires of an item that no run started, folded into a later run of it "
-            "(ctx.covers): its owner was gone before starting them.",
+            "Fires of an item that no run started, folded into a run of it that says so "
+            "(ctx.covers): their owner was gone before starting them, or they came while "
+            "the item ran (a misfire re-run's fold).",
             ["job"],
             registry=r,
         )

@@ -75,7 +75,7 @@ class ExecutionRecord:
     traceback: str = ""
     #: which run of the item for this fire (1, or more with ``retries``)
     attempt: int = 1
-    #: earlier fire times this run stood for (``ctx.covers``: no run started them)
+    #: fire times this run stood for (``ctx.covers``: no run started them)
     covers: tuple[float, ...] = ()
 
     @property
