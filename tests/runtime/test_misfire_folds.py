@@ -77,3 +77,45 @@ def test_fires_folded_behind_a_long_run_are_covered_by_the_rerun(
     assert any(cov and min(cov) > ft for ft, cov in reruns), reruns
     # nothing claimed twice as a run of its own fire
     assert len(ran) == len(runs), runs
+
+
+def test_fires_folded_into_a_rerun_that_never_came_are_covered_by_the_next_run(
+    memory_server: MemoryServer, runtimes: list[Runtime]
+) -> None:
+    """A re-run owed for fires folded behind a running item can be lost (its run was
+    fenced and the item handed over, the owed re-run dropped with it): those fires
+    were never run, so the next start of the item here must find them as a gap and
+    cover them, not take them for decided because they were once deferred."""
+    job = Slow(work=2.3)
+    rt = Runtime(memory_server.store(session_timeout=4.0), shutdown_grace=5)
+    rt.add_job(
+        job,
+        JobConfig(name=JOB, interval=1, sharding_total_count=1, misfire=True, failover=True),
+    )
+    rt.start()
+    runtimes.append(rt)
+    st = rt.runners[JOB].state
+
+    def owed() -> bool:
+        with st.lock:
+            return st.misfire_at is not None
+
+    wait_until(lambda: job.snapshot() and owed(), 30, message="no fire was folded behind a run")
+    with st.lock:  # the owed re-run is lost
+        lost_from = st.misfire_at
+        st.misfire_at = st.misfire_last = None
+    assert lost_from is not None
+    wait_until(
+        lambda: sum(1 for ft, _m, _c in job.snapshot() if ft > lost_from + 2) >= 2,
+        30,
+        message=lambda: f"no runs after the lost re-run: {job.snapshot()}",
+    )
+    runs = job.snapshot()
+    ran = {round(ft, 3) for ft, _m, _c in runs}
+    covered = {round(c, 3) for _ft, _m, cov in runs for c in cov}
+    first, last = min(ran), max(ran)
+    due = {round(first + k, 3) for k in range(round(last - first) + 1)}
+    assert due <= ran | covered, (
+        f"fires {sorted(due - ran - covered)} neither ran nor were covered "
+        f"(re-run of {lost_from} lost): {runs}"
+    )

@@ -7,10 +7,12 @@ came while it ran): it says which fire times it covers (``ctx.covers``), so an
 operator, the history and the chaos checker see every (fire, item) either run or
 folded. With misfire off the missed fires are recorded as skips instead.
 
-How the gap is found, cheaply. This instance remembers the last fire it decided for
-each item (a start, or a misfire of a run still going here). A start whose item was
-decided here at the schedule's previous fire has no gap: the steady state costs no
-read. Otherwise (the item is new here: a reshard, a restart, a failover of its owner,
+How the gap is found, cheaply. This instance remembers, per item, the last fire a run
+started here stands for (its own fire, or the last fire a misfire re-run folds; a
+fire folded behind a running item counts once its re-run starts, so a re-run that
+never comes leaves a gap the next start finds). A start whose item was decided here
+at the schedule's previous fire has no gap: the steady state costs no read.
+Otherwise (the item is new here: a reshard, a restart, a failover of its owner,
 or this instance skipped fires of it) the item's stored result is read, once for the
 whole batch, after the start commit: the completion commit that wrote it deleted the
 last run's mark, so with our marks in place no other run of it can still be going,
@@ -112,7 +114,9 @@ class Coverage:
         self._store = store
         self._paths = paths
         self._lock = threading.Lock()
-        #: item -> the latest fire time decided here for it (started or a misfire)
+        #: item -> the latest fire time a run started here stands for (its own fire,
+        #: or the last fire a misfire re-run folds); a fire folded behind a running
+        #: item counts only once its re-run starts
         self._decided: dict[int, float] = {}
 
     def forget(self) -> None:
@@ -121,8 +125,8 @@ class Coverage:
             self._decided.clear()
 
     def decided(self, items: Collection[int], fire_time: float) -> None:
-        """``items`` were decided here for ``fire_time`` (started, or folded into a
-        run still going here)."""
+        """A run started here for ``items`` stands for ``fire_time`` (its own fire, a
+        claimed failover's, or the last fire a misfire re-run folds)."""
         with self._lock:
             for item in items:
                 if self._decided.get(item, 0.0) < fire_time:

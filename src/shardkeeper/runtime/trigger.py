@@ -244,7 +244,9 @@ class TriggerFlow:
             not_due = self._not_due(fire, "earlier items still run; not due yet")
             if not_due is not None:
                 return not_due
-            self.coverage.decided(held, ft)  # folded into the run still going here
+            # folded into the run still going here: not "decided" yet, the re-run that
+            # stands for it is (it says so, Fire.folds_until); if it never comes, the
+            # next start finds the gap and covers it
             return Deferred(tuple(sorted(held)))
         return self._start(fire, items, version)
 
@@ -345,7 +347,7 @@ class TriggerFlow:
             return not_due
         held = self._local_items() & set(items)
         if held:
-            self.coverage.decided(held, ft)  # folded into the run still going here
+            # folded into the run still going here (decided by its re-run, as above)
             return Deferred(tuple(sorted(held)))
         # Marks of this very fire written by an earlier attempt whose reply was lost
         # are ours: adopt them instead of calling them "running elsewhere".
@@ -433,6 +435,7 @@ class TriggerFlow:
             gaps = {
                 item: tuple(sorted({*gaps.get(item, ()), *folded}))[-MAX_COVERS:] for item in items
             }
+            self.coverage.decided(items, folds_until)
         if not gaps or cfg.misfire:
             return gaps
         by_fire: dict[float, list[int]] = {}
