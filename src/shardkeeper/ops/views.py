@@ -205,8 +205,9 @@ class JobDetail:
     then ``config_error`` says why), its literal secrets masked (``alert_webhook_url``
     as ``https://host/***``; an ``env:``/``file:`` reference as it is).
     ``reshard_pending`` is true while the ``necessary`` flag is set
-    (``reshard_reason`` is its text); the leader reshards at the next trigger. ``disabled_by_operator`` is the ``disabled/job`` switch.
-    ``health`` and ``next_fire_reason`` are those of :class:`JobStatus` and
+    (``reshard_reason`` is its text); the leader reshards at the next trigger.
+    ``disabled_by_operator`` is the ``disabled/job`` switch. ``health`` and
+    ``next_fire_reason`` are those of :class:`JobStatus` and
     :class:`JobSummary`.
     """
 
