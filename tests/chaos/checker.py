@@ -1232,7 +1232,12 @@ def _check_stuck(
         return
     in_progress: dict[tuple[str, int], list[tuple[float, float]]] = defaultdict(list)
     for ex in history.executions:
-        in_progress[(ex.instance, ex.item)].append((ex.start - p.slack, ex.until + p.slack))
+        # a start commit's marks are in the store before its reply comes back: up to
+        # the operation timeout on a slow store (and the read-back after an unknown
+        # outcome), so a mark that precedes its execution by that much is not phantom
+        in_progress[(ex.instance, ex.item)].append(
+            (ex.start - p.operation_timeout - p.slack, ex.until + p.slack)
+        )
     clean_since: float | None = None
     last_problems: list[str] = []
     count = ops.count_at(p.count, q)

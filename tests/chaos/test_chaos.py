@@ -85,9 +85,11 @@ SLOW_STALL = 0.3
 #: through (SlowProxy(zookeeper_frames=True).hold_requests: ZooKeeper only)
 GRAY_MODES = ("hold_requests",)
 #: the bulk job: items per instance (each fire's start spans several commits) and its
-#: interval (what 4 instances sustain on a 2-core machine: see docs/failover.md)
+#: interval (what 4 instances sustain on a 2-core machine: see docs/failover.md);
+#: SHARDKEEPER_CHAOS_BULK_INTERVAL=N overrides it for one run
 BULK_PER_INSTANCE = 2500
-BULK_INTERVAL = 15.0
+BULK_INTERVAL_VAR = "SHARDKEEPER_CHAOS_BULK_INTERVAL"
+BULK_INTERVAL = float(os.environ.get(BULK_INTERVAL_VAR) or 15.0)
 #: ZooKeeper heap per member for the production-like workload (the 96 MB default of
 #: the test servers runs out of memory with thousands of marks a fire: issue 25)
 ZK_HEAP_MB = 512

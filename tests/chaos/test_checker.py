@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from tests.chaos.checker import (
     Event,
     Execution,
@@ -449,6 +451,26 @@ def test_mark_of_a_live_instance_running_the_item_is_not_phantom() -> None:
         b.snap(t, running={0: A} if t % 1 < 0.5 else None)  # during A's 0.3 s runs
     report = check(b.history())
     assert report.ok, report.render()
+
+
+@pytest.mark.parametrize(("mark_from", "ok"), [(30.1, True), (27.5, False)])
+def test_a_mark_may_precede_its_execution_by_the_operation_timeout(
+    mark_from: float, ok: bool
+) -> None:
+    """A start commit's marks are in the store before its reply is back: on a slow
+    store up to the operation timeout (2 s here) before the execution starts. A mark
+    that precedes its run by 1.9 s is not phantom; one 4.5 s ahead of it is."""
+    b = Builder()
+    b.steady(skip={(T0 + 30, 1)})
+    b.run(A, 1, T0 + 30, start=T0 + 32.0, end=T0 + 32.3)  # A runs item 1's fire late
+    b.frame()
+    b.snapshots = []
+    for n in range(23):
+        t = T0 + 24 + n * 0.5
+        b.snap(t, running={1: A} if T0 + mark_from <= t < T0 + 32.0 else None)
+    report = check(b.history())
+    phantom = [s for s in report.stuck if "phantom running marks" in s]
+    assert bool(phantom) is not ok, report.render()
 
 
 def test_repair_must_come_within_the_quiet_deadline() -> None:
