@@ -9,6 +9,7 @@ item still on its own conditions. On the MemoryStore, both ways of checking grou
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -105,3 +106,19 @@ def test_claim_many_claims_at_most_its_limit_lowest_first(store: MemoryStore) ->
     FailoverService(store, P, "host@2@leader").requeue_orphans(live=set())
     claims = FailoverService(store, P, "host@3@taker").claim_many([0, 1], limit=3)
     assert [c.item for c in claims] == [2, 3, 4]
+
+
+def test_a_claim_of_many_items_is_one_log_line_per_fire_and_owner(
+    store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """600 items of one dead owner's fire taken over: one INFO line naming the count
+    and a few items, not 600 lines on the coordinating thread."""
+    _orphans(store)
+    FailoverService(store, P, "host@2@leader").requeue_orphans(live=set())
+    caplog.set_level(logging.INFO, logger="shardkeeper.coordination.failover")
+    claims = FailoverService(store, P, "host@3@taker").claim_many(limit=N)
+    assert len(claims) == N
+    lines = [r.getMessage() for r in caplog.records if "took over" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert f"took over {N} items [0, 1, 2, 3, 4, ..., " in lines[0]
+    assert f"from {DEAD}" in lines[0]

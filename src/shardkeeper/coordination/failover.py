@@ -325,16 +325,32 @@ class FailoverService:
             Claim(chosen[k][0], chosen[k][1], rev, chosen[k][2])
             for k, rev in sorted(applied.items())
         ]
+        # one line per (fire, previous owner), not per item: a claim of thousands of a
+        # big job's items was thousands of log lines on a loaded coordinating thread
+        grouped: dict[tuple[float, str], list[int]] = {}
         for claim in claims:
+            key = (claim.entry.fire_time, claim.entry.from_instance)
+            grouped.setdefault(key, []).append(claim.item)
+        for (fire_time, from_instance), items in grouped.items():
             log.info(
-                "%s: %s took over item %d (fired %s, from %s)",
+                "%s: %s took over %s (fired %s, from %s)",
                 self._paths.job,
                 self._me,
-                claim.item,
-                claim.entry.fire_time,
-                claim.entry.from_instance,
+                f"item {items[0]}" if len(items) == 1 else f"{len(items)} items {_span(items)}",
+                fire_time,
+                from_instance,
             )
         return claims
+
+
+def _span(items: list[int]) -> str:
+    """Items for a log line: all of a few, else the first and last few."""
+    ordered = sorted(items)
+    if len(ordered) <= 10:
+        return str(ordered)
+    head = ", ".join(map(str, ordered[:5]))
+    tail = ", ".join(map(str, ordered[-3:]))
+    return f"[{head}, ..., {tail}]"
 
 
 def _valid_segment(name: str) -> bool:
