@@ -591,3 +591,72 @@ def test_etcd_gray_leader_is_bounded_and_rejoins(
         print(f"A rejoined and ran again {time.time() - healed_at:.2f}s after the heal")
     finally:
         admin.close()
+
+
+class Covering(ShardedJob):
+    """Records (instance, fire time, item, covered fire times, valid) of every run."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runs: list[tuple[str, float, int, tuple[float, ...], bool]] = []
+
+    def execute(self, ctx: ShardingContext) -> None:
+        covered = tuple(t.timestamp() for t in ctx.covers)
+        with self.lock:
+            self.runs.append(
+                (ctx.instance_id, ctx.fire_time.timestamp(), ctx.item, covered, ctx.is_valid())
+            )
+
+    def snapshot(self) -> list[tuple[str, float, int, tuple[float, ...], bool]]:
+        with self.lock:
+            return list(self.runs)
+
+
+def test_the_fires_a_gray_follower_could_not_start_are_covered_by_the_next_owner(
+    server: MemoryServer, runtimes: list[Runtime]
+) -> None:
+    """Misfire on: A's commits time out, so A starts none of its items' fires until it
+    gives up its session and B owns them. B's first run of each such item names
+    every fire since A's last valid run that nobody ran (``ctx.covers``): no fire is
+    lost in silence (issue 25, section 4)."""
+    interval = 1.0
+    admin = server.store(session_timeout=T)
+    admin.start()
+    a_store, b_store = server.store(session_timeout=T), server.store(session_timeout=T)
+    job = Covering()
+    config = cfg(sharding_total_count=2, interval=interval, misfire=True)
+    b = start(runtimes, b_store, job, config)
+    wait_until(lambda: b.runners[JOB].leader.is_leader, 10)
+    a = start(runtimes, a_store, job, config)
+    wait_until(lambda: items_of(admin, a) and items_of(admin, b), 15)
+    wait_until(lambda: any(who == a.instance_id for who, *_ in job.snapshot()), 10)
+    a_items = items_of(admin, a)
+    a_store.fail_next("commit", count=FOREVER, error=OperationTimeoutError)
+    gray_at = time.time()
+
+    def b_ran_all() -> bool:
+        runs = job.snapshot()
+        return all(
+            any(who == b.instance_id and i == item and ft > gray_at for who, ft, i, _c, _v in runs)
+            for item in a_items
+        )
+
+    wait_until(b_ran_all, 3 * T + 4 * interval + 6.0, message=lambda: f"{job.snapshot()}")
+    runs = job.snapshot()
+    for item in a_items:
+        last_a = max(
+            ft for who, ft, i, _c, valid in runs if who == a.instance_id and i == item and valid
+        )
+        first_b = min(
+            ft for who, ft, i, _c, _v in runs if who == b.instance_id and i == item and ft > gray_at
+        )
+        stood_for = {round(ft, 3) for _w, ft, i, _c, _v in runs if i == item} | {
+            round(c, 3) for _w, _ft, i, cov, _v in runs if i == item for c in cov
+        }
+        due = {
+            round(last_a + k * interval, 3) for k in range(round((first_b - last_a) / interval) + 1)
+        }
+        assert due <= stood_for, (
+            f"item {item}: fires {sorted(due - stood_for)} neither ran nor were covered "
+            f"(A last ran it for {last_a}, B first for {first_b}): {runs}"
+        )
