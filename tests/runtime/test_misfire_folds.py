@@ -48,6 +48,21 @@ class Slow(ShardedJob):
             return list(self.runs)
 
 
+def stands_for_every_fire(
+    runs: list[tuple[float, bool, tuple[float, ...]]], why: str
+) -> set[float]:
+    """Every fire of the 1 s schedule from the first run to the last is run or named
+    in a run's covers (``why`` says what the test did); the fire times that ran."""
+    ran = {round(ft, 3) for ft, _m, _c in runs}
+    covered = {round(c, 3) for _ft, _m, cov in runs for c in cov}
+    first, last = min(ran), max(ran)
+    due = {round(first + k, 3) for k in range(round(last - first) + 1)}
+    assert due <= ran | covered, (
+        f"fires {sorted(due - ran - covered)} neither ran nor were covered{why}: {runs}"
+    )
+    return ran
+
+
 def test_fires_folded_behind_a_long_run_are_covered_by_the_rerun(
     memory_server: MemoryServer, runtimes: list[Runtime]
 ) -> None:
@@ -65,13 +80,7 @@ def test_fires_folded_behind_a_long_run_are_covered_by_the_rerun(
         message=lambda: f"fewer than 4 misfire re-runs: {job.snapshot()}",
     )
     runs = job.snapshot()
-    ran = {round(ft, 3) for ft, _m, _c in runs}
-    covered = {round(c, 3) for _ft, _m, cov in runs for c in cov}
-    first, last = min(ran), max(ran)
-    due = {round(first + k, 3) for k in range(round(last - first) + 1)}
-    assert due <= ran | covered, (
-        f"fires {sorted(due - ran - covered)} neither ran nor were covered: {runs}"
-    )
+    ran = stands_for_every_fire(runs, "")
     # the re-runs are what folds them: each names the fires after its own
     reruns = [(ft, cov) for ft, misfire, cov in runs if misfire]
     assert any(cov and min(cov) > ft for ft, cov in reruns), reruns
@@ -110,12 +119,4 @@ def test_fires_folded_into_a_rerun_that_never_came_are_covered_by_the_next_run(
         30,
         message=lambda: f"no runs after the lost re-run: {job.snapshot()}",
     )
-    runs = job.snapshot()
-    ran = {round(ft, 3) for ft, _m, _c in runs}
-    covered = {round(c, 3) for _ft, _m, cov in runs for c in cov}
-    first, last = min(ran), max(ran)
-    due = {round(first + k, 3) for k in range(round(last - first) + 1)}
-    assert due <= ran | covered, (
-        f"fires {sorted(due - ran - covered)} neither ran nor were covered "
-        f"(re-run of {lost_from} lost): {runs}"
-    )
+    stands_for_every_fire(job.snapshot(), f" (re-run of {lost_from} lost)")
