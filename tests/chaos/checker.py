@@ -356,6 +356,27 @@ class Report:
             or self.params_unknown
         )
 
+    def verdict(self, limit: int = 5) -> str:
+        """The failed checks only, a few entries each: the last lines of a failure
+        message (a CI log keeps the ends of a long message and cuts its middle)."""
+        checks = {
+            "lost": self.lost,
+            "unfenced overlaps": self.overlaps,
+            "token disorder": self.token_order,
+            "stuck": self.stuck,
+            "unexplained duplicates": self.duplicates,
+            "self-shutdowns": self.self_shutdowns,
+            "not rejoined": self.not_rejoined,
+            "params lost": self.params_lost,
+            "params unknown": self.params_unknown,
+        }
+        lines = [
+            f"FAILED {name} ({len(found)}): " + "; ".join(str(f) for f in found[:limit])
+            for name, found in checks.items()
+            if found
+        ]
+        return "\n".join(lines) or "every check passed"
+
     @property
     def excused_by_category(self) -> dict[str, int]:
         """The excused pairs by :func:`excuse_category`."""
@@ -1600,6 +1621,12 @@ class JobsReport:
     def ok(self) -> bool:
         """Every job passed."""
         return all(r.ok for r in self.reports.values())
+
+    def verdict(self, limit: int = 5) -> str:
+        """Each job's failed checks (:meth:`Report.verdict`), named by job."""
+        return "\n".join(
+            f"job {name}: " + report.verdict(limit) for name, report in self.reports.items()
+        )
 
     def table(self) -> str:
         """One line of figures per job."""

@@ -951,7 +951,7 @@ def test_chaos_short(
         first="partition" if net is not None else None,
     )
     report, text = run_chaos(plan, servers, namespace, chaos_dir, net)
-    assert report.ok, text + "\n" + _worker_logs(chaos_dir)
+    assert report.ok, text + "\n" + _worker_logs(chaos_dir) + "\n" + report.verdict()
 
 
 @pytest.mark.chaos
@@ -981,7 +981,7 @@ def test_chaos_long(
         operation_timeout=DEFAULT_OPERATION_TIMEOUT,
     )
     report, text = run_chaos(plan, servers, namespace, chaos_dir, net)
-    assert report.ok, text + "\n" + _worker_logs(chaos_dir)
+    assert report.ok, text + "\n" + _worker_logs(chaos_dir) + "\n" + report.verdict()
 
 
 def _worker_logs(workdir: Path, lines: int = 30) -> str:

@@ -570,6 +570,19 @@ def test_self_shutdown_is_a_finding() -> None:
     assert not check(b.history()).self_shutdowns
 
 
+def test_verdict_names_only_the_failed_checks() -> None:
+    """The verdict (the last lines of a failed run's message) names each failed
+    check with its count and entries, and nothing for the checks that passed."""
+    b = Builder()
+    b.steady()
+    b.frame()
+    assert check(b.history()).verdict() == "every check passed"
+    b.exits = [(A, T0 + 15.0)]
+    verdict = check(b.history()).verdict()
+    assert verdict.startswith("FAILED self-shutdowns (1): ") and A in verdict
+    assert "lost" not in verdict and "unfenced" not in verdict
+
+
 def test_report_prints_the_summary_numbers() -> None:
     """The summary line carries pairs, lost, duplicates, overlaps by kind, stuck,
     self-shutdowns and the excused fraction."""
