@@ -94,3 +94,23 @@ def test_without_monitoring_nothing_is_read_or_covered(store: MemoryStore) -> No
     before = store.round_trips
     assert cov.gaps([0], 824.0, _every(8), monitored=False) == {}
     assert store.round_trips == before
+
+
+def test_an_item_that_never_completed_is_counted_from_when_it_was_first_due(
+    store: MemoryStore,
+) -> None:
+    """Items 2 and 3 were born at 800 (the assignment says so) and never completed
+    anywhere; item 1 was born then too and completed at 808. Item 2's first run at 824
+    covers 800, 808 and 816; item 3, born from the fire after 808 (a reshard that
+    applied from the next fire: 808.001), covers 816; item 1 counts from its result."""
+    cov = Coverage(store, P)
+    _result(store, 1, 808.0)
+    births = {1: 800.0, 2: 800.0, 3: 808.001}
+    gaps = cov.gaps([1, 2, 3], 824.0, _every(8), monitored=True, born=births.get)
+    assert gaps == {1: (816.0,), 2: (800.0, 808.0, 816.0), 3: (816.0,)}
+    # unknown birth (an assignment written by an older version): nothing to count from
+    assert Coverage(store, P).gaps([5], 824.0, _every(8), monitored=True, born=births.get) == {}
+    # born at this very fire: nothing earlier was due
+    assert (
+        Coverage(store, P).gaps([6], 824.0, _every(8), monitored=True, born=lambda _i: 824.0) == {}
+    )

@@ -7,6 +7,7 @@ link), so nobody starts its items' fires until B owns them.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any
@@ -14,6 +15,10 @@ from typing import Any
 import pytest
 
 from shardkeeper.config import JobConfig
+from shardkeeper.coordination.config_service import ConfigService
+from shardkeeper.coordination.model import Assignment
+from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.coordination.strategies import average
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.observe import ExecutionRecord, SkipRecord
 from shardkeeper.registry.memory import MemoryServer
@@ -166,3 +171,81 @@ def test_with_misfire_off_fires_no_instance_started_are_recorded_as_skips(
             }
         assert missed <= gone, f"item {item}: fires {sorted(missed - gone)} skipped unrecorded"
     assert unrun, "no fire went unrun: the case was not exercised"
+
+
+def test_the_first_fires_of_items_that_never_ran_are_covered(
+    memory_server: MemoryServer, runtimes: list[Runtime]
+) -> None:
+    """Items a raised count adds (4 -> 8) are first due from the reshard that adds
+    them; their owner X is cut off before it starts any of them. No run of them ever
+    completed, so there is no last run to count from: the assignment says when they
+    were born, and Y's first run of each covers every fire since (before, it covered
+    nothing and those fires were lost silently)."""
+    job = Covering()
+    config = _cfg()
+    stores = {}
+    for _ in range(2):
+        store = memory_server.store(session_timeout=1.0)
+        rt = Runtime(store, shutdown_grace=1)
+        rt.add_job(job, config)
+        rt.start()
+        runtimes.append(rt)
+        stores[rt.instance_id] = store
+    t0 = time.time()
+    wait_until(
+        lambda: {w for w, ft, _i, _c in job.snapshot() if ft > t0} == set(stores),
+        20,
+        message=lambda: f"the items were never split: {job.snapshot()[-8:]}",
+    )
+    # the default strategy (average) gives the second instance by id items 4..7 of 8
+    x_id, y_id = sorted(stores)
+    x_id, y_id = y_id, x_id
+    new_items = [i for i in average(sorted(stores), JOB, 8)[x_id] if i >= ITEMS]
+    assert new_items, "the raised count gives X none of the new items"
+    x_store = stores[x_id]
+    paths = JobPaths(JOB)
+    # X's start commit of the new items is held, and X cut off while it waits
+    held = memory_server.pause("commit", path=paths.running(new_items[0]), store=x_store, limit=30)
+    try:
+        configs = ConfigService(x_store, paths)
+        saved = configs.load()
+        assert saved is not None
+        configs.save(saved.model_copy(update={"sharding_total_count": 8}))
+        x_store.put(paths.necessary, b"count raised")
+        wait_until(lambda: held.reached, 20, message="X never started the new items")
+        x_store.suspend()
+        cut = time.time()
+        wait_until(
+            lambda: all(
+                any(w == y_id and i == item and ft > cut for w, ft, i, _c in job.snapshot())
+                for item in new_items
+            ),
+            20,
+            message=lambda: f"Y never ran X's new items {new_items}: {job.snapshot()[-8:]}",
+        )
+    finally:
+        held.release()
+    reader = memory_server.store()
+    reader.start()
+    try:
+        raw = reader.get(paths.sharding)
+    finally:
+        reader.close()
+    assert raw is not None
+    assignment = Assignment.from_bytes(raw.value)
+    runs = job.snapshot()
+    for item in new_items:
+        born = assignment.born(item)
+        assert born is not None, f"item {item}: the assignment does not say when it was born"
+        assert not any(w == x_id and i == item for w, _ft, i, _c in runs), "X ran a new item"
+        first = min(ft for _w, ft, i, _c in runs if i == item)
+        stood_for = {ft for _w, ft, i, _c in runs if i == item} | {
+            c for _w, _ft, i, cov in runs if i == item for c in cov
+        }
+        # interval 1 s anchored at the epoch: the fires are whole seconds
+        due = set(range(math.ceil(born - 0.0015), round(first) + 1))
+        assert len(due) > 1, f"item {item}: its first run was at its first fire"
+        assert due <= stood_for, (
+            f"item {item} (born {born}, first run {first}): fires "
+            f"{sorted(due - stood_for)} neither ran nor were folded"
+        )

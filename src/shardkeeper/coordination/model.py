@@ -31,6 +31,7 @@ __all__ = [
     "decode",
     "encode",
     "new_instance_id",
+    "next_births",
 ]
 
 
@@ -116,6 +117,24 @@ class Assignment:
     #: older generations still possibly in flight: (effective fire, owners), newest
     #: first; a fire waiting for a reshard may be older than the last two
     older: tuple[tuple[float, dict[int, str]], ...] = ()
+    #: when the items came into being, as breakpoints ``(first item, fire)`` sorted
+    #: by item: items from ``first item`` up to the next breakpoint were first due
+    #: at the first fire at or after ``fire`` (the job's first assignment, then each
+    #: raise of the count). Empty when unknown (written by an older version).
+    births: tuple[tuple[int, float], ...] = ()
+
+    def born(self, item: int) -> float | None:
+        """When ``item`` was first due (see :attr:`births`); None when unknown or the
+        item is not in this assignment. The fire of an item that never completed
+        anywhere is counted from here (runtime/coverage.py)."""
+        if not 0 <= item < self.total:
+            return None
+        found: float | None = None
+        for first, fire in self.births:
+            if first > item:
+                break
+            found = fire
+        return found
 
     def owners_for(self, fire: float | None) -> dict[int, str]:
         """The owner map in effect for the fire at ``fire``: one assignment per fire
@@ -150,6 +169,8 @@ class Assignment:
         }
         if self.previous_effective:
             header["previous_effective"] = self.previous_effective
+        if self.births:
+            header["births"] = [[first, fire] for first, fire in self.births]
         # Older generations are kept while the document stays small: drop the
         # oldest first (they only serve fires that waited through several reshards).
         for keep in range(len(self.older), -1, -1):
@@ -231,11 +252,29 @@ class Assignment:
                 previous=previous,
                 previous_effective=float(d.get("previous_effective", 0.0)),
                 older=older,
+                births=tuple((int(first), float(fire)) for first, fire in d.get("births", [])),
             )
 
 
 ASSIGNMENT_FORMAT = 2
 """The ``format`` of assignments written now (absent in the first form)."""
+
+
+def next_births(
+    previous: Assignment | None, total: int, effective: float
+) -> tuple[tuple[int, float], ...]:
+    """The :attr:`Assignment.births` of a new assignment of ``total`` items in effect
+    from ``effective``: the first one makes every item born then; a raise of the count
+    adds the new items' breakpoint; a cut forgets the items gone (raised again later,
+    they are born again). A previous assignment that does not know its births (an
+    older version wrote it) makes its items born now: later than the truth, so a run
+    never claims a fire that was not due."""
+    if previous is None or not previous.births:
+        return ((0, effective),)
+    kept = tuple((first, fire) for first, fire in previous.births if first < total)
+    if total > previous.total:
+        kept += ((previous.total, effective),)
+    return kept
 
 
 def _by_instance(owners: dict[int, str]) -> dict[str, str]:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Collection
 
-from shardkeeper.coordination.model import Assignment, DocumentError, InstanceInfo
+from shardkeeper.coordination.model import Assignment, DocumentError, InstanceInfo, next_births
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.strategies import ShardingStrategy
 from shardkeeper.errors import JobConfigError
@@ -244,6 +244,7 @@ class ShardingService:
             previous=dict(previous.owners) if previous is not None else {},
             previous_effective=previous.effective_fire if previous is not None else 0.0,
             older=_older_levels(previous, fire),
+            births=next_births(previous, total, effective),
         )
         ops: list[Op] = [leader_check]
         if flag_version is not None:

@@ -19,9 +19,12 @@ last run's mark, so with our marks in place no other run of it can still be goin
 and its ``fire_time`` is the last fire of the item that ran to its end anywhere. The
 covered fires are the schedule's fire times strictly between that and this fire.
 
-An item that never completed anywhere (a new job) covers nothing: there is no "last
-run" to count from. Without ``monitor_execution`` no result is stored, and runs cover
-nothing either.
+An item that never completed anywhere (the first fires of a new job, or of items a
+raised count added) is counted from when it was first due: the assignment says so
+(``Assignment.births``), so the first fires lost to a fault are covered by the item's
+first run like any other. An assignment that does not know (written by an older
+version) gives nothing to count from, and such an item's first run covers nothing.
+Without ``monitor_execution`` no result is stored, and runs cover nothing either.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -139,11 +142,14 @@ class Coverage:
         schedule: FireSchedule,
         *,
         monitored: bool,
+        born: Callable[[int], float | None] | None = None,
     ) -> dict[int, tuple[float, ...]]:
         """For items just started for ``fire_time``: the schedule's earlier fires that
-        no run stands for yet, per item that has any (module docstring). One store
-        read at most, and none when every item was decided here at its previous
-        fire. Never raises: an unreadable result covers nothing (logged)."""
+        no run stands for yet, per item that has any (module docstring). ``born``
+        says when an item was first due (``Assignment.born``): an item with no
+        result is counted from there. One store read at most, and none when every
+        item was decided here at its previous fire. Never raises: an unreadable
+        result covers nothing (logged)."""
         with self._lock:
             known = {i: self._decided.get(i) for i in items}
         self.decided(items, fire_time)
@@ -166,9 +172,17 @@ class Coverage:
         out: dict[int, tuple[float, ...]] = {}
         for item in unknown:
             seen = [t for t in (stored.get(item), known[item]) if t is not None]
-            if not seen or max(seen) >= prev - SAME_FIRE:
-                continue  # never ran anywhere (nothing to count from), or no gap
-            missed = schedule.between(max(seen), fire_time)
+            if seen:
+                if max(seen) >= prev - SAME_FIRE:
+                    continue  # no gap
+                missed = schedule.between(max(seen), fire_time)
+            else:
+                first_due = born(item) if born is not None else None
+                if first_due is None:
+                    continue  # never ran anywhere, and nothing to count from
+                # due from the first fire at or after ``first_due`` (a reshard that
+                # applies from the next fire is dated a millisecond after this one)
+                missed = schedule.between(first_due - 1.5 * SAME_FIRE, fire_time)
             if missed:
                 out[item] = tuple(missed)
         return out

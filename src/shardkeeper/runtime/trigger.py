@@ -142,6 +142,9 @@ class TriggerFlow:
         #: and the fire reads again); a fire that finds none reads it fresh
         self._cached: tuple[Assignment, int] | None = None
         self._cache_lock = threading.Lock()
+        #: the assignment the step in progress decided from (lane-confined): it
+        #: says when each item was first due, for the fires a first run covers
+        self._decided_from: Assignment | None = None
         #: a one-off job's progress as read by the step in progress (lane-confined)
         self._oneoff: OneOffView | None = None
 
@@ -160,10 +163,12 @@ class TriggerFlow:
         with self._cache_lock:
             cached = self._cached
         if cached is not None and fire.retries == 0 and not fresh:
+            self._decided_from = cached[0]
             return cached[0], cached[1], True
         assignment, version = self._s.sharding.read()
         with self._cache_lock:
             self._cached = (assignment, version) if assignment is not None else None
+        self._decided_from = assignment
         return assignment, version, False
 
     def _owns_mark(self, item: int, mark: RunningMark) -> bool:
@@ -427,7 +432,15 @@ class TriggerFlow:
         if self._schedule is None or self._schedule[0] is not cfg:
             self._schedule = (cfg, FireSchedule(build_trigger(cfg)))
         schedule = self._schedule[1]
-        gaps = self.coverage.gaps(items, fire_time, schedule, monitored=cfg.monitor_execution)
+        # the start commit checked the version this assignment was read at
+        read = self._decided_from
+        gaps = self.coverage.gaps(
+            items,
+            fire_time,
+            schedule,
+            monitored=cfg.monitor_execution,
+            born=read.born if read is not None else None,
+        )
         if folds_until is not None and folds_until > fire_time + SAME_FIRE and cfg.misfire:
             # the fires that came while the run ahead went on (or queued behind it)
             # and were folded into this re-run: it stands for them, and says so
