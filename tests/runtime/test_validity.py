@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from shardkeeper.config import JobConfig
+from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry import open_store
 from shardkeeper.registry.base import ConnectionState, WatchEvent
@@ -142,6 +143,12 @@ def test_a_session_no_longer_renewed_is_invalid_before_a_taker_starts(
     )
     stores = [memory_server.store("lease", session_timeout=T) for _ in range(2)]
     runtimes: list[Runtime] = []
+    # The job is disabled until both instances are members: a fire with one member
+    # would give it both items, held for good, and the other would never get one.
+    operator = memory_server.store("lease")
+    operator.start()
+    paths = JobPaths("held")
+    operator.put(paths.disabled_job, b"")
     try:
         for store in stores:
             rt = Runtime(store, shutdown_grace=1, worker_threads=4)
@@ -149,6 +156,12 @@ def test_a_session_no_longer_renewed_is_invalid_before_a_taker_starts(
             rt.start()
             runtimes.append(rt)
         a, b = runtimes
+        wait_until(
+            lambda: len(operator.children(paths.instances)) == 2,
+            15,
+            message="both instances should join the job",
+        )
+        operator.delete(paths.disabled_job)
         wait_until(
             lambda: set(job.holders().values()) == {a.instance_id, b.instance_id},
             15,
@@ -172,6 +185,7 @@ def test_a_session_no_longer_renewed_is_invalid_before_a_taker_starts(
         job.release.set()
         for rt in runtimes:
             rt.stop_now()
+        operator.close()
 
 
 def slow_link_overlap(cluster: EtcdCluster, namespace: str, delay: float) -> None:
