@@ -12,6 +12,12 @@ lost, an earlier session). Idle instances claim a queued item with ONE
 atomic commit that removes the queue entry and creates the running mark: no lock
 that could be left behind, and exactly one claimer wins. The mark's Create also
 fails while the item runs elsewhere, so a claim never overlaps a normal run.
+
+The queue holds one entry per item. An item queued while an entry of another fire
+of it waits (two interrupted runs of one item handed off by a stopping instance, a
+fenced claim handed back) folds that entry in: the later fire is run and stands for
+the earlier one (``FailoverEntry.folds``, the claimed run's ``ctx.covers``), as a
+misfire re-run stands for the fires folded into it. Overwriting it lost a fire.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from shardkeeper.registry.base import (
     CoordinationStore,
     Create,
     Delete,
+    Node,
     Op,
     Put,
     check_path,
@@ -131,12 +138,22 @@ class FailoverService:
         still ours. Used for items of a fenced batch that never started. Returns the
         items moved; a mark that is gone or replaced is left alone."""
         moved: list[int] = []
-        for item, (token, entry, fence) in sorted(marks.items()):
-            ops: list[Op] = self._clear_ops(item, token, fence)
-            if keep:
-                ops.append(Put(self._paths.failover_item(item), entry.to_bytes()))
-            if self._store.commit(ops):
-                moved.append(item)
+        left = dict(marks)
+        # An entry of another fire may wait for the item (one entry per item): it is
+        # folded in, conditional on being the one read; if it changed meanwhile (a
+        # claim, another hand-off) the item is tried again on a fresh read.
+        for _attempt in range(3 if keep else 1):
+            waiting = self._waiting(left) if keep else {}
+            for item, (token, entry, fence) in sorted(left.items()):
+                ops: list[Op] = self._clear_ops(item, token, fence)
+                if keep:
+                    ops += self._queue_ops(item, entry, waiting.get(item))
+                if self._store.commit(ops):
+                    moved.append(item)
+                    del left[item]
+            if not left:
+                break
+        moved.sort()
         if moved:
             log.info(
                 "%s: items %s of a fenced execution %s",
@@ -192,11 +209,16 @@ class FailoverService:
                 ops.insert(0, Check(node.path, created_revision=node.created_revision))
             if owner_absent and readable and _valid_segment(mark.instance_id):
                 ops.append(Check(self._paths.instance(mark.instance_id), exists=False))
-            if keep(mark):
-                entry = FailoverEntry(mark.fire_time, mark.execution_id, mark.instance_id)
-                ops.append(Put(self._paths.failover_item(item), entry.to_bytes()))
             chosen.append((item, mark))
             groups.append(ops)
+        # queued ones fold the entry of another fire waiting for the item, if any
+        # (one read of the queue, only when something is to be queued)
+        to_queue = {k: item for k, (item, mark) in enumerate(chosen) if keep(mark)}
+        waiting = self._waiting(to_queue.values())
+        for k, item in to_queue.items():
+            mark = chosen[k][1]
+            entry = FailoverEntry(mark.fire_time, mark.execution_id, mark.instance_id)
+            groups[k] += self._queue_ops(item, entry, waiting.get(item))
         applied = self._commit_each([], groups)
         return [chosen[k] for k in sorted(applied)]
 
@@ -261,6 +283,36 @@ class FailoverService:
 
     def _clear_ops(self, item: int, token: int, fence: str) -> list[Op]:
         return clear_mark_ops(self._paths, item, token, fence)
+
+    def _waiting(self, items: Collection[int]) -> dict[int, Node]:
+        """The queue entries waiting now for any of ``items``: one listing, and one
+        read of the queue only when one of them is there."""
+        wanted = set(items)
+        if not wanted:
+            return {}
+        there = wanted.intersection(self.queued())
+        if not there:
+            return {}
+        tree = self._store.get_tree(self._paths.failover_queue)
+        out: dict[int, Node] = {}
+        for item in there:
+            node = tree.get(self._paths.failover_item(item))
+            if node is not None:
+                out[item] = node
+        return out
+
+    def _queue_ops(self, item: int, entry: FailoverEntry, waiting: Node | None) -> list[Op]:
+        """Queue ``entry`` for ``item``, conditional on the queue holding what was
+        read: nothing, or ``waiting``, which is folded in (FailoverEntry.fold): a
+        second fire's hand-off never overwrites the first's, or that fire is lost."""
+        path = self._paths.failover_item(item)
+        if waiting is None:
+            return [Check(path, exists=False), Put(path, entry.to_bytes())]
+        try:
+            queued = entry.fold(FailoverEntry.from_bytes(waiting.value, waiting.path))
+        except DocumentError:
+            queued = entry  # unreadable: nothing to fold from it (the claim says so too)
+        return [Check(path, version=waiting.version), Put(path, queued.to_bytes())]
 
     def queued(self) -> list[int]:
         """Items waiting in the failover queue."""

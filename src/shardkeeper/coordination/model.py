@@ -23,6 +23,7 @@ from shardkeeper.errors import JobConfigError
 
 __all__ = [
     "ASSIGNMENT_FORMAT",
+    "MAX_FOLDS",
     "Assignment",
     "DocumentError",
     "FailoverEntry",
@@ -259,6 +260,12 @@ class Assignment:
 ASSIGNMENT_FORMAT = 2
 """The ``format`` of assignments written now (absent in the first form)."""
 
+MAX_FOLDS = 100
+"""Most earlier fires one failover entry stands for (as a run's ``covers``)."""
+
+#: fire times closer than this are the same fire (floats from one schedule)
+_SAME_FIRE = 1e-3
+
 
 def next_births(
     previous: Assignment | None, total: int, effective: float
@@ -331,10 +338,30 @@ class FailoverEntry:
     execution_id: str
     from_instance: str
     queued_at: float = field(default_factory=time.time)
+    #: earlier fires of the item this entry also stands for: an entry queued while
+    #: another fire's entry of the item waited folds it (one entry per item), and the
+    #: run that claims it covers them (``ctx.covers``); oldest first
+    folds: tuple[float, ...] = ()
+
+    def fold(self, waiting: FailoverEntry) -> FailoverEntry:
+        """This entry and ``waiting`` (the item's entry already queued) as one: the
+        later fire is run, and stands for the earlier one and both entries' folds (the
+        newest :data:`MAX_FOLDS` of them). The same fire twice is one entry."""
+        later, earlier = (self, waiting) if self.fire_time >= waiting.fire_time else (waiting, self)
+        fires = {*self.folds, *waiting.folds}
+        if abs(later.fire_time - earlier.fire_time) > _SAME_FIRE:
+            fires.add(earlier.fire_time)
+        kept = tuple(sorted(f for f in fires if f < later.fire_time - _SAME_FIRE))[-MAX_FOLDS:]
+        return FailoverEntry(
+            later.fire_time, later.execution_id, later.from_instance, later.queued_at, kept
+        )
 
     def to_bytes(self) -> bytes:
-        """Encode."""
-        return encode(self)
+        """Encode (``folds`` only when there are some: an entry stays as it was)."""
+        data = asdict(self)
+        if not self.folds:
+            del data["folds"]
+        return encode(data)
 
     @classmethod
     def from_bytes(cls, raw: bytes, path: str = "?") -> FailoverEntry:
@@ -346,4 +373,5 @@ class FailoverEntry:
                 execution_id=str(d["execution_id"]),
                 from_instance=str(d["from_instance"]),
                 queued_at=float(d.get("queued_at", 0.0)),
+                folds=tuple(float(f) for f in d.get("folds", [])),
             )

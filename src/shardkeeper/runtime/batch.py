@@ -96,3 +96,6 @@ class _Unfinished:
     execution_ids: dict[int, str]
     fences: dict[int, str]
     results: dict[int, bytes] = field(default_factory=dict)
+    #: the earlier fires each item's run stood for: a run handed off did not do
+    #: them either, so its queue entry carries them on (FailoverEntry.folds)
+    covers: dict[int, tuple[float, ...]] = field(default_factory=dict)

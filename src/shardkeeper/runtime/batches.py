@@ -483,6 +483,7 @@ class Batches:
             dict(batch.execution_ids),
             dict(batch.fences),
             {i: batch.results[i] for i in ran if i in batch.results} if monitor else {},
+            {i: batch.covers[i] for i in never if batch.covers.get(i)},
         )
         try:
             self._settle(entry)
@@ -532,6 +533,7 @@ class Batches:
                         entry.execution_ids.get(item)
                         or execution_id(self._state.config.name, entry.fire_time, item),
                         self._s.instance_id,
+                        folds=entry.covers.get(item, ()),
                     ),
                     entry.fences.get(item, ""),
                 )

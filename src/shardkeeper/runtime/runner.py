@@ -628,6 +628,8 @@ class JobRunner:
                         execution_ids={c.item: c.entry.execution_id for c in group},
                         failover=True,
                         session=session,
+                        # earlier fires of the item handed off while this one waited
+                        covers={c.item: c.entry.folds for c in group if c.entry.folds},
                     )
                 )
         finally:
