@@ -23,7 +23,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -252,32 +254,49 @@ class WatchMixin(MembersMixin):
         re-create the watches whose stream broke, every ``RETRY_DELAY`` while any is
         pending. Apart from the session thread, so that a watch request a member
         holds never delays a keep-alive."""
+        failed = False
+        last_pass = -math.inf
         while not self._stopping.is_set():
             with self._wlock:
                 pending = bool(self._pending)
-            self._restore_wake.wait(RETRY_DELAY if pending else _IDLE_WAKE)
+            # A watch re-created on a member without a leader fails or breaks at
+            # once, and that break wakes this loop again: without a pause between
+            # passes it spun (a member switch and two log lines every few ms) for as
+            # long as the store had no leader, on a machine already loaded. The first
+            # pass after a quiet time still runs at once.
+            spacing = RETRY_DELAY - (time.monotonic() - last_pass)
+            if failed or spacing > 0:
+                self._stopping.wait(max(spacing, RETRY_DELAY if failed else 0.0))
+            else:
+                self._restore_wake.wait(RETRY_DELAY if pending else _IDLE_WAKE)
             # cleared before reading what is pending: a break noted from now on wakes
             # the next wait
             self._restore_wake.clear()
             if self._stopping.is_set():
                 return
+            last_pass = time.monotonic()
             try:
-                self._restore_watches()
+                failed = not self._restore_watches()
             except Exception:
+                failed = True
                 _log.exception("etcd watch recovery failed unexpectedly")
 
-    def _restore_watches(self) -> None:
+    def _restore_watches(self) -> bool:
+        """Re-create the pending watches; False when one could not be (tried again
+        after a pause)."""
         with self._wlock:
             pending = sorted(self._pending, key=lambda x: x.prefix)
+        ok = True
         for w in pending:
             if self._stopping.is_set():
-                return
+                return ok
             try:
                 if w.compacted or not self._establish(w):
                     self._resync(w)
             except StoreError as exc:
                 _log.info("etcd watch %s not resumed yet: %s", w.prefix, exc)
-                return
+                return False
+        return ok
 
     def _resync(self, w: Watch) -> None:
         """The history since ``w.last_rev`` is compacted: RESYNC, then the current state."""
