@@ -760,3 +760,31 @@ def test_a_read_through_a_dead_member_is_sent_again_to_another(
         assert store.exists("/r")
         assert store.children("/r") == ["k"]
         assert set(store.get_tree("/r")) == {"/r", "/r/k"}
+
+
+@pytest.mark.cluster
+def test_watch_recovery_without_a_leader_is_paced(
+    etcd_cluster: EtcdCluster, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two of three members die: the one left has no leader, so a re-created watch
+    fails or breaks at once. The recovery tries again every retry delay (0.2 s), not in
+    a loop: before, it switched members and logged twice every few ms for as long as
+    the store had no leader (hundreds of lines a second, chaos runs on etcd)."""
+    url = etcd_cluster.url(namespace, session_timeout=30, operation_timeout=2)
+    leader = etcd_cluster.leader()
+    host, port = etcd_cluster.hosts[leader]
+    events: list[WatchEvent] = []
+    with started(url) as store:
+        store._client._current_endpoint_label = f"{host}:{port}"
+        store.watch("/w", events.append)
+        store.put("/w/k", b"1")
+        wait_until(lambda: any(e.path == "/w/k" for e in events), 10, message="no event")
+        caplog.set_level("INFO", logger="shardkeeper.registry.etcd.watch")
+        etcd_cluster.kill(leader)
+        etcd_cluster.kill((leader + 1) % 3)
+        began = time.monotonic()
+        # a measuring window (the rate of attempts), not a synchronisation
+        wait_until(lambda: time.monotonic() - began >= 3.0, 10, message="clock")
+        tries = sum("not resumed yet" in r.getMessage() for r in caplog.records)
+    # one attempt per 0.2 s at most, with slack for a pass of several members
+    assert 1 <= tries <= 3.0 / 0.2 + 5, f"{tries} watch recovery attempts in 3 s"
