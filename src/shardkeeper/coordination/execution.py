@@ -12,6 +12,7 @@ instance that was cut off and taken over can never erase the taker's marks.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections import deque
 from collections.abc import Collection, Iterable, Sequence
@@ -80,6 +81,13 @@ class ExecutionService:
         self._me = instance_id
         #: this instance's "fired" node was written (a hint: a wrong one costs a retry)
         self._fired_written = False
+        #: the latest fire this instance wrote into its "fired" node: the node never
+        #: goes back (a misfire re-run of an older fire, started after a newer fire,
+        #: wrote the older time, the leader then saw the newer fire as started nowhere
+        #: and a reshard applied to it: two instances ran one item for one fire). Too
+        #: late a value only defers a reshard to the next fire; too early duplicates.
+        self._fired_latest = 0.0
+        self._fired_lock = threading.Lock()
 
     def start(
         self,
@@ -108,14 +116,18 @@ class ExecutionService:
         found by the housekeeping pass (a mark naming this instance without a local
         execution is handed to failover), so an unknown outcome never strands a mark.
         """
+        with self._fired_lock:
+            self._fired_latest = max(self._fired_latest, fire_time)
+            fired = self._fired_latest
         fixed: list[Op] = [
             *([membership] if membership is not None else []),
             Check(self._paths.necessary, exists=False),
             Check(self._paths.sharding, version=assignment_version),
-            # tells a leader about to reshard that this fire already started here
+            # tells a leader about to reshard that this fire (or a later one) already
+            # started here
             Put(
                 self._paths.fired(self._me),
-                repr(fire_time).encode(),
+                repr(fired).encode(),
                 existing=self._fired_written,
             ),
         ]
