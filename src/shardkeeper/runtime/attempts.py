@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from shardkeeper.job import ShardedJob, ShardingContext
+from shardkeeper.logcontext import item_context
 
 __all__ = ["MAX_ABANDONED", "Attempt", "run_once"]
 
@@ -76,7 +77,8 @@ def run_once(
     def target() -> None:
         global _abandoned
         try:
-            job.run_item(ctx)
+            with item_context(ctx):
+                job.run_item(ctx)
         except BaseException as exc:  # user code: reported by the waiting worker
             box[0] = exc
         finally:
@@ -110,7 +112,8 @@ def run_once(
 
 def _direct(job: ShardedJob, ctx: ShardingContext, started: float) -> Attempt:
     try:
-        job.run_item(ctx)
+        with item_context(ctx):
+            job.run_item(ctx)
     except BaseException as exc:  # user code: never let it kill the instance
         return Attempt("failed", started, time.time(), exc)
     return Attempt("ok", started, time.time())
