@@ -122,3 +122,23 @@ def test_a_claim_of_many_items_is_one_log_line_per_fire_and_owner(
     assert len(lines) == 1, lines
     assert f"took over {N} items [0, 1, 2, 3, 4, ..., " in lines[0]
     assert f"from {DEAD}" in lines[0]
+
+
+def test_a_claim_round_is_sized_by_the_queue_as_listed(store: MemoryStore) -> None:
+    """The round's size comes from the queue it lists (600 items here), not from a
+    count known before: the runner's hint of the queue trickles in by watch events
+    under load, and rounds sized by it took a dead instance's thousands of items a
+    few at a time (600 s chaos on etcd: a bulk fire's failover ran for minutes)."""
+    _orphans(store)
+    FailoverService(store, P, "host@2@leader").requeue_orphans(live=set())
+    seen: list[int] = []
+
+    def half(queued: int) -> int:
+        seen.append(queued)
+        return queued // 2
+
+    taker = FailoverService(store, P, "host@3@taker")
+    claims = taker.claim_many([0, 1], limit=half)
+    assert seen == [N - 2]
+    assert len(claims) == (N - 2) // 2 and min(c.item for c in claims) == 2
+    assert taker.claim_many(limit=lambda _q: 0) == []

@@ -22,6 +22,7 @@ from shardkeeper.config import JobConfig
 from shardkeeper.coordination.failover import FailoverService
 from shardkeeper.coordination.model import MAX_FOLDS, FailoverEntry, RunningMark
 from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.coordination.results import ItemResult
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry.base import Create
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
@@ -148,6 +149,44 @@ def test_the_claimed_run_stands_for_the_folded_fires(memory_server: MemoryServer
         wait_until(lambda: bool(job.runs), 20, message="the queued entry was never claimed")
         with job.lock:
             assert job.runs[0] == (fire, 0, (fire - 20, fire - 10))
+    finally:
+        rt.stop_now()
+        seed.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_claimed_run_covers_the_fires_since_the_items_last_completed_run(
+    memory_server: MemoryServer,
+) -> None:
+    """An hourly job's item completed at H-5; its owner died in the run of H-1 (the
+    entry queued for failover) and nobody ran H-4, H-3 and H-2. The run that claims
+    H-1 stands for them too, as a trigger's start would: before, the claim marked the
+    item decided at H-1 with no covers, and those fires stayed lost (600 s chaos on
+    etcd: a dead owner's fires of the long job)."""
+    job = Covers()
+    paths = JobPaths("hourly")
+    hour = 3600.0
+    # not within a few seconds of an hour boundary: the job's own fire must not come
+    wait_until(lambda: 5 < time.time() % hour < hour - 10, hour, message="clock")
+    h = time.time() // hour * hour
+    seed = memory_server.store("ns2")
+    seed.start()
+    seed.put(
+        paths.result(0),
+        ItemResult("ok", h - 5 * hour, h - 5 * hour, h - 5 * hour + 1, "host@8@gone").to_bytes(),
+    )
+    entry = FailoverEntry(h - hour, f"hourly@{h - hour:.0f}#0", "host@8@gone")
+    seed.put(paths.failover_item(0), entry.to_bytes())
+    rt = Runtime(memory_server.store("ns2"), shutdown_grace=1)
+    config = JobConfig(
+        name="hourly", cron="0 0 * * * ?", sharding_total_count=1, failover=True, misfire=True
+    )
+    rt.add_job(job, config)
+    rt.start()
+    try:
+        wait_until(lambda: bool(job.runs), 20, message="the queued entry was never claimed")
+        with job.lock:
+            assert job.runs[0] == (h - hour, 0, (h - 4 * hour, h - 3 * hour, h - 2 * hour))
     finally:
         rt.stop_now()
         seed.close()

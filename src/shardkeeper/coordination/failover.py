@@ -332,7 +332,7 @@ class FailoverService:
         self,
         exclude: Collection[int] = (),
         *,
-        limit: int,
+        limit: int | Callable[[int], int],
         membership: Check | None = None,
     ) -> list[Claim]:
         """Claim up to ``limit`` queued items (lowest first) for this instance. Each
@@ -341,13 +341,21 @@ class FailoverService:
         instance's thousands of items are taken over in a few round trips, not one
         commit each. Every commit also holds ``membership`` (this instance is still
         the member it registered as), so a process whose session ended cannot
-        claim. An item another instance claimed first is simply not ours."""
-        if limit < 1:
+        claim. An item another instance claimed first is simply not ours.
+
+        ``limit`` may be a function of how many items the listing found queued (not
+        excluded): a round is then sized by the queue as it is now, not by a count
+        the caller learnt earlier from watch events that trickle in under load."""
+        if isinstance(limit, int) and limit < 1:
             return []
         skip = set(exclude)
         wanted = [i for i in self.queued() if i not in skip]
         if not wanted:
             return []
+        if not isinstance(limit, int):
+            limit = limit(len(wanted))
+            if limit < 1:
+                return []
         tree = self._store.get_tree(self._paths.failover_queue)
         chosen: list[tuple[int, FailoverEntry, str]] = []
         groups: list[list[Op]] = []

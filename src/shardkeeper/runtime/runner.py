@@ -72,6 +72,7 @@ from shardkeeper.observe import Observers
 from shardkeeper.registry.base import ConnectionState, WatchEvent
 from shardkeeper.runtime import reactions as rx
 from shardkeeper.runtime.batches import Batch, Batches
+from shardkeeper.runtime.coverage import MAX_COVERS
 from shardkeeper.runtime.fires import Fires, SkipSink
 from shardkeeper.runtime.jobstate import JobState, SkipReason
 from shardkeeper.runtime.leader import LeaderDuties
@@ -601,16 +602,22 @@ class JobRunner:
             return
         membership = st.membership_check(self.paths.instance(self._me))
         session = self.session()
-        limit = max(1, self._workers.free())
-        queued = len(st.queue_hint)
-        if queued > limit:
+        free = max(1, self._workers.free())
+
+        def share(queued: int) -> int:
+            # sized by the queue as listed now: the hint trickles in by watch events
+            # under load, and rounds sized by it took a dead instance's thousands of
+            # items a few at a time for minutes (600 s chaos on etcd)
+            if queued <= free:
+                return free
             members = max(1, len(self.sharding.live_instances()))
-            limit = min(MAX_CLAIM, max(limit, -(-queued // members)))
+            return min(MAX_CLAIM, max(free, -(-queued // members)))
+
         with self._claims_lock:
             self._claims_in_flight += 1
         try:
             claims = self.failover.claim_many(
-                self.batches.busy_items(), limit=limit, membership=membership
+                self.batches.busy_items(), limit=share, membership=membership
             )
             by_fire: dict[float, list[Claim]] = {}
             for claim in claims:
@@ -618,7 +625,15 @@ class JobRunner:
             for fire_time, group in sorted(by_fire.items()):
                 items = [c.item for c in group]
                 st.count("failovers", len(group))
-                self.trigger.coverage.decided(items, fire_time)
+                # the fires since each item's last completed run stand with this run,
+                # as with a trigger's start; and the earlier fires handed off while
+                # this one waited in the queue (its folds)
+                gaps = self.trigger.covers_for(items, fire_time)
+                covers = {
+                    c.item: tuple(sorted({*gaps.get(c.item, ()), *c.entry.folds}))[-MAX_COVERS:]
+                    for c in group
+                    if c.entry.folds or c.item in gaps
+                }
                 self.launch(
                     Batch(
                         fire_time=fire_time,
@@ -628,8 +643,7 @@ class JobRunner:
                         execution_ids={c.item: c.entry.execution_id for c in group},
                         failover=True,
                         session=session,
-                        # earlier fires of the item handed off while this one waited
-                        covers={c.item: c.entry.folds for c in group if c.entry.folds},
+                        covers=covers,
                     )
                 )
         finally:

@@ -419,6 +419,13 @@ class TriggerFlow:
             return Launched(step.items, Skipped(SkipReason.RUNNING_ELSEWHERE, gone))
         return step
 
+    def covers_for(self, items: list[int], fire_time: float) -> dict[int, tuple[float, ...]]:
+        """The earlier fires a failover claim of ``items`` for ``fire_time`` stands for,
+        as a start of them here would (lane task): a dead owner's fires between the
+        item's last completed run and the claimed one were never run anywhere, and
+        nothing else would ever cover them. Marks the items decided at ``fire_time``."""
+        return self._covers(items, fire_time)
+
     def _covers(
         self, items: list[int], fire_time: float, folds_until: float | None = None
     ) -> dict[int, tuple[float, ...]]:
