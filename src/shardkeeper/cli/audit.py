@@ -108,7 +108,7 @@ def _details(entry: AuditEntry) -> str:
 @app.command()
 def audit(
     name: Annotated[
-        str | None, typer.Argument(metavar="[JOB]", help="Only this job (also a removed one).")
+        str | None, typer.Argument(metavar="JOB", help="Only this job (also a removed one).")
     ] = None,
     since: Annotated[
         str | None,

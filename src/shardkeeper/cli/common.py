@@ -11,9 +11,10 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from shardkeeper._version import __version__
 from shardkeeper.cli.render import out
@@ -43,15 +44,88 @@ __all__ = [
     "registry_app",
 ]
 
-app = typer.Typer(
+
+def _tidy_params(command: TyperCommand | TyperGroup, ctx: Any) -> None:
+    """Give every flag of ``command`` (``--help`` included) an empty metavar.
+
+    Typer shows the type of a flag (``<bool>``) in the type column as if the flag
+    took a value; an option's metavar replaces that column, and an empty one leaves
+    it blank. Set on the parameter objects, so the rich and the plain help agree.
+    """
+    for param in command.get_params(ctx):
+        # duck-typed: the parameter classes are click's before Typer 0.2x, then
+        # Typer's own copy of click
+        flag = param.param_type_name == "option" and getattr(param, "is_flag", False)
+        if flag and param.metavar is None:
+            param.metavar = ""
+
+
+def _usage_pieces(command: TyperCommand, ctx: Any) -> list[str]:
+    """The usage line in click's (and every Unix man page's) notation.
+
+    A required argument is ``NAME``, an optional one ``[NAME]`` and a repeatable one
+    ``NAME...``; Typer writes a required one as ``{NAME}``, which reads like a
+    placeholder to fill in braces and all.
+    """
+    pieces = [command.options_metavar] if command.options_metavar else []
+    for param in command.get_params(ctx):
+        if param.param_type_name != "argument":
+            pieces.extend(param.get_usage_pieces(ctx))
+            continue
+        name = param.metavar or (param.name or "").upper()
+        if param.nargs != 1 and not name.endswith("..."):
+            name += "..."
+        pieces.append(name if param.required else f"[{name}]")
+    return pieces
+
+
+class HelpCommand(TyperCommand):
+    """A Typer command whose help shows no ``<bool>`` on flags and a plain usage line."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        """The usage line's parts: see :func:`_usage_pieces`."""
+        return _usage_pieces(self, ctx)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """The help, flags without a type (see :func:`_tidy_params`)."""
+        _tidy_params(self, ctx)
+        super().format_help(ctx, formatter)
+
+
+class HelpGroup(TyperGroup):
+    """A Typer group whose help shows no ``<bool>`` on flags (see :class:`HelpCommand`)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """The help, flags without a type (see :func:`_tidy_params`)."""
+        _tidy_params(self, ctx)
+        super().format_help(ctx, formatter)
+
+
+class _Typer(typer.Typer):
+    """A Typer app whose commands are :class:`HelpCommand` unless they say otherwise."""
+
+    def command(self, *args: Any, cls: type[TyperCommand] | None = None, **kwargs: Any) -> Any:
+        """``typer.Typer.command`` with :class:`HelpCommand` as the default class."""
+        return super().command(*args, cls=cls or HelpCommand, **kwargs)
+
+
+def _make_app(**kwargs: Any) -> typer.Typer:
+    # "rich" explicitly: Typer's default depends on its version (None before 0.13),
+    # and the help texts escape Rich markup (``\\[default: 8]``) only in this mode
+    return _Typer(cls=HelpGroup, rich_markup_mode="rich", **kwargs)
+
+
+app = _make_app(
     name="shardkeeper",
-    help="Elastic sharded jobs on ZooKeeper or etcd: run them, inspect and steer them.",
+    help="Elastic sharded jobs on ZooKeeper or etcd: run them, inspect and steer them.\n\n"
+    f"Commands that read or change a registry take --registry URL, or the URL in "
+    f"${ENV_VAR} (e.g. zk://host:2181/my-app or etcd://host:2379/my-app).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-config_app = typer.Typer(help="Read or change a job's stored configuration.", no_args_is_help=True)
-registry_app = typer.Typer(
+config_app = _make_app(help="Read or change a job's stored configuration.", no_args_is_help=True)
+registry_app = _make_app(
     help="A local ZooKeeper or etcd for development (detached servers); fix-acl.",
     no_args_is_help=True,
 )
@@ -143,6 +217,7 @@ def _root(
         bool,
         typer.Option(
             "--version",
+            "-V",
             help="Print the version and exit.",
             callback=_show_version,
             is_eager=True,

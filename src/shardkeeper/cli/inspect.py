@@ -235,7 +235,7 @@ def instances(
 
 @app.command()
 def dump(
-    path: Annotated[str, typer.Argument(help="Subtree to show.")] = "/",
+    path: Annotated[str, typer.Argument(metavar="PATH", help="Subtree to show.")] = "/",
     registry: RegistryOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

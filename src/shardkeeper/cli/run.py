@@ -52,7 +52,7 @@ def run(
             "--worker-threads",
             min=1,
             envvar="SHARDKEEPER_WORKER_THREADS",
-            help="Items run at once [default: 8].",
+            help="Items run at once. \\[default: 8]",
         ),
     ] = None,
     grace: Annotated[
@@ -61,7 +61,7 @@ def run(
             "--grace",
             min=0,
             envvar="SHARDKEEPER_GRACE",
-            help="Seconds running items get at shutdown [default: 30].",
+            help="Seconds running items get at shutdown. \\[default: 30]",
         ),
     ] = None,
     label: Annotated[
@@ -76,7 +76,7 @@ def run(
     log_level: Annotated[
         LogLevel | None,
         typer.Option(
-            "--log-level", envvar="SHARDKEEPER_LOG_LEVEL", help="Log level [default: info]."
+            "--log-level", envvar="SHARDKEEPER_LOG_LEVEL", help="Log level. \\[default: info]"
         ),
     ] = None,
     history_url: HistoryUrlOpt = None,
@@ -95,7 +95,7 @@ def run(
         typer.Option(
             "--metrics-host",
             envvar="SHARDKEEPER_METRICS_HOST",
-            help="Address the metrics port binds to [default: 127.0.0.1].",
+            help="Address the metrics port binds to. \\[default: 127.0.0.1]",
         ),
     ] = None,
 ) -> None:

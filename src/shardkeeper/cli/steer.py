@@ -40,6 +40,7 @@ def trigger(
         list[str] | None,
         typer.Option(
             "--param",
+            metavar="KEY=VALUE",
             help="A one-off parameter KEY=VALUE for this run (ctx.params); repeatable.",
         ),
     ] = None,
