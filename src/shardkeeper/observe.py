@@ -15,7 +15,7 @@ import logging
 import threading
 import traceback as tb
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 __all__ = [
@@ -77,6 +77,9 @@ class ExecutionRecord:
     attempt: int = 1
     #: fire times this run stood for (``ctx.covers``: no run started them)
     covers: tuple[float, ...] = ()
+    #: which registry and namespace the run happened in (``CoordinationStore.identity``;
+    #: the runtime's :class:`Observers` fills it in, "" when not known)
+    scope: str = ""
 
     @property
     def duration(self) -> float:
@@ -94,6 +97,8 @@ class SkipRecord:
     instance: str
     reason: str
     items: tuple[int, ...] = ()
+    #: as :attr:`ExecutionRecord.scope`
+    scope: str = ""
 
 
 @runtime_checkable
@@ -120,10 +125,15 @@ def format_traceback(exc: BaseException) -> tuple[str, str, str]:
 
 class Observers:
     """A fan-out over observers that never raises: a failing observer is logged
-    (once per observer and kind of failure, so a broken one cannot flood the log)."""
+    (once per observer and kind of failure, so a broken one cannot flood the log).
 
-    def __init__(self, observers: Iterable[ExecutionObserver] = ()) -> None:
+    ``scope`` (the runtime's registry and namespace) is written into every record
+    that has none, so that an observer shared by deployments (one history database)
+    can tell their records apart without being told where it runs."""
+
+    def __init__(self, observers: Iterable[ExecutionObserver] = (), *, scope: str = "") -> None:
         self._observers = list(observers)
+        self.scope = scope
         self._lock = threading.Lock()
         self._warned: set[tuple[int, str]] = set()
 
@@ -136,7 +146,9 @@ class Observers:
         return bool(self._observers)
 
     def on_execution(self, record: ExecutionRecord) -> None:
-        """Pass ``record`` to every observer."""
+        """Pass ``record`` (with the scope filled in) to every observer."""
+        if self.scope and not record.scope:
+            record = replace(record, scope=self.scope)
         for obs in self._observers:
             try:
                 obs.on_execution(record)
@@ -144,7 +156,9 @@ class Observers:
                 self._warn(obs, exc)
 
     def on_skip(self, record: SkipRecord) -> None:
-        """Pass ``record`` to every observer."""
+        """Pass ``record`` (with the scope filled in) to every observer."""
+        if self.scope and not record.scope:
+            record = replace(record, scope=self.scope)
         for obs in self._observers:
             try:
                 obs.on_skip(record)

@@ -21,7 +21,7 @@ def _old_table() -> Table:
     return Table(
         "executions",
         MetaData(),
-        *(c._copy() for c in executions.columns if c.name != "covers"),
+        *(c._copy() for c in executions.columns if c.name not in ("covers", "scope")),
     )
 
 

@@ -43,8 +43,13 @@ class Flaky(ShardedJob):
             raise ValueError(f"item {ctx.item} broke [bold]")
 
 
+#: a registry URL for commands that only need one to name the history's scope (it is
+#: parsed, never connected to)
+NOWHERE = "zk://127.0.0.1:1/nowhere"
+
+
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "COLUMNS": "250", **(env or {})}
+    full_env = {**os.environ, "COLUMNS": "250", "SHARDKEEPER_REGISTRY": NOWHERE}
     full_env.pop("SHARDKEEPER_HISTORY_URL", None)
     full_env.update(env or {})
     return subprocess.run(
@@ -113,8 +118,8 @@ def test_history_shows_ok_and_failed_runs_with_the_error(recorded: str) -> None:
     assert all(r.ended >= r.started for r in rows)
 
 
-def test_history_command(recorded: str) -> None:
-    env = {"SHARDKEEPER_HISTORY_URL": recorded}
+def test_history_command(recorded: str, registry_url: str) -> None:
+    env = {"SHARDKEEPER_HISTORY_URL": recorded, "SHARDKEEPER_REGISTRY": registry_url}
     table = ok(cli("history", JOB, env=env))
     header = table.splitlines()[0].split()
     assert header == list(COLUMNS)

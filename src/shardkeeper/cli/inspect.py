@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, Annotated
 
@@ -21,6 +22,7 @@ from shardkeeper.cli.render import (
     new_table,
     out,
 )
+from shardkeeper.errors import ConfigError
 
 if TYPE_CHECKING:  # the views are imported with the store's answers, not for --help
     from shardkeeper.ops import DumpEntry, InstanceView, ItemView, JobSummary
@@ -278,11 +280,24 @@ def history(
         bool, typer.Option("--show-traceback", help="Print tracebacks below the table.")
     ] = False,
     history_url: HistoryUrlOpt = None,
+    registry: RegistryOpt = None,
+    all_scopes: Annotated[
+        bool,
+        typer.Option(
+            "--all-scopes",
+            help="Rows of every registry and namespace (and from before scoping), "
+            "with a SCOPE column; no registry needed.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per row.")] = False,
 ) -> None:
-    """Recorded executions of a job, newest first (from the execution history)."""
+    """Recorded executions of a job, newest first (from the execution history).
+
+    Only the runs recorded in the registry and namespace of --registry (or
+    SHARDKEEPER_REGISTRY) are shown: one history database may hold several
+    deployments' runs. --all-scopes shows them all."""
     with needs_extra("history", "shardkeeper history"):
-        from shardkeeper.history import HistoryQuery, HistoryReader, parse_since
+        from shardkeeper.history import ALL_SCOPES, HistoryQuery, HistoryReader, parse_since
         from shardkeeper.history.render import history_table, json_lines, tracebacks
 
     query = HistoryQuery(
@@ -294,14 +309,40 @@ def history(
         execution_id=execution,
         limit=limit,
     )
-    with HistoryReader(history_url) as reader:
+    with HistoryReader(history_url) as reader:  # a bad or 'off' URL fails first
+        reader.scope = _history_scope(registry, all_scopes=all_scopes)
+        scope = reader.scope or ALL_SCOPES
         entries = reader.query(query)
         where = reader.describe()
+        elsewhere = 0 if entries or as_json else reader.elsewhere(name)
     if as_json:
         sys.stdout.write(json_lines(entries))
     elif not entries:
-        out.print(f"no executions of {name!r} match in {where}", markup=False)
+        scoped = "" if all_scopes else f" for {scope}"
+        out.print(f"no executions of {name!r} match in {where}{scoped}", markup=False)
+        if elsewhere:
+            out.print(
+                f"({elsewhere} row(s) of {name!r} there belong to other registries or "
+                "namespaces, or were recorded before scoping: --all-scopes shows them)",
+                markup=False,
+            )
     else:
-        out.print(history_table(entries))
+        out.print(history_table(entries, show_scope=all_scopes))
         if show_traceback or execution is not None:
             sys.stdout.write(tracebacks(entries))
+
+
+def _history_scope(registry: str | None, *, all_scopes: bool) -> str | None:
+    """The registry identity whose history ``history`` shows (None: every row);
+    ConfigError when there is no registry to take it from."""
+    from shardkeeper.registry.url import ENV_VAR, RegistrySettings
+
+    if all_scopes:
+        return None
+    if registry is None and not os.environ.get(ENV_VAR):
+        raise ConfigError(
+            "history is kept per registry and namespace: give --registry URL or set "
+            f"{ENV_VAR} (the registry the instances run on), or --all-scopes for every "
+            "deployment's rows"
+        )
+    return RegistrySettings.from_env(registry).identity()

@@ -104,8 +104,6 @@ def run(
     Each option may also come from its environment variable or a runtime config file
     (see docs/cli.md); the command line wins, then the environment, then the file."""
     # imported here, not at the top: --help and the other commands need none of it
-    with needs_extra("history", "shardkeeper run (it records execution history)"):
-        from shardkeeper.history import HistoryRecorder, resolve_url
     from shardkeeper.ops.launch import resolve_jobs
     from shardkeeper.runtime import Runtime
 
@@ -140,8 +138,15 @@ def run(
             job_file,
             ", ".join(unclaimed),
         )
-    # a bad URL fails before anything starts
-    history = resolve_url(history_url if history_url is not None else file.history_url)
+    # history is recorded only where configured, as for a Runtime given a
+    # HistoryRecorder (docs/configuration.md#history_url): one rule for both, and an
+    # instance writes no file nobody asked for. A bad URL fails before anything starts.
+    history_value = history_url if history_url is not None else file.history_url
+    history = None
+    if history_value is not None and history_value.strip():
+        with needs_extra("history", "history_url (execution history)"):
+            from shardkeeper.history import HistoryRecorder, resolve_url
+        history = resolve_url(history_value)
     runtime = Runtime(
         registry if registry is not None else file.registry,
         worker_threads=_first(worker_threads, file.worker_threads, 8),
@@ -155,6 +160,12 @@ def run(
     recorder = HistoryRecorder(history) if history is not None else None
     if recorder is not None:
         runtime.observers.add(recorder)
+    else:
+        logging.getLogger("shardkeeper.cli").info(
+            "execution history not recorded (give --history-url or set "
+            "SHARDKEEPER_HISTORY_URL: 'default' for %s)",
+            "$XDG_DATA_HOME/shardkeeper/history.db",
+        )
     try:
         runtime.run_forever()
     finally:

@@ -116,7 +116,11 @@ def create_app(
     when None: sessions then end with the process); ``secrets`` are strings never to
     show (registry and history passwords); ``close`` runs at shutdown. With a
     ``history``, the console's writes are also recorded in its database's audit
-    table."""
+    table. The history shown is the registry's and namespace's of ``ops`` only: a
+    reader built without a scope is given that one (one database may hold several
+    deployments' runs)."""
+    if history is not None and history.scope is None:
+        history.scope = ops.store.identity()
     audit_db = AuditTable(history.url) if history is not None else None
 
     @asynccontextmanager
@@ -185,7 +189,7 @@ def open_console(
     ops = Operations.connect(registry)
     try:
         url = resolve_url(history_url)
-        reader = HistoryReader(url) if url is not None else None
+        reader = HistoryReader(url, scope=ops.store.identity()) if url is not None else None
         settings = getattr(ops.store, "settings", None) or getattr(ops.store, "_settings", None)
         found = secrets_of(settings, history_url) if isinstance(settings, RegistrySettings) else []
     except BaseException:

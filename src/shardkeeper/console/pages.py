@@ -69,7 +69,11 @@ def job_page(
         "filters": filters,
         "history": history,
         "history_error": history_error,
-        "history_where": ctx.history.describe() if ctx.history else "off",
+        "history_where": (
+            f"{ctx.history.describe()}, runs in {ctx.history.scope}"
+            if ctx.history and ctx.history.scope
+            else (ctx.history.describe() if ctx.history else "off")
+        ),
     }
     return page(request, "job.html", principal, status_code=status_code, **values)
 

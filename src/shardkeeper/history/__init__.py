@@ -13,13 +13,22 @@ imported on its own).
 """
 
 from shardkeeper.history.errors import HistoryUnavailableError
-from shardkeeper.history.query import HistoryEntry, HistoryQuery, HistoryReader, parse_since
+from shardkeeper.history.query import (
+    ALL_SCOPES,
+    LEGACY_SCOPE,
+    HistoryEntry,
+    HistoryQuery,
+    HistoryReader,
+    parse_since,
+)
 from shardkeeper.history.recorder import HistoryRecorder, RecorderStats
 from shardkeeper.history.retention import Retention, apply_retention
 from shardkeeper.history.url import ENV_VAR, default_path, display_url, resolve_url
 
 __all__ = [
+    "ALL_SCOPES",
     "ENV_VAR",
+    "LEGACY_SCOPE",
     "HistoryEntry",
     "HistoryQuery",
     "HistoryReader",

@@ -1,4 +1,12 @@
-"""Reading history: filter by job, item, instance, failures and age; newest first."""
+"""Reading history: filter by job, item, instance, failures and age; newest first.
+
+Rows are scoped by registry and namespace (``scope``, history/schema.py). A reader
+built with a ``scope`` reads only that deployment's rows unless a query asks for
+:data:`ALL_SCOPES`; the tools (``shardkeeper history``, the console and its REST API)
+always build their reader with the scope of the registry they were pointed at. A
+reader built without one (Python code reading a database it knows to hold one
+deployment) reads every row.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +15,29 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import inspect, select
+from sqlalchemy import func, inspect, select
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from shardkeeper.errors import ConfigError
 from shardkeeper.history.engine import open_engine, sqlite_path
 from shardkeeper.history.errors import HistoryUnavailableError
-from shardkeeper.history.schema import COLUMNS, executions
+from shardkeeper.history.schema import COLUMNS, LEGACY_SCOPE, executions
 from shardkeeper.history.url import display_url, resolve_url
 from shardkeeper.observe import Outcome
 
-__all__ = ["FAILED_OUTCOMES", "HistoryEntry", "HistoryQuery", "HistoryReader", "parse_since"]
+__all__ = [
+    "ALL_SCOPES",
+    "FAILED_OUTCOMES",
+    "LEGACY_SCOPE",
+    "HistoryEntry",
+    "HistoryQuery",
+    "HistoryReader",
+    "parse_since",
+]
+
+#: a query's ``scope`` that reads every deployment's rows (legacy ones included)
+ALL_SCOPES = "*"
 
 #: outcomes ``failed_only`` selects: the job's own code did not succeed
 FAILED_OUTCOMES = (str(Outcome.FAILED), str(Outcome.TIMED_OUT))
@@ -62,6 +81,8 @@ class HistoryEntry:
     traceback: str
     #: earlier fire times this run stood for (``ctx.covers``), comma-separated
     covers: str = ""
+    #: the registry and namespace it ran in ("" for a row recorded before scoping)
+    scope: str = LEGACY_SCOPE
 
     @property
     def covered(self) -> tuple[float, ...]:
@@ -76,7 +97,9 @@ class HistoryEntry:
 @dataclass(frozen=True)
 class HistoryQuery:
     """What to read. ``since``: seconds back from now; ``failed_only``: outcomes
-    failed and timed_out; ``execution_id``: every row of one execution."""
+    failed and timed_out; ``execution_id``: every row of one execution. ``scope``:
+    one deployment's rows (a registry identity, ``""`` for legacy rows),
+    :data:`ALL_SCOPES` for all, None for the reader's own scope."""
 
     job: str | None = None
     item: int | None = None
@@ -85,6 +108,7 @@ class HistoryQuery:
     since: float | None = None
     execution_id: str | None = None
     limit: int = 50
+    scope: str | None = None
 
     def __post_init__(self) -> None:
         if self.limit < 1:
@@ -95,13 +119,24 @@ class HistoryQuery:
 
 class HistoryReader:
     """Reads history from a ``history_url`` (None: the default SQLite file). Never
-    creates anything: a database with no history yet reads as empty."""
+    creates anything: a database with no history yet reads as empty. ``scope``: the
+    registry and namespace whose rows queries read by default (None: every row; see
+    the module docstring)."""
 
-    def __init__(self, url: str | URL | None = None, *, engine: Engine | None = None) -> None:
+    def __init__(
+        self,
+        url: str | URL | None = None,
+        *,
+        engine: Engine | None = None,
+        scope: str | None = None,
+    ) -> None:
         resolved = url if isinstance(url, URL) else resolve_url(url)
         if resolved is None:
             raise ConfigError("history_url is 'off': there is no history to read")
+        if scope == ALL_SCOPES:
+            scope = None
         self.url = resolved
+        self.scope = scope
         self._own = engine is None
         self._engine = engine or open_engine(resolved, create_dir=False)
 
@@ -118,11 +153,34 @@ class HistoryReader:
         try:
             return self._query(q, now)
         except SQLAlchemyError as exc:
-            cause = getattr(exc, "orig", None) or exc
-            reason = " ".join(str(cause).split())[:300]
-            raise HistoryUnavailableError(
-                f"cannot read history from {self.describe()}: {type(cause).__name__}: {reason}"
-            ) from None
+            raise self._unavailable(exc) from None
+
+    def elsewhere(self, job: str) -> int:
+        """How many rows of ``job`` lie outside this reader's scope (other
+        deployments' and legacy rows): what a scoped query that found nothing may be
+        missing. 0 for a reader without a scope."""
+        path = sqlite_path(self.url)
+        if self.scope is None or (path is not None and not path.exists()):
+            return 0
+        try:
+            if not inspect(self._engine).has_table(executions.name):
+                return 0
+            have = {c["name"] for c in inspect(self._engine).get_columns(executions.name)}
+            t = executions.c
+            stmt = select(func.count()).select_from(executions).where(t.job == job)
+            if "scope" in have:
+                stmt = stmt.where(t.scope != self.scope)
+            with self._engine.connect() as conn:
+                return int(conn.execute(stmt).scalar() or 0)
+        except SQLAlchemyError as exc:
+            raise self._unavailable(exc) from None
+
+    def _unavailable(self, exc: SQLAlchemyError) -> HistoryUnavailableError:
+        cause = getattr(exc, "orig", None) or exc
+        reason = " ".join(str(cause).split())[:300]
+        return HistoryUnavailableError(
+            f"cannot read history from {self.describe()}: {type(cause).__name__}: {reason}"
+        )
 
     def _query(self, q: HistoryQuery, now: float | None) -> list[HistoryEntry]:
         if not inspect(self._engine).has_table(executions.name):
@@ -131,6 +189,12 @@ class HistoryReader:
         # a table written by a release before a column was added reads without it
         have = {c["name"] for c in inspect(self._engine).get_columns(executions.name)}
         stmt = select(t.id, *(t[c] for c in COLUMNS if c in have))
+        scope = self.scope if q.scope is None else q.scope
+        if scope is not None and scope != ALL_SCOPES:
+            if "scope" in have:
+                stmt = stmt.where(t.scope == scope)
+            elif scope != LEGACY_SCOPE:
+                return []  # a table from before scoping holds legacy rows only
         if q.job is not None:
             stmt = stmt.where(t.job == q.job)
         if q.item is not None:

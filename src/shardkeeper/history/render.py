@@ -12,7 +12,7 @@ from shardkeeper.history.query import HistoryEntry
 from shardkeeper.history.rows import WHOLE_FIRE
 from shardkeeper.ops.views import iso
 
-__all__ = ["COLUMNS", "history_table", "json_lines", "tracebacks"]
+__all__ = ["COLUMNS", "history_table", "json_lines", "scope_label", "tracebacks"]
 
 #: the table's columns
 COLUMNS = ("FIRE", "ITEM", "INSTANCE", "STARTED", "DURATION", "OUTCOME", "FLAGS", "ERROR")
@@ -35,10 +35,17 @@ def _error(e: HistoryEntry) -> str:
     return (text[: ERROR_WIDTH - 3] + "...") if len(text) > ERROR_WIDTH else (text or "-")
 
 
-def history_table(entries: Iterable[HistoryEntry]) -> Table:
-    """The rows as a table (newest first, as given)."""
+def scope_label(scope: str) -> str:
+    """A row's scope as shown: the registry identity, or ``(before scoping)`` for a
+    legacy row."""
+    return scope or "(before scoping)"
+
+
+def history_table(entries: Iterable[HistoryEntry], *, show_scope: bool = False) -> Table:
+    """The rows as a table (newest first, as given); ``show_scope`` adds a SCOPE
+    column (rows of several deployments: ``history --all-scopes``)."""
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in COLUMNS:
+    for column in (*COLUMNS, "SCOPE") if show_scope else COLUMNS:
         table.add_column(column, overflow="fold")
     for e in entries:
         flags = [name for name, on in (("failover", e.failover), ("misfire", e.misfire)) if on]
@@ -51,6 +58,7 @@ def history_table(entries: Iterable[HistoryEntry]) -> Table:
             e.outcome,
             ",".join(flags) or "-",
             _error(e),
+            *((scope_label(e.scope),) if show_scope else ()),
         )
         # Text, not str: an error message such as "missing key [id]" is not markup
         table.add_row(*(Text(c) for c in cells))

@@ -33,6 +33,7 @@ def execution_row(record: ExecutionRecord) -> Row:
         "error_message": record.error_message,
         "traceback": record.traceback,
         "covers": ",".join(f"{t:.3f}" for t in record.covers),
+        "scope": record.scope,
     }
 
 
@@ -58,6 +59,7 @@ def skip_rows(record: SkipRecord) -> list[Row]:
             "error_message": record.reason,
             "traceback": "",
             "covers": "",
+            "scope": record.scope,
         }
         for item in (record.items or (WHOLE_FIRE,))
     ]

@@ -1,8 +1,11 @@
 """Where execution history goes: the ``history_url`` setting and its default.
 
-* unset (None or empty): a SQLite file in the user's data directory,
+* unset (None or empty) or ``default``: a SQLite file in the user's data directory,
   ``$XDG_DATA_HOME/shardkeeper/history.db`` (``~/.local/share/shardkeeper/history.db``
-  when ``XDG_DATA_HOME`` is unset);
+  when ``XDG_DATA_HOME`` is unset). The readers (``shardkeeper history``, the
+  console) read it when no URL is given; ``shardkeeper run`` records only when given
+  a value (``default`` names this file), as a ``Runtime`` records only when given a
+  :class:`~shardkeeper.history.HistoryRecorder`;
 * ``off``: no history;
 * ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``: a SQLite file;
 * ``postgresql://user:password@host:port/database`` (also ``postgres://`` and
@@ -33,18 +36,20 @@ from shardkeeper.errors import ConfigError
 from shardkeeper.registry.url import redact
 from shardkeeper.secretref import is_reference, resolve_secret
 
-__all__ = ["ENV_VAR", "OFF", "default_path", "display_url", "resolve_url"]
+__all__ = ["DEFAULT", "ENV_VAR", "OFF", "default_path", "display_url", "resolve_url"]
 
 #: environment variable read by ``shardkeeper run`` and ``shardkeeper history``
 ENV_VAR = "SHARDKEEPER_HISTORY_URL"
 #: the value that turns history off
 OFF = "off"
+#: the value that names the default SQLite file (for ``run``, where unset means none)
+DEFAULT = "default"
 #: the setting's name in messages
 SETTING = "history_url"
 
 _VALID = (
-    f"expected {OFF!r}, sqlite:///PATH (a file) or "
-    "postgresql://USER:PASSWORD@HOST:PORT/DATABASE, or leave it unset for the default file"
+    f"expected {OFF!r}, {DEFAULT!r} (the default file), sqlite:///PATH (a file) or "
+    "postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
 )
 _POSTGRES = {"postgresql", "postgres", "postgresql+psycopg"}
 
@@ -62,6 +67,8 @@ def resolve_url(value: str | None) -> URL | None:
     text = resolve_secret(SETTING, value.strip()).strip()
     if text.lower() == OFF:
         return None
+    if text.lower() == DEFAULT:
+        return URL.create("sqlite", database=str(default_path()))
     try:
         url = make_url(text)
     except ArgumentError:

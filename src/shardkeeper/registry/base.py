@@ -399,6 +399,13 @@ class CoordinationStore(ABC):
         """End the session (the server deletes our ephemeral nodes), stop every thread
         and watch. Idempotent; never raises for a store that is already down."""
 
+    def identity(self) -> str:
+        """Which registry and namespace this store talks to, with no credentials
+        (:meth:`RegistrySettings.identity <shardkeeper.registry.url.RegistrySettings.identity>`
+        for the backends; execution history scopes its rows by it). This default,
+        for a store built without settings, is its class name and namespace."""
+        return f"{type(self).__name__}/{self.namespace}"
+
     def relinquish_session(self) -> None:
         """End this session now so that its ephemeral nodes are removed, and stay usable.
 

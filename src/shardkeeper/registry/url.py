@@ -257,6 +257,18 @@ class RegistrySettings(BaseModel):
         """``host:port,host:port`` as the client libraries want it."""
         return ",".join(_host_port(h, p) for h, p in self.hosts)
 
+    def identity(self) -> str:
+        """Which registry and namespace these settings name, as one string with no
+        credentials, options or TLS files: ``zk://h1:2181,h2:2181/my-app`` (hosts
+        sorted, so that two instances listing one ensemble in another order agree).
+        Execution history scopes its rows by it (docs/monitoring.md#history)."""
+        scheme = {"zookeeper": "zk", "etcd": "etcd", "memory": "memory"}[self.backend]
+        if self.backend == "memory":
+            where = self.hosts[0][0]
+        else:
+            where = ",".join(sorted(_host_port(h, p) for h, p in self.hosts))
+        return f"{scheme}://{where}/{self.namespace}"
+
     def url(self, *, with_credentials: bool = False) -> str:
         """The URL for these settings (credentials left out unless asked)."""
         scheme = {"zookeeper": "zk", "etcd": "etcd", "memory": "memory"}[self.backend]

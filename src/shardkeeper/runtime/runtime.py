@@ -153,8 +153,9 @@ class Runtime:
         self._coord = CommitWatch(self.store, self.commit_health)
         self._graylink: GrayLinkGuard | None = None
         self.skips = SkipLog()
-        #: execution and skip observers (history, metrics, alerts): add before start
-        self.observers = Observers(observers)
+        #: execution and skip observers (history, metrics, alerts): add before start;
+        #: every record carries this instance's registry and namespace (its scope)
+        self.observers = Observers(observers, scope=self.store.identity())
         self._hard = False
         #: this instance's clock as the clock-skew check reads it (tests shift it)
         self._wall_clock = wall_clock

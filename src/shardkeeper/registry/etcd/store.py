@@ -55,6 +55,10 @@ class EtcdStore(SessionMixin, GroupsMixin):
     Construct with :class:`RegistrySettings` (no I/O), then :meth:`start`.
     """
 
+    def identity(self) -> str:
+        """The registry and namespace (``RegistrySettings.identity``)."""
+        return self.settings.identity()
+
     # -- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:

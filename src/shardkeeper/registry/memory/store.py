@@ -111,6 +111,11 @@ class MemoryStore(CoordinationStore):
             f"shardkeeper-memory-events[{self.namespace}]", ConnectionState.LOST, log=_log
         )
 
+    def identity(self) -> str:
+        """The server and namespace, as ``RegistrySettings.identity`` spells a
+        ``memory://`` URL's."""
+        return f"memory://{self._server.name}/{self.namespace}"
+
     def __repr__(self) -> str:
         return (
             f"MemoryStore({self._server.name!r}, {self.namespace!r}, "

@@ -65,6 +65,10 @@ class ZooKeeperStore(_Planner, _TreeWatcher):
     #: checked against the request limit itself (``session.py``, ``_multi``)
     max_commit_bytes = 800_000
 
+    def identity(self) -> str:
+        """The registry and namespace (``RegistrySettings.identity``)."""
+        return self._settings.identity()
+
     def commit_bytes(self, ops: Sequence[Op]) -> int:
         """What :meth:`commit` counts against ``max_commit_bytes``: every operation's
         full path (the namespace node included), its value and its framing (a create's
