@@ -22,7 +22,9 @@ outside 2xx, a timeout or a connection error fails the item (:class:`HttpJobErro
 with the status and the start of the answer); the job's error handler and failover
 treat it like any failure. The request carries the execution id and the fencing
 token as ``X-Shardkeeper-Execution-Id`` / ``X-Shardkeeper-Fencing-Token`` so the
-server can deduplicate retries and reject a cut-off instance's late request.
+server can deduplicate retries and reject a cut-off instance's late request. With
+OpenTelemetry (docs/monitoring.md, Tracing), it carries the item span's trace context
+too (``traceparent``), so the server's spans join the item's trace.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from shardkeeper import tracing
 from shardkeeper._imports import needs_extra
 from shardkeeper.errors import JobConfigError, ShardkeeperError
 from shardkeeper.job import ShardedJob, ShardingContext
@@ -105,6 +108,9 @@ class HttpJob(ShardedJob):
             import httpx
 
         method, url, body, headers = self.request_of(ctx)
+        # the item's span (shardkeeper/tracing.py) is current here: the server's spans
+        # join its trace (W3C traceparent; nothing without OpenTelemetry)
+        tracing.inject(headers)
         props = ctx.props
         timeout = httpx.Timeout(
             _seconds(props.get("http.read.timeout"), self.read_timeout, "http.read.timeout"),

@@ -5,7 +5,8 @@ While ``execute`` runs (in the worker thread, in the timeout's own thread, and i
 asyncio tasks an async job starts from there), a context variable holds the item's
 :class:`ItemLogContext`. :class:`ItemContextFilter`, added to a handler, copies it onto
 each record as attributes (``sk_job``, ``sk_item``, ``sk_fire_time``,
-``sk_execution_id``, ``sk_fencing_token``; ``None`` outside an item), so a format
+``sk_execution_id``, ``sk_fencing_token``; ``None`` outside an item; and with
+OpenTelemetry the current span's ``sk_trace_id`` and ``sk_span_id``), so a format
 string or a JSON formatter can show them, whether the record came from shardkeeper or
 from user code through the standard ``logging`` module::
 
@@ -34,10 +35,12 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from shardkeeper import tracing
 from shardkeeper.job import ShardingContext
 
 __all__ = [
     "FIELDS",
+    "TRACE_FIELDS",
     "ItemContextFilter",
     "ItemLogContext",
     "current_item",
@@ -46,6 +49,9 @@ __all__ = [
 
 #: the record attributes :class:`ItemContextFilter` sets
 FIELDS = ("sk_job", "sk_item", "sk_fire_time", "sk_execution_id", "sk_fencing_token")
+#: the trace attributes it sets too: the current span's (the item's, or a span the
+#: job opened under it), None without one (shardkeeper/tracing.py)
+TRACE_FIELDS = ("sk_trace_id", "sk_span_id")
 
 
 @dataclass(frozen=True)
@@ -98,13 +104,15 @@ def item_context(ctx: ShardingContext) -> Iterator[ItemLogContext]:
 
 class ItemContextFilter(logging.Filter):
     """A handler filter that adds the running item's :data:`FIELDS` to each record
-    (``None`` outside an item) and never drops a record. Attributes a record already
-    has (set through ``extra=``) are kept."""
+    (``None`` outside an item), and the current span's :data:`TRACE_FIELDS` (with
+    OpenTelemetry: an item runs under its span), and never drops a record. Attributes
+    a record already has (set through ``extra=``) are kept."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Add the fields; always True."""
         current = _current.get()
         values = current.as_dict() if current is not None else dict.fromkeys(FIELDS)
+        values.update(tracing.current_ids())
         for name, value in values.items():
             if not hasattr(record, name):
                 setattr(record, name, value)

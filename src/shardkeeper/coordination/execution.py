@@ -15,7 +15,7 @@ import logging
 import threading
 import uuid
 from collections import deque
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from shardkeeper.coordination.model import RunningMark
@@ -101,6 +101,7 @@ class ExecutionService:
         membership: Check | None = None,
         item_checks: dict[int, Check] | None = None,
         clear_misfire: Sequence[int] = (),
+        traceparents: Mapping[int, str] | None = None,
     ) -> StartResult:
         """Mark ``items`` running for this instance, if no reshard is pending, the
         assignment is unchanged and (``membership``) this instance is still the member
@@ -108,7 +109,8 @@ class ExecutionService:
         ``item_checks`` are further conditions, one per item, committed with that
         item's mark (a one-off job: "its result is still the one read").
         ``clear_misfire`` (a misfire re-run): items whose misfire marks are deleted in
-        the commit that marks them running.
+        the commit that marks them running. ``traceparents``: each item's execution
+        span (shardkeeper/tracing.py), written in its mark for a run that replaces it.
 
         A commit whose reply is lost may have been applied: the marks are then read
         back, and those that carry this instance and the execution ids it wrote are
@@ -135,7 +137,12 @@ class ExecutionService:
         fences: dict[int, str] = {}
         if monitor:
             for item in items:
-                mark = RunningMark(self._me, fire_time, execution_ids[item])
+                mark = RunningMark(
+                    self._me,
+                    fire_time,
+                    execution_ids[item],
+                    traceparent=(traceparents or {}).get(item, ""),
+                )
                 path = self._paths.running(item)
                 group: list[Op] = [Create(path, mark.to_bytes(), ephemeral=not persistent)]
                 if item_checks and item in item_checks:

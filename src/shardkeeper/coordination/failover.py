@@ -217,7 +217,9 @@ class FailoverService:
         waiting = self._waiting(to_queue.values())
         for k, item in to_queue.items():
             mark = chosen[k][1]
-            entry = FailoverEntry(mark.fire_time, mark.execution_id, mark.instance_id)
+            entry = FailoverEntry(
+                mark.fire_time, mark.execution_id, mark.instance_id, traceparent=mark.traceparent
+            )
             groups[k] += self._queue_ops(item, entry, waiting.get(item))
         applied = self._commit_each([], groups)
         return [chosen[k] for k in sorted(applied)]
@@ -334,6 +336,7 @@ class FailoverService:
         *,
         limit: int | Callable[[int], int],
         membership: Check | None = None,
+        traceparent: Callable[[int, FailoverEntry], str] | None = None,
     ) -> list[Claim]:
         """Claim up to ``limit`` queued items (lowest first) for this instance. Each
         item's claim is its own condition (its queue entry is the one read; its mark
@@ -345,7 +348,10 @@ class FailoverService:
 
         ``limit`` may be a function of how many items the listing found queued (not
         excluded): a round is then sized by the queue as it is now, not by a count
-        the caller learnt earlier from watch events that trickle in under load."""
+        the caller learnt earlier from watch events that trickle in under load.
+
+        ``traceparent(item, entry)``: the trace context of the run about to claim the
+        item (its execution span, shardkeeper/tracing.py), written in its mark."""
         if isinstance(limit, int) and limit < 1:
             return []
         skip = set(exclude)
@@ -367,7 +373,13 @@ class FailoverService:
                 entry = FailoverEntry.from_bytes(node.value, node.path)
             except DocumentError:
                 entry = FailoverEntry(0.0, f"{self._paths.job}@unknown#{item}", "?")
-            mark = RunningMark(self._me, entry.fire_time, entry.execution_id, failover=True)
+            mark = RunningMark(
+                self._me,
+                entry.fire_time,
+                entry.execution_id,
+                failover=True,
+                traceparent=traceparent(item, entry) if traceparent is not None else "",
+            )
             fence = new_fence()
             chosen.append((item, entry, fence))
             groups.append(

@@ -311,10 +311,16 @@ class RunningMark:
     execution_id: str
     failover: bool = False
     started_at: float = field(default_factory=time.time)
+    #: W3C trace context of the execution's span (shardkeeper/tracing.py), for the run
+    #: that replaces it to link to; "" without tracing, and then not written
+    traceparent: str = ""
 
     def to_bytes(self) -> bytes:
-        """Encode."""
-        return encode(self)
+        """Encode (``traceparent`` only when there is one: a mark stays as it was)."""
+        data = asdict(self)
+        if not self.traceparent:
+            del data["traceparent"]
+        return encode(data)
 
     @classmethod
     def from_bytes(cls, raw: bytes, path: str = "?") -> RunningMark:
@@ -327,6 +333,7 @@ class RunningMark:
                 execution_id=str(d["execution_id"]),
                 failover=bool(d.get("failover", False)),
                 started_at=float(d.get("started_at", 0.0)),
+                traceparent=str(d.get("traceparent", "")),
             )
 
 
@@ -342,6 +349,9 @@ class FailoverEntry:
     #: another fire's entry of the item waited folds it (one entry per item), and the
     #: run that claims it covers them (``ctx.covers``); oldest first
     folds: tuple[float, ...] = ()
+    #: the replaced run's W3C trace context (its running mark's), for the claiming run
+    #: to link to; "" when it had none (not written then)
+    traceparent: str = ""
 
     def fold(self, waiting: FailoverEntry) -> FailoverEntry:
         """This entry and ``waiting`` (the item's entry already queued) as one: the
@@ -353,7 +363,12 @@ class FailoverEntry:
             fires.add(earlier.fire_time)
         kept = tuple(sorted(f for f in fires if f < later.fire_time - _SAME_FIRE))[-MAX_FOLDS:]
         return FailoverEntry(
-            later.fire_time, later.execution_id, later.from_instance, later.queued_at, kept
+            later.fire_time,
+            later.execution_id,
+            later.from_instance,
+            later.queued_at,
+            kept,
+            later.traceparent or earlier.traceparent,
         )
 
     def to_bytes(self) -> bytes:
@@ -361,6 +376,8 @@ class FailoverEntry:
         data = asdict(self)
         if not self.folds:
             del data["folds"]
+        if not self.traceparent:
+            del data["traceparent"]
         return encode(data)
 
     @classmethod
@@ -374,4 +391,5 @@ class FailoverEntry:
                 from_instance=str(d["from_instance"]),
                 queued_at=float(d.get("queued_at", 0.0)),
                 folds=tuple(float(f) for f in d.get("folds", [])),
+                traceparent=str(d.get("traceparent", "")),
             )

@@ -17,9 +17,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from shardkeeper import tracing
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.logcontext import item_context
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = ["MAX_ABANDONED", "Attempt", "run_once"]
 
@@ -54,12 +59,14 @@ def run_once(
     ctx: ShardingContext,
     timeout: float | None,
     on_timeout: Callable[[], None],
+    span: Span | None = None,
 ) -> Attempt:
-    """Run ``ctx``'s item once, within ``timeout`` seconds when given."""
+    """Run ``ctx``'s item once, within ``timeout`` seconds when given, with ``span``
+    (its execution's, shardkeeper/tracing.py) current while it runs."""
     global _abandoned, _warned_full
     started = time.time()
     if timeout is None:
-        return _direct(job, ctx, started)
+        return _direct(job, ctx, started, span)
     with _abandoned_lock:
         full = _abandoned >= MAX_ABANDONED
         if full and not _warned_full:
@@ -70,14 +77,15 @@ def run_once(
                 _abandoned,
             )
     if full:
-        return _direct(job, ctx, started)
+        return _direct(job, ctx, started, span)
     done = threading.Event()
     box: list[BaseException | None] = [None]
 
     def target() -> None:
         global _abandoned
         try:
-            with item_context(ctx):
+            # the span too: this thread starts with an empty context
+            with item_context(ctx), tracing.using(span):
                 job.run_item(ctx)
         except BaseException as exc:  # user code: reported by the waiting worker
             box[0] = exc
@@ -110,9 +118,9 @@ def run_once(
     return Attempt("failed" if error is not None else "ok", started, time.time(), error)
 
 
-def _direct(job: ShardedJob, ctx: ShardingContext, started: float) -> Attempt:
+def _direct(job: ShardedJob, ctx: ShardingContext, started: float, span: Span | None) -> Attempt:
     try:
-        with item_context(ctx):
+        with item_context(ctx), tracing.using(span):
             job.run_item(ctx)
     except BaseException as exc:  # user code: never let it kill the instance
         return Attempt("failed", started, time.time(), exc)

@@ -6,8 +6,12 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from shardkeeper.job import ShardingContext
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = [
     "FAILED",
@@ -84,6 +88,9 @@ class Batch:
     attempts: dict[int, int] = field(default_factory=dict)
     #: encoded last result of each item that ran to an end (written at completion)
     results: dict[int, bytes] = field(default_factory=dict)
+    #: each item's execution span (shardkeeper/tracing.py; none without OpenTelemetry),
+    #: opened before the start commit and ended with the item's outcome
+    spans: dict[int, Span] = field(default_factory=dict)
 
 
 @dataclass
@@ -99,3 +106,5 @@ class _Unfinished:
     #: the earlier fires each item's run stood for: a run handed off did not do
     #: them either, so its queue entry carries them on (FailoverEntry.folds)
     covers: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    #: each handed-off item's execution span, for the run that replaces it to link to
+    traceparents: dict[int, str] = field(default_factory=dict)

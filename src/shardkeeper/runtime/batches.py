@@ -29,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
+from shardkeeper import tracing
 from shardkeeper.coordination.model import DocumentError, FailoverEntry
 from shardkeeper.coordination.results import ItemResult
 from shardkeeper.errors import StoreError
@@ -309,9 +310,12 @@ class Batches:
         while True:
             attempt += 1
             batch.attempts[item] = attempt
+            span = batch.spans.get(item)
             run = run_once(
-                self._job, ctx, cfg.execution_timeout, lambda: self._timed_out(batch, item)
+                self._job, ctx, cfg.execution_timeout, lambda: self._timed_out(batch, item), span
             )
+            if run.error is not None:
+                tracing.record_attempt_error(span, run.error, attempt)
             if run.outcome != FAILED or attempt > cfg.retries or not self._may_retry(batch):
                 return run.outcome, run.started, run.error
             if self._observers:
@@ -427,6 +431,7 @@ class Batches:
 
     def _item_done(self, batch: Batch, item: int, outcome: str) -> None:
         nxt: int | None = None
+        ended = [item]
         with self._lock:
             batch.outcomes[item] = outcome
             batch.running -= 1
@@ -436,8 +441,17 @@ class Batches:
             elif self._state.hard_stop:
                 for never in batch.pending:
                     batch.outcomes[never] = FENCED
+                ended.extend(batch.pending)
                 batch.pending.clear()
             complete = batch.running == 0 and not batch.pending
+        for done in ended:
+            said = batch.outcomes[done]
+            tracing.end_item(
+                batch.spans.get(done),
+                FENCED if said == ZOMBIE else said,  # as the history says it
+                attempt=batch.attempts.get(done, 0),
+                fencing_token=batch.tokens.get(done, 0),
+            )
         if nxt is not None:
             self._submit_item(batch, nxt)
         elif complete:
@@ -484,6 +498,7 @@ class Batches:
             dict(batch.fences),
             {i: batch.results[i] for i in ran if i in batch.results} if monitor else {},
             {i: batch.covers[i] for i in never if batch.covers.get(i)},
+            {i: tp for i in never if (tp := tracing.traceparent(batch.spans.get(i)))},
         )
         try:
             self._settle(entry)
@@ -534,6 +549,7 @@ class Batches:
                         or execution_id(self._state.config.name, entry.fire_time, item),
                         self._s.instance_id,
                         folds=entry.covers.get(item, ()),
+                        traceparent=entry.traceparents.get(item, ""),
                     ),
                     entry.fences.get(item, ""),
                 )

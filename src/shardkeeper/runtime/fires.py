@@ -367,6 +367,7 @@ class Fires:
                 last = not self._fires
                 if not fire.misfire and not fire.manual:
                     self._last_fire = max(self._last_fire, fire.fire_time)
+            self.trigger.finish(fire, result)  # its span (shardkeeper/tracing.py)
             self.record(fire, result)
             if last and not isinstance(result, Launched) and self.batches.idle:
                 self.on_batch_done()  # a folded fire's misfire re-run, if one is owed

@@ -57,13 +57,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
+from shardkeeper import tracing
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.config_service import ConfigService
 from shardkeeper.coordination.election import LeaderElection
 from shardkeeper.coordination.execution import ExecutionService
 from shardkeeper.coordination.failover import Claim, FailoverService
-from shardkeeper.coordination.model import Assignment, InstanceInfo, encode
+from shardkeeper.coordination.model import Assignment, FailoverEntry, InstanceInfo, encode
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.sharding import ShardingService
 from shardkeeper.errors import ShardkeeperError, StoreError
@@ -83,6 +85,9 @@ from shardkeeper.runtime.repair import RepairPass
 from shardkeeper.runtime.services import JobServices
 from shardkeeper.runtime.settings import JobSettings
 from shardkeeper.runtime.trigger import Fire, Skipped, TriggerFlow, fmt_fire
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = ["Batch", "JobRunner", "SkipSink"]
 
@@ -613,11 +618,30 @@ class JobRunner:
             members = max(1, len(self.sharding.live_instances()))
             return min(MAX_CLAIM, max(free, -(-queued // members)))
 
+        # each claimed run's execution span, opened before the claim commit so that its
+        # mark carries the span's trace context; linked to the run it replaces
+        spans: dict[int, Span | None] = {}
+
+        def open_span(item: int, entry: FailoverEntry) -> str:
+            spans[item] = tracing.start_item(
+                st.config.name,
+                item,
+                self._me,
+                entry.fire_time,
+                entry.execution_id,
+                run="failover",
+                replaces=(entry.traceparent,),
+            )
+            return tracing.traceparent(spans[item])
+
         with self._claims_lock:
             self._claims_in_flight += 1
         try:
             claims = self.failover.claim_many(
-                self.batches.busy_items(), limit=share, membership=membership
+                self.batches.busy_items(),
+                limit=share,
+                membership=membership,
+                traceparent=open_span,
             )
             by_fire: dict[float, list[Claim]] = {}
             for claim in claims:
@@ -644,6 +668,7 @@ class JobRunner:
                         failover=True,
                         session=session,
                         covers=covers,
+                        spans={c.item: span for c in group if (span := spans.get(c.item))},
                     )
                 )
         finally:

@@ -29,7 +29,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
+from shardkeeper import tracing
 from shardkeeper.coordination.model import Assignment, RunningMark
 from shardkeeper.coordination.oneoff import OneOffService, OneOffView
 from shardkeeper.runtime.batches import Batch, execution_id
@@ -38,6 +40,9 @@ from shardkeeper.runtime.jobstate import JobState, SkipReason
 from shardkeeper.runtime.leader import LeaderDuties, ReshardStep
 from shardkeeper.runtime.services import JobServices
 from shardkeeper.scheduling.triggers import build_trigger
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 __all__ = ["Fire", "Launched", "Skipped", "StepResult", "TriggerFlow", "Wait", "fmt_fire"]
 
@@ -72,6 +77,11 @@ class Fire:
     #: a misfire re-run: the latest fire folded into it (the fires of the schedule
     #: after ``fire_time`` up to this one ran nowhere: the re-run covers them)
     folds_until: float | None = None
+    #: the span of this fire's decision (shardkeeper/tracing.py), opened at its first
+    #: step and ended by :meth:`TriggerFlow.finish`; None without OpenTelemetry
+    span: Span | None = None
+    #: a misfire re-run: the trace context of the fires it stands for (linked)
+    replaces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -147,6 +157,9 @@ class TriggerFlow:
         self._decided_from: Assignment | None = None
         #: a one-off job's progress as read by the step in progress (lane-confined)
         self._oneoff: OneOffView | None = None
+        #: trace context of the fires deferred here since the last misfire re-run
+        #: started: the re-run stands for them and links to them (lane-confined)
+        self._deferred_spans: list[str] = []
 
     def forget_assignment(self) -> None:
         """The assignment changed (a watch event) or may have: read it, and the reshard
@@ -177,6 +190,17 @@ class TriggerFlow:
     def step(self, fire: Fire) -> StepResult:
         """One non-blocking attempt at ``fire`` (see module docstring)."""
         cfg = self._state.config
+        if fire.span is None:
+            if fire.misfire:
+                fire.replaces = tuple(self._deferred_spans[-tracing.MAX_LINKS :])
+            fire.span = tracing.start_fire(
+                cfg.name,
+                self._s.instance_id,
+                fire.fire_time,
+                misfire=fire.misfire,
+                manual=fire.manual,
+                replaces=fire.replaces,
+            )
         if not fire.deadline:
             fire.deadline = time.monotonic() + cfg.sharding_wait_timeout
         reason = self._state.skip_reason(fire.fire_time)
@@ -255,6 +279,30 @@ class TriggerFlow:
             return Deferred(tuple(sorted(held)))
         return self._start(fire, items, version)
 
+    def finish(self, fire: Fire, result: Launched | Skipped | Deferred) -> None:
+        """``fire`` is decided (lane task): its span ends with the outcome. A deferred
+        fire's span is kept for the misfire re-run that stands for it to link to."""
+        if isinstance(result, Deferred):
+            parent = tracing.traceparent(fire.span)
+            if parent:
+                self._deferred_spans = [*self._deferred_spans, parent][-tracing.MAX_LINKS :]
+            tracing.end_fire(fire.span, "deferred", items=result.items)
+        elif isinstance(result, Skipped):
+            tracing.end_fire(
+                fire.span, "skipped", reason=result.reason.name.lower(), items=result.items
+            )
+        else:
+            if fire.misfire:
+                self._deferred_spans = []  # the re-run that stood for them started
+            skipped = result.skipped
+            tracing.end_fire(
+                fire.span,
+                "launched",
+                reason=skipped.reason.name.lower() if skipped is not None else "",
+                items=result.items,
+            )
+        fire.span = None
+
     @staticmethod
     def _not_due(fire: Fire, why: str) -> Wait | None:
         """A Wait until ``fire`` is due, when it is decided ahead of its time (the
@@ -295,6 +343,21 @@ class TriggerFlow:
         session = self._session()
         with self._state.lock:  # misfire marks this re-run deletes as it starts
             marked = [i for i in items if i in self._state.misfire_marked] if fire.misfire else []
+        # opened before the commit: each mark carries its span's trace context, for a
+        # run that replaces it (failover, perhaps after this process died) to link to
+        spans = {
+            i: tracing.start_item(
+                cfg.name,
+                i,
+                self._s.instance_id,
+                ft,
+                ids[i],
+                parent=fire.span,
+                run="misfire" if fire.misfire else "fire",
+                replaces=fire.replaces,
+            )
+            for i in items
+        }
         result = self._s.execution.start(
             items,
             fire_time=ft,
@@ -305,6 +368,7 @@ class TriggerFlow:
             membership=membership,
             item_checks=self._oneoff.guards(self._s.paths, items) if self._oneoff else None,
             clear_misfire=marked,
+            traceparents={i: tracing.traceparent(span) for i, span in spans.items()},
         )
         if result.marked:
             if marked:
@@ -320,6 +384,7 @@ class TriggerFlow:
                 session=session,
                 params=dict(fire.params),
                 covers=self._covers(list(result.marked), ft, fire.folds_until),
+                spans={i: span for i in result.marked if (span := spans[i]) is not None},
             )
             self._launch(batch)
             if result.reason is not None:
@@ -368,6 +433,7 @@ class TriggerFlow:
                 session=session,
                 params=dict(fire.params),
                 covers=self._covers(sorted(adopted), ft, fire.folds_until),
+                spans={i: span for i in adopted if (span := spans[i]) is not None},
             )
             self._launch(batch)
             rest = [i for i in items if i not in adopted]
