@@ -65,9 +65,69 @@ def test_frozen() -> None:
 
 
 def test_direct_construction_raises_value_error() -> None:
-    """JobConfig(...) itself raises a ValueError subclass (pydantic's ValidationError)."""
+    """JobConfig(...) itself raises a ValueError subclass (code written against pydantic's
+    ValidationError, a ValueError too, keeps working)."""
     with pytest.raises(ValueError):
         JobConfig(**job(sharding_total_count=0))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"name": "bad-count", "sharding_total_count": -3},
+            "invalid job 'bad-count': sharding_total_count=-3: Input should be greater than 0",
+        ),
+        (
+            {"sharding_total_cont": 3},
+            "unknown field 'sharding_total_cont' (did you mean 'sharding_total_count'?)",
+        ),
+        ({"cron": "* * * * * * *"}, "invalid cron expression '* * * * * * *': it has 7 fields"),
+        ({"cron": "0 0 * * mon-fry"}, "day-of-week value 'fry' is not valid"),
+    ],
+)
+def test_direct_construction_gives_the_friendly_error(
+    changes: dict[str, Any], message: str
+) -> None:
+    """``JobConfig(...)``, the README's way, reports what ``JobConfig.parse`` reports: one
+    line naming the job, the field and the value, no pydantic boilerplate (newcomer
+    review 2026-12, step 4.3: it was pydantic's raw text with its links)."""
+    data = job(**changes)
+    if "sharding_total_cont" in changes:
+        data.pop("sharding_total_count")
+    with pytest.raises(JobConfigError) as direct:
+        JobConfig(**data)
+    with pytest.raises(JobConfigError) as parsed:
+        JobConfig.parse(**data)
+    assert str(direct.value) == str(parsed.value)
+    assert message in str(direct.value)
+    for noise in ("[type=", "input_value", "errors.pydantic.dev", "\n"):
+        assert noise not in str(direct.value)
+    # one line, and no pydantic traceback chained under it
+    assert "\n" not in str(direct.value) and direct.value.__suppress_context__
+
+
+def test_model_validate_keeps_pydantics_per_field_errors() -> None:
+    """Only the direct call is friendly: ``model_validate`` (what the console form and
+    ``parse`` build on) and a model holding a JobConfig keep pydantic's errors, one per
+    field, not one opaque error of the whole."""
+    from pydantic import BaseModel
+
+    bad = job(sharding_total_count=0, interval=-1)
+    with pytest.raises(ValidationError) as exc:
+        JobConfig.model_validate(bad)
+    assert {e["loc"] for e in exc.value.errors()} == {("sharding_total_count",), ("interval",)}
+
+    class Holder(BaseModel):
+        config: JobConfig
+
+    with pytest.raises(ValidationError) as nested:
+        Holder(config=bad)  # type: ignore[arg-type]  # a dict, validated into a JobConfig
+    assert {e["loc"][:2] for e in nested.value.errors()} == {
+        ("config", "sharding_total_count"),
+        ("config", "interval"),
+    }
+    assert Holder.model_validate({"config": job()}).config == JobConfig.parse(**job())
 
 
 def test_job_config_error_is_a_config_error() -> None:

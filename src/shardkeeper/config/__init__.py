@@ -15,9 +15,12 @@ Ways to build one::
     load_job_configs("jobs.yaml")       # a YAML or TOML file with several jobs
     JobConfig.from_json(stored_bytes)   # what to_json() wrote
 
-``JobConfig(...)`` directly raises pydantic's ``ValidationError`` (a ``ValueError``);
-the other three raise :class:`~shardkeeper.errors.JobConfigError` with a readable
-message. Every field is described in ``docs/configuration.md``.
+All of them, and ``JobConfig(...)`` itself, raise
+:class:`~shardkeeper.errors.JobConfigError` (a ``ValueError``) with one readable line
+naming every bad field and its value (``invalid job 'x': sharding_total_count=-3:
+Input should be greater than 0``); ``JobConfig.model_validate`` keeps pydantic's
+``ValidationError`` with its per-field errors. Every field is described in
+``docs/configuration.md``.
 
 Modules: :mod:`~shardkeeper.config.fields` (checks of single fields, the trigger
 fields among them), :mod:`~shardkeeper.config.model` (:class:`JobConfig`) and

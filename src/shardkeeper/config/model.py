@@ -9,7 +9,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -35,7 +35,7 @@ from .fields import (
 )
 from .secrets import mask_value
 
-__all__ = ["JobConfig", "build_config", "config_label", "make_job_config"]
+__all__ = ["JobConfig", "build_config", "config_label", "describe_invalid", "make_job_config"]
 
 # \Z, not $: "$" also matches before a trailing newline, which is no node name.
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}\Z")
@@ -51,6 +51,30 @@ class JobConfig(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=False)
+
+    if not TYPE_CHECKING:
+        # Hidden from type checkers, which keep the keyword signature pydantic derives
+        # from the fields (dataclass_transform) and so still flag a misspelt field.
+
+        def __init__(self, /, **data: Any) -> None:
+            """Build and validate; JobConfigError (a ValueError) names every bad field.
+
+            ``JobConfig(...)`` is what the README shows, so it is the first error most
+            users meet: it reads like :meth:`parse`'s (``invalid job 'x':
+            sharding_total_count=-3: Input should be greater than 0``), not like
+            pydantic's raw text with its links.
+            """
+            try:
+                super().__init__(**data)
+            except ValidationError as exc:
+                raise JobConfigError(describe_invalid(exc, config_label(data))) from None
+
+        # pydantic calls a model's own __init__ from model_validate and from the
+        # validation of a model holding a JobConfig too, and turns what it raises into
+        # one opaque value_error; marked as the base initializer, validation keeps
+        # pydantic's per-field errors (build_config and the console form read them)
+        # and only a direct call comes here.
+        __init__.__pydantic_base_init__ = True
 
     name: str = Field(description="Unique job name: 1-100 of [A-Za-z0-9._-].")
     cron: str | None = Field(
@@ -444,7 +468,13 @@ def build_config(data: Mapping[str, Any], label: str, prefix: str = "") -> JobCo
             f"{prefix}invalid {label}: field names must be text, got {bad_keys[0]!r}"
         )
     try:
-        return JobConfig(**data)
+        return JobConfig.model_validate(dict(data))
     except ValidationError as exc:
-        details = "; ".join(_describe_error(e) for e in exc.errors())
-        raise JobConfigError(f"{prefix}invalid {label}: {details}") from None
+        raise JobConfigError(prefix + describe_invalid(exc, label)) from None
+
+
+def describe_invalid(exc: ValidationError, label: str) -> str:
+    """``invalid {label}: ...``: every error of ``exc`` in one line, each naming its field
+    and value (an unknown field with the closest valid name)."""
+    details = "; ".join(_describe_error(e) for e in exc.errors())
+    return f"invalid {label}: {details}"

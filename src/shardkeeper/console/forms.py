@@ -116,7 +116,8 @@ def validate_changes(data: Mapping[str, Any], changes: Mapping[str, Any]) -> dic
     merged = {k: v for k, v in data.items() if k in JobConfig.model_fields}
     merged.update(changes)
     try:
-        JobConfig(**merged)
+        # model_validate, not JobConfig(...): the per-field errors, not one line
+        JobConfig.model_validate(merged)
     except ValidationError as exc:
         errors: dict[str, str] = {}
         for err in exc.errors():
