@@ -176,6 +176,8 @@ def shards(name: JobArg, registry: RegistryOpt = None, as_json: JsonOpt = False)
 
 
 def _instances_table(views: list[InstanceView]) -> Table:
+    from shardkeeper.ops.views import item_ranges  # with the views: not for --help
+
     table = new_table(
         "INSTANCE",
         "HOST",
@@ -188,8 +190,9 @@ def _instances_table(views: list[InstanceView]) -> Table:
         "LABELS",
     )
     for v in views:
+        # ranges: 2,000 items in a job are "0-999", not a line of 5,000 characters
         items = "; ".join(
-            f"{job}: {','.join(map(str, its)) or '-'}{' (disabled)' if v.disabled[job] else ''}"
+            f"{job}: {item_ranges(its) or '-'}{' (disabled)' if v.disabled[job] else ''}"
             for job, its in v.items.items()
         )
         table.add_row(

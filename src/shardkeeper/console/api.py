@@ -21,7 +21,7 @@ from shardkeeper.console.audit import audited
 from shardkeeper.console.auth import Principal
 from shardkeeper.console.context import context_of
 from shardkeeper.console.deps import api_reader, api_writer
-from shardkeeper.console.forms import history_query, validate_changes
+from shardkeeper.console.forms import ITEM_PAGE, MAX_ITEM_PAGE, history_query, validate_changes
 from shardkeeper.errors import ConfigError
 from shardkeeper.ops import config_to_dict
 
@@ -64,10 +64,24 @@ def jobs(request: Request, _: Reader) -> JSON:
     return {"jobs": [s.to_dict() for s in context_of(request).ops.jobs()]}
 
 
-@router.get("/jobs/{name}", summary="One job: config, leader, instances, items")
-def job(request: Request, name: str, _: Reader) -> JSON:
-    """The ``shardkeeper job NAME --json`` document."""
-    return context_of(request).ops.job(name).to_dict()
+@router.get("/jobs/{name}", summary="One job: config, leader, instances, a page of items")
+def job(
+    request: Request,
+    name: str,
+    _: Reader,
+    offset: Annotated[int, Query(ge=0, description="The first item of the page.")] = 0,
+    limit: Annotated[
+        int, Query(ge=1, le=MAX_ITEM_PAGE, description="Items in the page.")
+    ] = ITEM_PAGE,
+) -> JSON:
+    """The ``shardkeeper job NAME --json`` document with one page of ``items``
+    (``items_offset``, ``items_limit``; ``items_total`` counts them all): a job of
+    2,000 items answers 100 of them, not 900 KB."""
+    document = context_of(request).ops.job(name).to_dict()
+    items = document["items"]
+    document["items"] = items[offset : offset + limit]
+    document.update(items_total=len(items), items_offset=offset, items_limit=limit)
+    return document
 
 
 @router.get("/jobs/{name}/config", summary="The stored config document")

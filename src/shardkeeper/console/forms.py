@@ -30,6 +30,7 @@ __all__ = [
     "config_fields",
     "form_changes",
     "history_query",
+    "item_page",
     "parse_params",
     "validate_changes",
 ]
@@ -148,6 +149,26 @@ def parse_params(text: str) -> dict[str, str]:
             raise ConfigError(f"parameter {name.strip()!r} is given twice")
         params[name.strip()] = value.strip()
     return params
+
+
+#: items per page of a job page's item table (and the REST API's default page)
+ITEM_PAGE = 100
+#: the largest page of items a request may ask for
+MAX_ITEM_PAGE = 1000
+
+
+def item_page(filters: Mapping[str, str], *, default: int = ITEM_PAGE) -> tuple[int, int]:
+    """``(offset, limit)`` of the item table from ``items_offset`` and
+    ``items_limit``; ConfigError naming a bad one and what is valid."""
+    offset_text = filters.get("items_offset", "").strip() or "0"
+    limit_text = filters.get("items_limit", "").strip() or str(default)
+    if not offset_text.isdigit():
+        raise ConfigError(f"items_offset {offset_text!r} is not a whole number >= 0")
+    if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_ITEM_PAGE:
+        raise ConfigError(
+            f"items_limit {limit_text!r} is not a number of items from 1 to {MAX_ITEM_PAGE}"
+        )
+    return int(offset_text), int(limit_text)
 
 
 def history_query(job: str, filters: Mapping[str, str]) -> HistoryQuery:

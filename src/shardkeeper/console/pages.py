@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated, Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -11,14 +11,15 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from shardkeeper.console.auth import Principal
 from shardkeeper.console.context import context_of
 from shardkeeper.console.deps import page_principal, session_of
-from shardkeeper.console.forms import WHOLE, config_fields, history_query
+from shardkeeper.console.forms import WHOLE, config_fields, history_query, item_page
 from shardkeeper.console.render import page, set_session
 from shardkeeper.console.session import SESSION_COOKIE
 from shardkeeper.console.throttle import TooManyLogins
 from shardkeeper.errors import ConfigError
 from shardkeeper.history import HistoryEntry, HistoryUnavailableError
+from shardkeeper.ops.views import ItemView
 
-__all__ = ["job_page", "router"]
+__all__ = ["item_table", "job_page", "router"]
 
 router = APIRouter(include_in_schema=False)
 Viewer = Annotated[Principal, Depends(page_principal)]
@@ -62,6 +63,7 @@ def job_page(
             history_error = ctx.scrub(str(exc))
     stored = ctx.ops.stored_config(name)
     values: dict[str, Any] = {
+        **item_table(detail.items, filters, f"/jobs/{quote(name, safe='')}"),
         "job": detail,
         "written": {"by": stored.by or "?", "writer": stored.writer, "at": stored.at or None},
         "fields": config_fields(detail.config, submitted=submitted, errors=errors),
@@ -76,6 +78,58 @@ def job_page(
         ),
     }
     return page(request, "job.html", principal, status_code=status_code, **values)
+
+
+def _notable(item: ItemView) -> bool:
+    """Whether an item is worth a look: not healthy, switched off, running, waiting
+    for failover or misfired (the "problems" view of a big job's item table)."""
+    return (
+        item.health != "ok"
+        or item.disabled
+        or item.running_on is not None
+        or item.failover_queued
+        or item.misfire
+    )
+
+
+def item_table(items: list[ItemView], filters: dict[str, str], base: str) -> dict[str, Any]:
+    """The job page's item table: a summary of every item (by health, disabled,
+    running), and one page of them (``items_offset``/``items_limit``; ``items=notable``
+    keeps only the items worth a look) with links to the other pages. A job of 2,000
+    items is a summary line and 100 rows, not a page 64,000 pixels tall."""
+    offset, limit = item_page(filters)
+    notable_only = filters.get("items", "") == "notable"
+    shown = [i for i in items if _notable(i)] if notable_only else items
+    health: dict[str, int] = {}
+    for i in items:
+        health[i.health] = health.get(i.health, 0) + 1
+    summary = [f"{count:,} {name}" for name, count in sorted(health.items())]
+    for label, count in (
+        ("disabled", sum(i.disabled for i in items)),
+        ("running", sum(i.running_on is not None for i in items)),
+        ("queued for failover", sum(i.failover_queued for i in items)),
+    ):
+        if count:
+            summary.append(f"{count:,} {label}")
+
+    def link(**changes: str | int) -> str:
+        query = {**filters, **{k: str(v) for k, v in changes.items()}}
+        return base + "?" + urlencode({k: v for k, v in query.items() if v != ""})
+
+    pages = [
+        {"start": start, "end": min(start + limit, len(shown)) - 1, "url": link(items_offset=start)}
+        for start in range(0, len(shown), limit)
+    ]
+    return {
+        "items_page": shown[offset : offset + limit],
+        "items_total": len(shown),
+        "items_offset": offset,
+        "items_limit": limit,
+        "items_summary": f"{len(items):,} items: " + ", ".join(summary) if items else "no items",
+        "items_pages": pages if len(pages) > 1 else [],
+        "items_notable": notable_only,
+        "items_toggle": link(items="" if notable_only else "notable", items_offset=0),
+    }
 
 
 @router.get("/jobs/{name}", response_class=HTMLResponse)

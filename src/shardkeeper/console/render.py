@@ -20,6 +20,7 @@ from shardkeeper.console.auth import Principal
 from shardkeeper.console.context import context_of
 from shardkeeper.console.deps import session_of
 from shardkeeper.console.session import FLASH_COOKIE, SESSION_COOKIE, Session
+from shardkeeper.ops.views import item_ranges
 
 __all__ = ["TEMPLATES", "page", "redirect", "set_session"]
 
@@ -42,6 +43,8 @@ def _seconds(value: float | None) -> str:
 
 TEMPLATES.env.filters["time"] = _time
 TEMPLATES.env.filters["seconds"] = _seconds
+# item lists as ranges ("0-999,1500"): a big job's share stays one short line
+TEMPLATES.env.filters["ranges"] = item_ranges
 
 
 def set_session(request: Request, response: Response, session: Session) -> None:

@@ -21,6 +21,7 @@ from shardkeeper.ops.views import (
     JobStatus,
     JobSummary,
     Overview,
+    item_ranges,
 )
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "Operations",
     "Overview",
     "config_to_dict",
+    "item_ranges",
     "parse_assignments",
     "parse_value",
 ]
