@@ -189,9 +189,9 @@ def test_fire_and_item_spans(
     span_ids = {ids(s): attrs(s)["shardkeeper.item"] for s in every}
     records = [r for r in collected.of("user.traced") if r.getMessage().endswith(" runs")]
     for r in records:
-        logged = (r.sk_trace_id, r.sk_span_id)
-        assert span_ids.get(logged) == r.sk_item, r.__dict__
-    assert {r.sk_item for r in records} >= {0, 1}
+        logged = (r.__dict__["sk_trace_id"], r.__dict__["sk_span_id"])
+        assert span_ids.get(logged) == r.__dict__["sk_item"], r.__dict__
+    assert {r.__dict__["sk_item"] for r in records} >= {0, 1}
     # ... and its running mark the span's W3C trace context
     assert set(job.marks) == {0, 1}
     assert all(parts(mark.traceparent) in span_ids for mark in job.marks.values()), job.marks
