@@ -5,7 +5,9 @@
   ``registry/up``, ``registry/down``, ``registry/status`` scripts that wrap it. A
   state file (``<dir>/state.json``) records the servers' pids, ports and registry URL
   so that ``down`` and ``status`` find them again. Data and logs live under
-  ``<dir>/<backend>/``.
+  ``<dir>/<backend>/`` and outlive ``down``: the next ``up`` of the same backend and
+  size in that directory starts the servers again on that data (on the same ports
+  when they are free), so jobs, configs and the audit trail are still there.
 * :func:`local_cluster`: the same servers bound to this process (stopped with it),
   for tools such as the demo that start a registry of their own.
 
@@ -32,6 +34,7 @@ from shardkeeper.testing.servers.zookeeper import REGISTRY_HEAP_MB
 __all__ = [
     "DEFAULT_DIR",
     "STATE_FILE",
+    "STOPPED_FILE",
     "ClusterError",
     "ServerCluster",
     "down",
@@ -44,6 +47,9 @@ __all__ = [
 #: default directory, relative to the current directory (the repository root)
 DEFAULT_DIR = Path("registry/data")
 STATE_FILE = "state.json"
+#: the state of the last registry stopped by :func:`down`, kept in ``<dir>/<backend>/``
+#: so that the next :func:`up` restarts it on its data
+STOPPED_FILE = "stopped.json"
 
 
 @contextlib.contextmanager
@@ -126,9 +132,15 @@ def up(
     The state (also written to ``<directory>/state.json``) has ``url``, ``backend``,
     ``nodes``, ``pids``, ``hosts`` and ``start_seconds``. If the same kind of registry
     already runs there, it is returned unchanged (``already_running`` is True); a
-    different one raises RuntimeError (run :func:`down` first). Leftovers of a
-    registry that died are cleaned up and a fresh one is started. ``auth`` (etcd only)
+    different one raises RuntimeError (run :func:`down` first). ``auth`` (etcd only)
     enables authentication with a root user whose password is in the state.
+
+    The data stays across :func:`down` and ``up``: a registry of this backend and size
+    stopped by :func:`down` (or one that died) in ``directory`` is started again on its
+    data, with its credentials, on the same ports if they are free (``data_kept`` is
+    True). A different size, or ``auth`` asked for a registry made without it (or the
+    reverse), starts an empty one (``data_kept`` False): the old members' data would
+    not fit it.
     """
     directory = Path(directory).resolve()
     cls = cluster_class(backend)
@@ -145,16 +157,10 @@ def up(
                     f"a {old['nodes']}-node {old['backend']} registry already runs in "
                     f"{directory} ({old['url']}); stop it first with `down`"
                 )
+            # it died: its data is resumed below like that of a stopped one
+            _keep_stopped_state(directory, old)
             (directory / STATE_FILE).unlink(missing_ok=True)
-        cluster = local_cluster(
-            cls.backend,
-            directory / cls.backend,
-            nodes=nodes,
-            auth=auth,
-            detached=True,
-            timeout=timeout,
-        )
-        cluster.start()
+        cluster, kept = _start(cls.backend, directory, nodes=nodes, auth=auth, timeout=timeout)
         state: dict[str, Any] = {
             "backend": cls.backend,
             "nodes": nodes,
@@ -168,15 +174,69 @@ def up(
             "cluster": cluster.to_state(),
         }
         _write_state(directory, state)
-        return {**state, "already_running": False}
+        return {**state, "already_running": False, "data_kept": kept}
+
+
+def _keep_stopped_state(directory: Path, state: dict[str, Any]) -> None:
+    """Remember ``state`` in ``<dir>/<backend>/`` for the next :func:`up` (its ports,
+    size and credentials: what restarting on the same data needs)."""
+    backend_dir = directory / str(state["backend"])
+    backend_dir.mkdir(parents=True, exist_ok=True)
+    tmp = backend_dir / (STOPPED_FILE + ".tmp")
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    os.replace(tmp, backend_dir / STOPPED_FILE)
+
+
+def _start(
+    backend: str, directory: Path, *, nodes: int, auth: bool, timeout: float
+) -> tuple[ServerCluster, bool]:
+    """A started detached registry, and whether it runs on the data of the last one."""
+    stopped_path = directory / backend / STOPPED_FILE
+    try:
+        stopped = json.loads(stopped_path.read_text())
+    except (FileNotFoundError, ValueError):
+        stopped = None
+    fits = (
+        isinstance(stopped, dict)
+        and int(stopped.get("nodes") or 0) == nodes
+        and bool(stopped.get("credentials")) == auth
+        and isinstance(stopped.get("cluster"), dict)
+    )
+    if fits:
+        assert isinstance(stopped, dict)
+        cluster = ServerCluster.from_state(stopped["cluster"])
+        cluster.start_timeout = timeout
+        try:
+            # the same ports and data: an ensemble's members (and etcd's stored peer
+            # addresses) find each other again only there
+            cluster.ensure_all_up(timeout)
+            return cluster, True
+        except ClusterError:
+            cluster.stop()  # a port taken meanwhile, say; every member killed
+        if nodes == 1 and not auth:
+            # one member needs no peers: its data is good on any port (with auth, the
+            # start would create the root user its data already has)
+            cluster = local_cluster(
+                backend, directory / backend, nodes=1, detached=True, timeout=timeout
+            )
+            cluster.keep_data = True
+            cluster.start()
+            return cluster, True
+    cluster = local_cluster(
+        backend, directory / backend, nodes=nodes, auth=auth, detached=True, timeout=timeout
+    )
+    cluster.start()  # fresh: any old member data is removed first
+    stopped_path.unlink(missing_ok=True)
+    return cluster, False
 
 
 def down(directory: str | os.PathLike[str] = DEFAULT_DIR) -> list[int]:
     """Stop every process the state file in ``directory`` lists; return their pids.
 
     Each process group is SIGKILLed and awaited, so nothing is left behind. The state
-    file is removed; data and logs stay (``make clean`` removes them). Returns an empty
-    list when nothing was running.
+    file is removed; data and logs stay (``make clean`` removes them), and the next
+    :func:`up` of the same backend and size starts the registry again on that data.
+    Returns an empty list when nothing was running.
     """
     directory = Path(directory).resolve()
     with _locked(directory):
@@ -186,6 +246,7 @@ def down(directory: str | os.PathLike[str] = DEFAULT_DIR) -> list[int]:
         cluster = _attach(state)
         pids = [m.pid for m in cluster.members if m.pid is not None]
         cluster.stop()
+        _keep_stopped_state(directory, state)
         (directory / STATE_FILE).unlink(missing_ok=True)
         return pids
 

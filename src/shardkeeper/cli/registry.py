@@ -49,6 +49,8 @@ def registry_up(
         lambda: up(backend.value, nodes, directory, namespace=namespace, auth=auth, timeout=timeout)
     )
     verb = "already running" if state["already_running"] else "started"
+    if state.get("data_kept"):
+        verb += " again on its data"
     typer.echo(
         f"{state['nodes']}-node {state['backend']} {verb} "
         f"(pids {', '.join(map(str, state['pids']))}; data in {directory})",
