@@ -319,7 +319,15 @@ def test_a_bad_url_is_a_clear_error(value: str, named: str) -> None:
     text = str(err.value)
     assert named in text, text
     assert "hunter2" not in text
-    assert "'off', sqlite:///PATH" in text and "postgresql://USER:PASSWORD@HOST" in text
+    assert "'off', 'default' (the default file), sqlite:///PATH" in text
+    assert "postgresql://USER:PASSWORD@HOST" in text
+
+
+def test_default_names_the_default_file() -> None:
+    """``default`` (any case) is the default file: what ``run`` records to when asked
+    for it by name (unset, ``run`` records nothing)."""
+    url = resolve_url(" Default ")
+    assert url is not None and url.database == str(default_path())
 
 
 def test_an_unusable_sqlite_directory_is_a_clear_error(tmp_path: Any) -> None:
