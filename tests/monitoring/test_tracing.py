@@ -8,6 +8,7 @@ test_tracing_failover.py."""
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import logging
 import threading
@@ -139,14 +140,18 @@ def _runtime(server: MemoryServer, job: ShardedJob, **cfg: Any) -> Runtime:
     return rt
 
 
+@pytest.mark.parametrize("timeout", [None, 30], ids=["worker-thread", "timeout-thread"])
 def test_fire_and_item_spans(
-    memory_server: MemoryServer, spans: InMemorySpanExporter, collected: Collect
+    memory_server: MemoryServer,
+    spans: InMemorySpanExporter,
+    collected: Collect,
+    timeout: int | None,
 ) -> None:
     """One fire span per decision, an item span per execution under it, with the job,
     item, instance, fire time, execution id, fencing token, attempt and outcome; the
     item's log records carry the item span's ids, its running mark its traceparent."""
     job = Traced()
-    rt = _runtime(memory_server, job, name="traced", failover=True)
+    rt = _runtime(memory_server, job, name="traced", failover=True, execution_timeout=timeout)
     job.store = rt.store
     try:
 
@@ -201,6 +206,33 @@ def test_records_outside_an_item_carry_no_trace_ids(collected: Collect) -> None:
     user_log.info("outside")
     (record,) = collected.of("user.traced")
     assert all(getattr(record, f) is None for f in TRACE_FIELDS)
+
+
+class AsyncTraced(ShardedJob):
+    """An async job: its task sees the item span as current (asyncio copies the
+    context into tasks, as it does for the item's log fields)."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, str | None]] = []
+
+    async def execute(self, ctx: ShardingContext) -> None:  # type: ignore[override]
+        async def inner() -> None:
+            self.seen.append(dict(tracing.current_ids()))
+
+        await asyncio.create_task(inner())
+
+
+def test_an_async_jobs_tasks_run_under_the_item_span(
+    memory_server: MemoryServer, spans: InMemorySpanExporter
+) -> None:
+    job = AsyncTraced()
+    rt = _runtime(memory_server, job, name="async", sharding_total_count=1)
+    try:
+        span = wait_until(lambda: named(spans, "shardkeeper.item", "async"), 20)[0]
+    finally:
+        rt.stop_now()
+    trace_id, span_id = ids(span)
+    assert {"sk_trace_id": trace_id, "sk_span_id": span_id} in job.seen
 
 
 class Slow(ShardedJob):
