@@ -13,6 +13,7 @@ import http.server
 import logging
 import threading
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
@@ -37,28 +38,23 @@ pytestmark = pytest.mark.timeout(60)
 user_log = logging.getLogger("user.traced")
 
 
-@pytest.fixture(scope="module")
-def exporter() -> Iterator[InMemorySpanExporter]:
-    """The SDK on the process's provider (the global one can be set once per process),
-    exporting to memory: one processor for the module (a provider keeps the processors
-    it was given, so one per test would pile up)."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    memory = InMemorySpanExporter()
-    processor = SimpleSpanProcessor(memory)
-    provider.add_span_processor(processor)
-    try:
-        yield memory
-    finally:
-        processor.shutdown()
-
-
 @pytest.fixture
-def spans(exporter: InMemorySpanExporter) -> InMemorySpanExporter:
-    exporter.clear()
-    return exporter
+def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    """The SDK, exporting to memory, for this test only: shardkeeper's tracer comes
+    from a provider of the test's own, not the process's global one (which can be set
+    once, and would leave tracing on, marks carrying trace context, for every later
+    test of the process)."""
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    api = tracing._api()
+    assert api is not None
+    own = SimpleNamespace(**{**vars(api), "tracer": provider.get_tracer(tracing.TRACER)})
+    monkeypatch.setattr(tracing, "_api", lambda: own)
+    try:
+        yield exporter
+    finally:
+        provider.shutdown()
 
 
 def parts(traceparent: str) -> tuple[str, str]:
