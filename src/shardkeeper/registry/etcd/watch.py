@@ -49,6 +49,7 @@ from shardkeeper.registry.etcd.client_private import WatchStub, open_watcher
 from shardkeeper.registry.etcd.core import RETRY_DELAY
 from shardkeeper.registry.etcd.keys import below_op, in_subtree, range_op, subtree
 from shardkeeper.registry.etcd.members import MembersMixin
+from shardkeeper.registry.logthrottle import LogThrottle
 from shardkeeper.registry.url import RegistrySettings
 
 __all__ = ["Watch", "WatchMixin", "end_watcher"]
@@ -99,6 +100,8 @@ class WatchMixin(MembersMixin):
         super().__init__(settings)
         # wakes the watch-recovery thread: a stream broke, or the store is closing
         self._restore_wake = threading.Event()
+        #: paces the "not resumed yet" line of the watch recovery (per store)
+        self._watch_retry_log = LogThrottle()
 
     def watch(
         self, prefix: str, listener: WatchListener, *, exclude: PathFilter | None = None
@@ -294,7 +297,17 @@ class WatchMixin(MembersMixin):
                 if w.compacted or not self._establish(w):
                     self._resync(w)
             except StoreError as exc:
-                _log.info("etcd watch %s not resumed yet: %s", w.prefix, exc)
+                # tried every RETRY_DELAY (0.2 s) while the store is down: INFO once
+                # per 30 s with the count since (the skip summary's cadence), DEBUG
+                # for the others, so one line per attempt is still there to debug
+                held = self._watch_retry_log.admit("not resumed")
+                _log.log(
+                    logging.DEBUG if held is None else logging.INFO,
+                    "etcd watch %s not resumed yet: %s%s",
+                    w.prefix,
+                    exc,
+                    self._watch_retry_log.suffix(held or 0),
+                )
                 return False
         return ok
 

@@ -45,6 +45,7 @@ from shardkeeper.errors import (
 from shardkeeper.registry import tls
 from shardkeeper.registry._events import EventLoop, Retry
 from shardkeeper.registry.base import ConnectionState, CoordinationStore
+from shardkeeper.registry.logthrottle import RetryLogFilter
 from shardkeeper.registry.url import RegistrySettings
 from shardkeeper.registry.zookeeper import kazoo_private, security
 from shardkeeper.registry.zookeeper.errors import translate
@@ -56,6 +57,29 @@ if TYPE_CHECKING:
 
 #: the package's logger (one name for all its modules, as before the split)
 _log = logging.getLogger("shardkeeper.registry.zookeeper")
+
+#: kazoo's lines of one reconnect attempt (kazoo/protocol/connection.py): while the
+#: ensemble is down it tries again every ~0.5 s, and each try logged a WARNING (55 in
+#: 26 s in the newcomer review, D17); one line per 30 s now, like the skip summary
+KAZOO_RETRY_MESSAGES = (
+    "Connection dropped: %s",
+    "Connection time-out: %s",
+    "Connecting to %s(%s):%s, use_ssl: %r",
+    "Cannot resolve %s: %s",
+)
+#: the one filter on kazoo's loggers, shared by every store of the process
+KAZOO_RETRY_FILTER = RetryLogFilter(KAZOO_RETRY_MESSAGES)
+
+
+def install_retry_log_filter() -> None:
+    """Put :data:`KAZOO_RETRY_FILTER` on kazoo's loggers; idempotent."""
+    # the connection handler logs through the client's logger ("kazoo.client") unless
+    # given its own; both, so either way is covered
+    for name in ("kazoo.client", "kazoo.protocol.connection"):
+        logger = logging.getLogger(name)
+        if KAZOO_RETRY_FILTER not in logger.filters:
+            logger.addFilter(KAZOO_RETRY_FILTER)
+
 
 #: ZooKeeper refuses packets over jute.maxbuffer (1 MiB - 1) by dropping the
 #: connection, which would suspend every user of the session: refuse earlier
@@ -120,6 +144,7 @@ class _Session(CoordinationStore):
         self.acl_repaired = 0
         # kazoo logs the auth request (password included) at DEBUG: blank it out
         security.install_credential_filter()
+        install_retry_log_filter()
         security.register_secret(settings.password)
 
     # -- lifecycle -------------------------------------------------------------
