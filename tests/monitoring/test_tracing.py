@@ -29,6 +29,7 @@ from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.httpjob import HttpJob
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.logcontext import TRACE_FIELDS, ItemContextFilter
+from shardkeeper.ops import Operations
 from shardkeeper.registry.memory import MemoryServer
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import wait_until
@@ -229,6 +230,73 @@ def test_an_async_jobs_tasks_run_under_the_item_span(
         rt.stop_now()
     trace_id, span_id = ids(span)
     assert {"sk_trace_id": trace_id, "sk_span_id": span_id} in job.seen
+
+
+class Stoppable(ShardedJob):
+    """Runs until told to stop (a first run), or returns at once (a failover re-run);
+    records which instance ran what."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, bool]] = []
+
+    def execute(self, ctx: ShardingContext) -> None:
+        self.started.append((ctx.instance_id, ctx.is_failover))
+        if ctx.is_failover:
+            return
+        pause = threading.Event()
+        while not ctx.should_stop():
+            pause.wait(0.02)  # the item's own work loop, not a test's synchronisation
+
+
+def test_a_handed_off_runs_rerun_links_to_it(
+    memory_server: MemoryServer, spans: InMemorySpanExporter
+) -> None:
+    """A graceful stop interrupts a run: handed off (its entry carrying its span's
+    context), the other instance's failover re-run links to it."""
+    job = Stoppable()
+    cfg: dict[str, Any] = {"name": "handoff", "sharding_total_count": 1, "failover": True}
+    runtimes = [_runtime(memory_server, job, interval=3600, **cfg)]
+    runtimes.append(_runtime(memory_server, job, interval=3600, **cfg))
+    try:
+        wait_until(lambda: all(rt.runners["handoff"].state.registered for rt in runtimes), 20)
+        admin = memory_server.store()
+        admin.start()
+        try:
+            Operations(admin).trigger("handoff")  # to both: one owns the item
+        finally:
+            admin.close()
+        owner_id = wait_until(lambda: job.started and job.started[0][0], 20)
+        owner = next(rt for rt in runtimes if rt.instance_id == owner_id)
+        other = next(rt for rt in runtimes if rt is not owner)
+        owner.stop(grace=5)
+
+        def rerun() -> ReadableSpan | None:
+            return next(
+                (
+                    s
+                    for s in named(spans, "shardkeeper.item", "handoff")
+                    if attrs(s)["shardkeeper.run"] == "failover"
+                ),
+                None,
+            )
+
+        span = wait_until(rerun, 20, message=lambda: f"{job.started} {spans.get_finished_spans()}")
+    finally:
+        for rt in runtimes:
+            rt.stop_now()
+    (interrupted,) = [
+        s
+        for s in named(spans, "shardkeeper.item", "handoff")
+        if attrs(s)["shardkeeper.outcome"] == "interrupted"
+    ]
+    assert attrs(interrupted)["shardkeeper.instance"] == owner_id
+    assert attrs(span)["shardkeeper.instance"] == other.instance_id
+    assert attrs(span)["shardkeeper.outcome"] == "ok"
+    assert span.parent is None
+    assert [ids(interrupted)] == [
+        (format(link.context.trace_id, "032x"), format(link.context.span_id, "016x"))
+        for link in span.links
+    ]
 
 
 class Slow(ShardedJob):
