@@ -2,8 +2,9 @@
 
 shardkeeper depends on OpenTelemetry's API only (the ``otel`` extra); the application
 installs and configures the SDK and its exporters. Without the API installed every
-function here is a no-op that costs one cached look-up, and the core never imports
-it: the import is tried the first time a span is asked for. With the API but no SDK
+function here is a no-op that costs one cached look-up, and nothing imports it up
+front: the import is tried the first time it is needed (a fire, an item, a record
+through ``ItemContextFilter``), and the answer kept. With the API but no SDK
 configured, the API's own no-op tracer answers (spans that record nothing and whose
 context is invalid, so nothing is written to the registry either).
 
