@@ -190,3 +190,78 @@ def test_a_claimed_run_covers_the_fires_since_the_items_last_completed_run(
     finally:
         rt.stop_now()
         seed.close()
+
+
+class _Gate(Covers):
+    """Covers, whose first run waits for the test's word."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.first = True
+
+    def execute(self, ctx: ShardingContext) -> None:
+        super().execute(ctx)
+        if self.first:
+            self.first = False
+            assert self.release.wait(30)
+
+
+@pytest.mark.timeout(60)
+def test_a_claim_after_a_run_here_was_taken_over_covers_from_the_last_completed_run(
+    memory_server: MemoryServer,
+) -> None:
+    """An hourly item last completed at H-5. This instance claims H-3 (covering H-4),
+    but its run is taken over elsewhere: its completion writes nothing, and H-4 and
+    H-3 stand nowhere. Then it claims H-1, queued by another instance with no folds:
+    that run covers H-4, H-3 and H-2. Before, this instance remembered it had decided
+    H-3 and covered H-2 only (600 s chaos on etcd: a long item's fires, whose run here
+    was fenced and handed over by another instance, were lost)."""
+    job = _Gate()
+    paths = JobPaths("undone")
+    hour = 3600.0
+    wait_until(lambda: 5 < time.time() % hour < hour - 10, hour, message="clock")
+    h = time.time() // hour * hour
+    seed = memory_server.store("ns3")
+    seed.start()
+    other = "host@9@other"
+    seed.put(paths.result(0), ItemResult("ok", h - 5 * hour, 0.0, 1.0, other).to_bytes())
+    seed.put(
+        paths.failover_item(0),
+        FailoverEntry(h - 3 * hour, f"undone@{h - 3 * hour:.0f}#0", "host@8@gone").to_bytes(),
+    )
+    rt = Runtime(memory_server.store("ns3"), shutdown_grace=1)
+    config = JobConfig(
+        name="undone", cron="0 0 * * * ?", sharding_total_count=1, failover=True, misfire=True
+    )
+    rt.add_job(job, config)
+    rt.start()
+    try:
+        wait_until(lambda: bool(job.runs), 20, message="the first entry was never claimed")
+        assert job.runs[0] == (h - 3 * hour, 0, (h - 4 * hour,))
+        # taken over elsewhere while it ran: another (live) instance's mark and fence
+        seed.put(paths.instance(other), b"{}", ephemeral=True)
+        seed.delete(paths.running(0), recursive=True)
+        mark = RunningMark(other, h - 3 * hour, f"undone@{h - 3 * hour:.0f}#0", failover=True)
+        assert seed.commit(
+            [Create(paths.running(0), mark.to_bytes()), Create(f"{paths.running(0)}/fence-x")]
+        )
+        job.release.set()
+        # the other instance's run was cut off too and its item queued for a later fire
+        wait_until(lambda: not _busy(rt), 20, message="the taken-over run never ended here")
+        seed.delete(paths.running(0), recursive=True)
+        seed.put(
+            paths.failover_item(0),
+            FailoverEntry(h - hour, f"undone@{h - hour:.0f}#0", other).to_bytes(),
+        )
+        wait_until(lambda: len(job.runs) >= 2, 20, message="the second entry was never claimed")
+        with job.lock:
+            assert job.runs[1] == (h - hour, 0, (h - 4 * hour, h - 3 * hour, h - 2 * hour))
+    finally:
+        rt.stop_now()
+        seed.close()
+
+
+def _busy(rt: Runtime) -> bool:
+    """Whether any job of ``rt`` has a batch in hand."""
+    return any(r.batches.busy_items() for r in rt.runners.values())

@@ -83,8 +83,11 @@ class Batches:
         on_idle: Callable[[], None],
         observers: Observers | None = None,
         defer: Callable[[float, Callable[[], None]], None] | None = None,
+        on_undone: Callable[[list[int]], None] | None = None,
     ) -> None:
         self._s = services
+        #: told the items whose run here ended without a valid completion
+        self._on_undone = on_undone
         #: runs a function after a delay without holding a thread (the runtime's timer)
         self._defer = defer
         #: first items of batches waiting for their fire's due time, by deferral
@@ -490,6 +493,8 @@ class Batches:
             batch.fire_time, [batch.execution_ids[i] for i in ran if i in batch.execution_ids]
         )
         never = {i: batch.tokens.get(i, 0) for i in batch.items if batch.outcomes.get(i) in again}
+        if never:
+            self._undone(list(never))
         entry = _Unfinished(
             batch.fire_time,
             {i: t for i, t in ran.items() if t} if monitor else {},
@@ -521,6 +526,10 @@ class Batches:
         finally:
             self._on_idle()
 
+    def _undone(self, items: list[int]) -> None:
+        if self._on_undone is not None:
+            self._on_undone(items)
+
     def _settle(self, entry: _Unfinished) -> None:
         """Clear the marks of items that ran, hand off those that never started.
         Raises on a store failure with ``entry`` trimmed to what is left."""
@@ -533,6 +542,8 @@ class Batches:
                 written = self._written & set(results)
             fenced = self._s.execution.finish(sorted(items), token, entry.fences, results, written)
             self._state.count("fenced", len(fenced))
+            if fenced:
+                self._undone(sorted(fenced))
             with self._lock:
                 self._written.update(set(results) - set(fenced))
             for item in items:

@@ -127,6 +127,18 @@ class Coverage:
         with self._lock:
             self._decided.clear()
 
+    def undecided(self, items: Collection[int]) -> None:
+        """The runs started here for ``items`` ended without a valid completion
+        (fenced, handed off, or their completion refused): the fires they stood for
+        may stand nowhere now, so the next start or claim of these items here reads
+        their last completed run again instead of trusting what was decided here.
+        (A run fenced and handed over by another instance carries no covers: this
+        memory kept the next run here from covering them, and a 600 s etcd chaos run
+        lost ten fires of a long item that way.)"""
+        with self._lock:
+            for item in items:
+                self._decided.pop(item, None)
+
     def decided(self, items: Collection[int], fire_time: float) -> None:
         """A run started here for ``items`` stands for ``fire_time`` (its own fire, a
         claimed failover's, or the last fire a misfire re-run folds)."""

@@ -144,6 +144,7 @@ class JobRunner:
             on_idle=self.after_batch,
             observers=self._observers,
             defer=self.defer,
+            on_undone=self._undone,
         )
         self.oneoff = OneOffDuties(services, self.state, self.leader)
         self.trigger = TriggerFlow(
@@ -403,6 +404,13 @@ class JobRunner:
             st.joined_at = joined_at
             st.register_error = None
             st.phase.move(JOINED, why)
+        # a new membership: the runs decided here before may have been fenced off
+        # with it, and the fires they stood for stand nowhere (runtime/coverage.py)
+        self.trigger.coverage.forget()
+
+    def _undone(self, items: list[int]) -> None:
+        """Runs of ``items`` here ended without a valid completion (Batches)."""
+        self.trigger.coverage.undecided(items)
 
     def retire(self, why: str) -> None:
         """Stop running this job on this instance (the rest of the instance goes on);
