@@ -110,3 +110,47 @@ def test_a_run_now_that_finds_its_items_running_runs_after_them_with_its_params(
         message=lambda: f"the run-now never ran with its params: {job.runs}",
     )
     assert all(r.fire_time == pytest.approx(at, abs=1e-4) for r in job.runs if r.params)
+
+
+def test_a_run_now_made_before_a_missed_fire_runs_before_that_fires_re_run(
+    memory_server: MemoryServer, runtimes: list[Runtime]
+) -> None:
+    """The items run; a run-now with params is deferred behind them, then a fire of
+    the schedule is missed. Once they end, the run-now (the earlier) runs first and
+    the plain re-run after it. Before, the re-run always went first: while fires kept
+    coming faster than the item ran, every batch's end queued a new re-run ahead of
+    the run-now, which waited behind them all (600 s chaos on etcd: its params reached
+    the item 10.6 s late, after ten later fires)."""
+    admin = memory_server.store()
+    admin.start()
+    job = Holding(hold=lambda ctx: not ctx.params and not ctx.is_misfire)
+    rt = Runtime(memory_server.store(), shutdown_grace=1, worker_threads=4)
+    rt.add_job(job, JobConfig(name=JOB, cron="0 0 1 1 *", sharding_total_count=2, misfire=True))
+    runtimes.append(rt)
+    rt.start()
+    runner = rt.runners[JOB]
+    wait_until(lambda: runner.state.registered, 10)
+    runner.on_trigger(datetime.now(UTC))
+    wait_until(lambda: len([r for r in job.runs if r.held]) == 2, 10)
+    at = time.time()
+    admin.put(P.trigger(rt.instance_id), json.dumps({"at": at, "params": PARAMS}).encode())
+    wait_until(lambda: runner.stats["misfires"] >= 1, 10, message="the run-now was not deferred")
+    later = time.time()
+    runner.on_trigger(datetime.fromtimestamp(later, UTC))
+    wait_until(lambda: runner.stats["misfires"] >= 2, 10, message="the fire was not deferred")
+    job.release.set()
+
+    def both_ran() -> bool:
+        runs = job.runs
+        return (
+            len([r for r in runs if r.params]) == 2
+            and len([r for r in runs if r.misfire and not r.params]) == 2
+        )
+
+    wait_until(both_ran, 15, message=lambda: f"the run-now and the re-run did not run: {job.runs}")
+    runs = job.runs
+    after = [r for r in runs if not r.held]
+    first_request = min(n for n, r in enumerate(after) if r.params)
+    first_rerun = min(n for n, r in enumerate(after) if r.misfire and not r.params)
+    assert first_request < first_rerun, after
+    assert all(r.fire_time == pytest.approx(at, abs=1e-4) for r in after if r.params)
