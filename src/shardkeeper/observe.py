@@ -53,6 +53,11 @@ class Outcome(enum.StrEnum):
     """``execute`` returned after ``ctx.should_stop()`` told it to stop (the instance
     was stopping): its work may be unfinished, so the item runs again (failover on:
     elsewhere at once; off: at its owner's next fire)."""
+    CRASHED = "crashed"
+    """The worker process running ``execute`` died under it (``executor="process"``:
+    a signal, ``os._exit``, an out-of-memory kill); the error names the exit status.
+    The item is retried per its ``retries``, then handed to failover once (failover
+    on, and this run was not a failover run itself)."""
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,9 @@ from .secrets import mask_value
 
 __all__ = ["JobConfig", "build_config", "config_label", "describe_invalid", "make_job_config"]
 
+#: where a job's items may run (runtime/procpool.py runs the process executor)
+EXECUTORS = ("thread", "process")
+
 # \Z, not $: "$" also matches before a trailing newline, which is no node name.
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}\Z")
 #: what an alert recipient must look like (the SMTP server has the final word)
@@ -122,6 +125,11 @@ class JobConfig(BaseModel):
     listeners: tuple[str, ...] = Field(default=(), description="Import paths of listeners.")
     max_threads: int = Field(
         default=0, ge=0, description="Items of this job at once per instance; 0 = no limit."
+    )
+    executor: str | None = Field(
+        default=None,
+        description="Where items run: thread (in the instance) or process (in worker "
+        "processes); None = the runtime's default (thread unless set there).",
     )
     retries: int = Field(
         default=0, ge=0, le=100, description="Times a failed item is run again (same instance)."
@@ -253,6 +261,13 @@ class JobConfig(BaseModel):
     def _props_scalars(cls, value: Any) -> Any:
         if isinstance(value, Mapping):
             return {k: scalar_to_str(v) for k, v in value.items()}
+        return value
+
+    @field_validator("executor")
+    @classmethod
+    def _check_executor(cls, value: str | None) -> str | None:
+        if value is not None and value not in EXECUTORS:
+            raise ValueError(f"executor={value!r} is not one of: {', '.join(EXECUTORS)}")
         return value
 
     @field_validator("max_time_diff_seconds")

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
 __all__ = [
+    "CRASHED",
     "FAILED",
     "FENCED",
     "FIRE_LEAD",
@@ -32,6 +33,8 @@ OK, FAILED, FENCED, ZOMBIE, TIMED_OUT = "ok", "failed", "fenced", "zombie", "tim
 #: returned without raising after ``ctx.should_stop()`` told it to stop: its work may
 #: be unfinished, so its item runs again (handed off like a fenced item)
 INTERRUPTED = "interrupted"
+#: its worker process died under it (executor="process", runtime/procpool.py)
+CRASHED = "crashed"
 #: longest wait between two attempts of a failed item, seconds
 MAX_BACKOFF = 300.0
 #: how many recent execution ids an instance remembers as run here, beyond the
@@ -79,6 +82,8 @@ class Batch:
     outcomes: dict[int, str] = field(default_factory=dict)
     #: items that ran past the execution timeout (told to stop, no longer valid)
     timed_out: set[int] = field(default_factory=set)
+    #: crashed items handed to failover (recorded crashed, run again elsewhere)
+    crash_handoff: set[int] = field(default_factory=set)
     #: items whose ``ctx.should_stop()`` answered true (shutdown or hard stop): one
     #: that then returns is interrupted, not done
     told_to_stop: set[int] = field(default_factory=set)

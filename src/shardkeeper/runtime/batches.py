@@ -28,6 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from shardkeeper import tracing
 from shardkeeper.coordination.model import DocumentError, FailoverEntry
@@ -43,6 +44,7 @@ from shardkeeper.job import (
 from shardkeeper.observe import ExecutionRecord, Observers, Outcome, format_traceback
 from shardkeeper.runtime.attempts import run_once
 from shardkeeper.runtime.batch import (
+    CRASHED,
     FAILED,
     FENCED,
     FIRE_LEAD,
@@ -60,6 +62,10 @@ from shardkeeper.runtime.batch import (
 from shardkeeper.runtime.jobstate import JobState
 from shardkeeper.runtime.pool import WorkerPool
 from shardkeeper.runtime.services import JobServices
+
+if TYPE_CHECKING:
+    from shardkeeper.config import JobConfig
+    from shardkeeper.runtime.procpool import RunOnce
 
 # Batch and execution_id live in batch.py; re-exported here for the runner and tests
 __all__ = ["Batch", "Batches", "execution_id"]
@@ -84,8 +90,12 @@ class Batches:
         observers: Observers | None = None,
         defer: Callable[[float, Callable[[], None]], None] | None = None,
         on_undone: Callable[[list[int]], None] | None = None,
+        executor: Callable[[JobConfig], RunOnce] | None = None,
     ) -> None:
         self._s = services
+        #: where an attempt runs, by the job's config now (runtime/procpool.py):
+        #: the worker thread itself, or a worker process it waits for
+        self._executor = executor
         #: told the items whose run here ended without a valid completion
         self._on_undone = on_undone
         #: runs a function after a delay without holding a thread (the runtime's timer)
@@ -275,7 +285,7 @@ class Batches:
                 # cluster (handed off below, like a fenced item, and run again)
                 outcome = INTERRUPTED
                 self._state.count("interrupted")
-            if outcome in (FAILED, TIMED_OUT):
+            if outcome in (FAILED, TIMED_OUT, CRASHED):
                 self._state.count("timed_out" if outcome == TIMED_OUT else "failed")
                 exc = error or TimeoutError(
                     f"item {item} ran longer than {self._state.config.execution_timeout}s"
@@ -292,11 +302,18 @@ class Batches:
                         handler_exc,
                     )
             self._state.count("executed")
+            if outcome == CRASHED and self._state.config.failover and not batch.failover:
+                # maybe this host (an OOM kill): another instance runs it once more;
+                # a failover run that crashes too is done for this fire, so a child
+                # that always crashes cannot travel the cluster for ever
+                batch.crash_handoff.add(item)
             if batch.fenced:
                 # it ran (maybe only partly: it was told it is invalid) while fenced:
                 # not "done" for the cluster, so it is handed to failover below
                 outcome = ZOMBIE
-        if outcome in (OK, FAILED, TIMED_OUT):
+        if outcome in (OK, FAILED, TIMED_OUT) or (
+            outcome == CRASHED and item not in batch.crash_handoff
+        ):
             self._record_result(batch, item, outcome, started, error)
         if self._observers:
             self._observe(batch, item, outcome, started, error)
@@ -314,15 +331,20 @@ class Batches:
             attempt += 1
             batch.attempts[item] = attempt
             span = batch.spans.get(item)
-            run = run_once(
+            run_attempt = run_once if self._executor is None else self._executor(cfg)
+            run = run_attempt(
                 self._job, ctx, cfg.execution_timeout, lambda: self._timed_out(batch, item), span
             )
             if run.error is not None:
                 tracing.record_attempt_error(span, run.error, attempt)
-            if run.outcome != FAILED or attempt > cfg.retries or not self._may_retry(batch):
+            if (
+                run.outcome not in (FAILED, CRASHED)
+                or attempt > cfg.retries
+                or not self._may_retry(batch)
+            ):
                 return run.outcome, run.started, run.error
             if self._observers:
-                self._observe(batch, item, FAILED, run.started, run.error, attempt=attempt)
+                self._observe(batch, item, run.outcome, run.started, run.error, attempt=attempt)
             self._state.count("retries")
             delay = min(cfg.retry_backoff * 2 ** (attempt - 1), MAX_BACKOFF)
             log.info(
@@ -406,6 +428,7 @@ class Batches:
             FAILED: Outcome.FAILED,
             TIMED_OUT: Outcome.TIMED_OUT,
             INTERRUPTED: Outcome.INTERRUPTED,
+            CRASHED: Outcome.CRASHED,
         }.get(outcome, Outcome.FENCED)
         if outcome == FENCED:
             started = time.time()  # it never started: zero duration
@@ -488,11 +511,19 @@ class Batches:
             monitor = False
         # to be run again: never started, ran fenced, or returned when told to stop
         again = (FENCED, ZOMBIE, INTERRUPTED)
-        ran = {i: batch.tokens.get(i, 0) for i in batch.items if batch.outcomes.get(i) not in again}
+        ran = {
+            i: batch.tokens.get(i, 0)
+            for i in batch.items
+            if batch.outcomes.get(i) not in again and i not in batch.crash_handoff
+        }
         self._remember_ran(
             batch.fire_time, [batch.execution_ids[i] for i in ran if i in batch.execution_ids]
         )
-        never = {i: batch.tokens.get(i, 0) for i in batch.items if batch.outcomes.get(i) in again}
+        never = {
+            i: batch.tokens.get(i, 0)
+            for i in batch.items
+            if batch.outcomes.get(i) in again or i in batch.crash_handoff
+        }
         if never:
             self._undone(list(never))
         entry = _Unfinished(

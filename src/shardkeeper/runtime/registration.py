@@ -55,7 +55,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from shardkeeper._imports import import_object
 from shardkeeper._version import __version__
@@ -85,6 +85,9 @@ from shardkeeper.runtime.pool import Lanes, WorkerPool
 from shardkeeper.runtime.runner import JobRunner
 from shardkeeper.runtime.services import JobServices
 from shardkeeper.runtime.skipevents import ListenerSkips, wants_skips
+
+if TYPE_CHECKING:
+    from shardkeeper.runtime.procpool import RunOnce
 
 __all__ = ["OPS_PER_JOB", "JobSpec", "Registrar", "build_runners", "instance_info", "job_spec"]
 
@@ -390,6 +393,7 @@ def build_runners(
     session: Callable[[], str],
     on_skip: SkipSink,
     observers: Observers,
+    executors: Callable[[str], Callable[[JobConfig], RunOnce]] | None = None,
 ) -> dict[str, JobRunner]:
     """One runner per job, sharing the runtime's pools, clocks and observers. Jobs
     whose listeners want skipped triggers get them through one more observer, added
@@ -414,6 +418,7 @@ def build_runners(
             session=session,
             on_skip=on_skip,
             observers=observers,
+            executor=executors(name) if executors is not None else None,
         )
         for name, spec in specs.items()
     }

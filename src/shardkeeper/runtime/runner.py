@@ -89,6 +89,8 @@ from shardkeeper.runtime.trigger import Fire, Skipped, TriggerFlow, fmt_fire
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
+    from shardkeeper.runtime.procpool import RunOnce
+
 __all__ = ["Batch", "JobRunner", "SkipSink"]
 
 #: most orphans one claim round takes over (a few commits' worth)
@@ -119,6 +121,7 @@ class JobRunner:
         session: Callable[[], str] | None = None,
         on_skip: SkipSink | None = None,
         observers: Observers | None = None,
+        executor: Callable[[JobConfig], RunOnce] | None = None,
     ) -> None:
         self.job = job
         self._observers = observers if observers is not None else Observers()
@@ -145,6 +148,7 @@ class JobRunner:
             observers=self._observers,
             defer=self.defer,
             on_undone=self._undone,
+            executor=executor,
         )
         self.oneoff = OneOffDuties(services, self.state, self.leader)
         self.trigger = TriggerFlow(

@@ -70,6 +70,7 @@ from shardkeeper.runtime.housekeeping import Housekeeper
 from shardkeeper.runtime.jobstate import SkipReason
 from shardkeeper.runtime.liveness import Liveness, check_session_timeout
 from shardkeeper.runtime.pool import Lanes, WorkerPool, guarded
+from shardkeeper.runtime.procpool import Executors
 from shardkeeper.runtime.registration import (
     JobSpec,
     Registrar,
@@ -102,6 +103,10 @@ class Runtime:
     ``wall_clock`` is this instance's clock as the ``max_time_diff_seconds`` check
     compares it with the store's (:mod:`shardkeeper.runtime.clockskew`; tests shift
     it; the triggers keep the system clock).
+    ``executor`` is where the items of jobs whose config names none run: ``thread``
+    (the default) or ``process`` (worker processes, runtime/procpool.py, which
+    ``max_items_per_child``, ``max_memory_per_child`` in KiB and
+    ``process_start_method``, forkserver or spawn, tune).
     """
 
     def __init__(
@@ -117,6 +122,10 @@ class Runtime:
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
         wall_clock: Callable[[], float] = time.time,
+        executor: str = "thread",
+        max_items_per_child: int = 0,
+        max_memory_per_child: int = 0,
+        process_start_method: str | None = None,
     ) -> None:
         if worker_threads < 1:
             raise ConfigError(f"worker_threads={worker_threads!r} must be >= 1")
@@ -131,6 +140,14 @@ class Runtime:
         self._worker_threads = worker_threads
         self._coordinator_threads = coordinator_threads
         self._specs: dict[str, JobSpec] = {}
+        #: thread or worker processes, per job (runtime/procpool.py)
+        self.executors = Executors(
+            executor,
+            idle=worker_threads,
+            max_items_per_child=max_items_per_child,
+            max_memory_per_child=max_memory_per_child,
+            start_method=process_start_method,
+        )
         self._runners: dict[str, JobRunner] = {}
         self._lock = threading.Lock()
         self._started = threading.Event()
@@ -194,6 +211,7 @@ class Runtime:
         spec = job_spec(job, config, listeners)
         if spec.config.name in self._specs:
             raise ConfigError(f"job {spec.config.name!r} is added twice to this runtime")
+        self.executors.add(spec.config.name, job, spec.config)
         self._specs[spec.config.name] = spec
         return spec.config
 
@@ -249,6 +267,7 @@ class Runtime:
                 session=self._session_id,
                 on_skip=self.skips.record,
                 observers=self.observers,
+                executors=self.executors.select,
             )
             for runner in self._runners.values():
                 runner.on_config_change = self._config_changed
@@ -392,6 +411,7 @@ class Runtime:
             self._coordinator.shutdown()
         if self._workers:
             self._workers.shutdown()
+        self.executors.shutdown()
         self.skips.flush(force=True)
         self.store.close()
         self._stopped.set()
