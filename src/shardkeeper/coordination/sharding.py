@@ -209,7 +209,8 @@ class ShardingService:
         # from_next_fire: the flag was set while this fire was being decided, so some
         # instance may have decided it already from the previous assignment (with no
         # items, leaving no trace): the new one must not apply to it
-        started = from_next_fire or self.last_started_fire(enabled) >= fire - 1e-6
+        latest = self.last_started_fire(enabled)
+        started = from_next_fire or latest >= fire - 1e-6
         members: dict[str, float]
         if started:
             members = dict.fromkeys(enabled, 0.0)  # join times do not matter
@@ -219,6 +220,13 @@ class ShardingService:
                 log.warning("%s: no enabled instance to assign items to", self._paths.job)
                 return None
         effective = fire + 1e-3 if started and previous is not None else fire
+        if previous is not None:
+            # Never in effect for a fire some instance started already, nor before the
+            # assignment it replaces: a leader deciding an older fire late (a run-now
+            # behind its lane's backlog) dated the new owners at that fire, under the
+            # fires others had started since, and two instances ran one item for one
+            # fire (600 s chaos on etcd, an unexplained duplicate).
+            effective = max(effective, latest + 1e-3 if started else 0.0, previous.effective_fire)
         eligible = sorted(i for i, joined in members.items() if started or joined <= fire)
         late = sorted(set(members) - set(eligible))
         if not eligible:
