@@ -61,7 +61,8 @@ class RuntimeMetrics:
         r = self.registry
         self.executions = Counter(
             "shardkeeper_executions",
-            "Item executions that ended, by outcome (ok, failed, fenced, timed_out, interrupted).",
+            "Item executions that ended, by outcome (ok, failed, fenced, timed_out, interrupted, "
+            "crashed).",
             ["job", "outcome"],
             registry=r,
         )
@@ -130,7 +131,7 @@ class RuntimeMetrics:
             self.lateness.labels(record.job).observe(max(0.0, record.started - record.fire_time))
         if record.outcome is Outcome.OK:
             self.last_success.labels(record.job).set(record.ended)
-        elif record.outcome is Outcome.FAILED:
+        elif record.outcome in (Outcome.FAILED, Outcome.CRASHED):
             self.last_failure.labels(record.job).set(record.ended)
 
     def on_skip(self, record: SkipRecord) -> None:

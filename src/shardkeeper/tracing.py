@@ -205,7 +205,7 @@ def end_item(span: Span | None, outcome: str, *, attempt: int, fencing_token: in
     span.set_attribute("shardkeeper.outcome", outcome)
     span.set_attribute("shardkeeper.attempt", attempt)
     span.set_attribute("shardkeeper.fencing_token", fencing_token)
-    if api is not None and outcome in ("failed", "timed_out"):
+    if api is not None and outcome in ("failed", "timed_out", "crashed"):
         span.set_status(api.trace.Status(api.trace.StatusCode.ERROR, outcome))
     span.end()
 

@@ -55,6 +55,35 @@ def run(
             help="Items run at once. \\[default: 8]",
         ),
     ] = None,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            "--executor",
+            envvar="SHARDKEEPER_EXECUTOR",
+            help="Where the items of jobs that name no executor run: thread or process "
+            "(worker processes). \\[default: thread]",
+        ),
+    ] = None,
+    max_items_per_child: Annotated[
+        int | None,
+        typer.Option(
+            "--max-items-per-child",
+            min=0,
+            envvar="SHARDKEEPER_MAX_ITEMS_PER_CHILD",
+            help="Items a worker process runs before it is replaced; 0 = no limit. "
+            "\\[default: 0]",
+        ),
+    ] = None,
+    max_memory_per_child: Annotated[
+        int | None,
+        typer.Option(
+            "--max-memory-per-child",
+            min=0,
+            envvar="SHARDKEEPER_MAX_MEMORY_PER_CHILD",
+            help="KiB of resident memory past which a worker process is replaced after "
+            "its item; 0 = no limit. \\[default: 0]",
+        ),
+    ] = None,
     grace: Annotated[
         float | None,
         typer.Option(
@@ -150,6 +179,9 @@ def run(
     runtime = Runtime(
         registry if registry is not None else file.registry,
         worker_threads=_first(worker_threads, file.worker_threads, 8),
+        executor=_first(executor, file.executor, "thread"),
+        max_items_per_child=_first(max_items_per_child, file.max_items_per_child, 0),
+        max_memory_per_child=_first(max_memory_per_child, file.max_memory_per_child, 0),
         shutdown_grace=_first(grace, file.grace, 30.0),
         labels=labels,
         metrics_port=metrics_port if metrics_port is not None else file.metrics_port,

@@ -9,6 +9,9 @@ default. The file is YAML (``.yaml``/``.yml``) or TOML (``.toml``)::
     jobs: [shop.jobs:OrderSync, shop.jobs:Invoices]
     job_file: jobs.yaml
     worker_threads: 16
+    executor: process          # jobs whose config names no executor
+    max_items_per_child: 1000  # worker processes of the process executor
+    max_memory_per_child: 512000  # KiB
     grace: 60
     labels: {zone: eu-1, role: batch}
     log_level: info
@@ -48,6 +51,9 @@ class RunSettings:
     jobs: tuple[str, ...] = ()
     job_file: str | None = None
     worker_threads: int | None = None
+    executor: str | None = None
+    max_items_per_child: int | None = None
+    max_memory_per_child: int | None = None
     grace: float | None = None
     labels: dict[str, str] = field(default_factory=dict)
     log_level: str | None = None
@@ -61,6 +67,9 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "jobs": (list,),
     "job_file": (str,),
     "worker_threads": (int,),
+    "executor": (str,),
+    "max_items_per_child": (int,),
+    "max_memory_per_child": (int,),
     "grace": (int, float),
     "labels": (dict,),
     "log_level": (str,),

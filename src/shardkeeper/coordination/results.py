@@ -52,7 +52,7 @@ class ItemResult:
     @property
     def failed(self) -> bool:
         """Whether the last execution raised."""
-        return self.outcome in ("failed", "timed_out")
+        return self.outcome in ("failed", "timed_out", "crashed")
 
     def to_bytes(self) -> bytes:
         """Encode (bounded: the error fields are cut to their limits)."""

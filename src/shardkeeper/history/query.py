@@ -40,7 +40,7 @@ __all__ = [
 ALL_SCOPES = "*"
 
 #: outcomes ``failed_only`` selects: the job's own code did not succeed
-FAILED_OUTCOMES = (str(Outcome.FAILED), str(Outcome.TIMED_OUT))
+FAILED_OUTCOMES = (str(Outcome.FAILED), str(Outcome.TIMED_OUT), str(Outcome.CRASHED))
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 604_800.0}
 _SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
@@ -97,7 +97,7 @@ class HistoryEntry:
 @dataclass(frozen=True)
 class HistoryQuery:
     """What to read. ``since``: seconds back from now; ``failed_only``: outcomes
-    failed and timed_out; ``execution_id``: every row of one execution. ``scope``:
+    failed, timed_out and crashed; ``execution_id``: every row of one execution. ``scope``:
     one deployment's rows (a registry identity, ``""`` for legacy rows),
     :data:`ALL_SCOPES` for all, None for the reader's own scope."""
 

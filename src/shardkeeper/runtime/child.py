@@ -9,9 +9,10 @@ The pipe to the parent carries tuples:
 
 * parent -> child: ``("run", ref, fields)`` (run one item), ``("reply", value)`` or
   ``("raise", exc)`` (the answer to a call), ``("exit",)``;
-* child -> parent: ``("ready", pid)`` once, ``("call", name, args, kwargs)`` (a request: the parent calls the
-  context field ``name`` of the item's context there and answers), ``("log", record)``
-  (a log record, handled by the parent's logging), ``("done", outcome, error, rss)``.
+* child -> parent: ``("ready", pid)`` once at its start, ``("call", name, args,
+  kwargs)`` (a request: the parent makes the call ``name`` on the item's context there
+  and answers), ``("log", record)`` (a log record, handled by the parent's logging),
+  ``("done", outcome, error, rss)``.
 
 The context the item gets is rebuilt here from its plain fields; each of its
 callable fields named in :data:`FORWARDED` becomes a proxy that asks the parent over
