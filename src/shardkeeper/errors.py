@@ -23,12 +23,23 @@ boundary where they occur, so callers only ever catch shardkeeper's own types::
      +-- InstanceLookupError (LookupError)    unknown instance id
      +-- OperationRefusedError                an operator request that is not allowed now
      +-- ClockSkewError                       this instance's clock is off the store's by
-                                              more than a job's max_time_diff_seconds
+     |                                        more than a job's max_time_diff_seconds
+     +-- CheckpointError                      a checkpoint that cannot be taken
+          +-- CheckpointStateError (ValueError)
+          |                                   not JSON-serialisable, or over the size limit
+          +-- CheckpointFencedError           refused: this execution is no longer the
+          |                                   item's (strict mode; else False is returned)
+          +-- CheckpointUnavailableError      no running mark to fence on, or the store
+                                              could not be read for the resume state
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "CheckpointError",
+    "CheckpointFencedError",
+    "CheckpointStateError",
+    "CheckpointUnavailableError",
     "ClockSkewError",
     "ConfigError",
     "InstanceLookupError",
@@ -164,3 +175,26 @@ class ClockSkewError(ShardkeeperError):
             "it runs none of the job's items until it is back within the limit (sync the "
             "clock with NTP)"
         )
+
+
+class CheckpointError(ShardkeeperError):
+    """A checkpoint or progress call of a running item that cannot be honoured."""
+
+
+class CheckpointStateError(CheckpointError, ValueError):
+    """The state given to ``ctx.checkpoint`` is not JSON-serialisable, or its JSON is
+    over the job's ``checkpoint_max_bytes`` (the message names the size and the
+    limit)."""
+
+
+class CheckpointFencedError(CheckpointError):
+    """The store refused a checkpoint because this execution is no longer the item's
+    (its running mark was taken over or cleared): raised instead of returning False
+    when the job asks for it (``checkpoint_strict``, or ``strict=True``)."""
+
+
+class CheckpointUnavailableError(CheckpointError):
+    """Checkpoints cannot be used here: the job runs without running marks
+    (``monitor_execution`` off: nothing to fence a write on), or the store did not
+    answer the read of the resume state (the attempt fails and is retried per the
+    job's policy; the stored state is untouched)."""

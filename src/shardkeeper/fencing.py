@@ -257,7 +257,12 @@ def fence(db: Connection | Session, ctx: FencingContext, *, table: Table | None 
             set_={k: stmt.excluded[k] for k in row if k not in ("job", "item")},
             where=c.token <= stmt.excluded.token,
         )
-        claimed = conn.execute(stmt).rowcount > 0
+        if conn.dialect.insert_returning:
+            # a row back when claimed, none when the WHERE refused: an INSERT's rowcount
+            # is not reliable (psycopg on PostgreSQL reports -1 for this statement)
+            claimed = conn.execute(stmt.returning(c.token)).first() is not None
+        else:
+            claimed = conn.execute(stmt).rowcount > 0  # SQLite before 3.35: exact
     else:
         claimed = _claim_generic(conn, table, row)
     if not claimed:

@@ -23,9 +23,10 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from shardkeeper.errors import ShardkeeperError
+from shardkeeper.errors import CheckpointFencedError, CheckpointStateError, ShardkeeperError
+from shardkeeper.limits import CHECKPOINT_DEFAULT_BYTES
 
 if TYPE_CHECKING:
     from shardkeeper.config import JobConfig
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DataflowJob",
+    "ItemState",
+    "LocalItemState",
     "JobListener",
     "ScriptFailedError",
     "ScriptJob",
@@ -69,6 +72,88 @@ class StopReason(enum.StrEnum):
 
 def _no_stop() -> StopReason | None:
     return None
+
+
+class ItemState(Protocol):
+    """What a context's checkpoint and progress calls go to: the runtime's fenced
+    writes (shardkeeper/runtime/checkpoints.py), or :class:`LocalItemState` for a
+    context built by hand. An executor that runs items elsewhere (another process)
+    forwards these four calls to the one its runtime made."""
+
+    def checkpoint(self, state: Any, strict: bool | None) -> bool:
+        """Take ``state`` (see :meth:`ShardingContext.checkpoint`)."""
+        ...
+
+    def progress(self, done: float, total: float | None, note: str | None) -> None:
+        """Take a progress report (see :meth:`ShardingContext.progress`)."""
+        ...
+
+    def resume(self) -> tuple[Any, bool, Any]:
+        """``(resume_state, resumed, last_state)`` of the execution."""
+        ...
+
+    def current(self) -> Any:
+        """The execution's latest state (see :attr:`ShardingContext.state`)."""
+        ...
+
+
+class LocalItemState:
+    """The state of a context built by hand (tests of a job, a direct call): checks
+    and keeps checkpoints and progress in memory, as the runtime would accept them.
+    ``resume_state`` and ``last_state`` are the values given here."""
+
+    def __init__(
+        self,
+        resume_state: Any = None,
+        last_state: Any = None,
+        *,
+        max_bytes: int = CHECKPOINT_DEFAULT_BYTES,
+    ) -> None:
+        self._resume = resume_state
+        self._last = last_state
+        self._max = max_bytes
+        #: every state accepted, oldest first (as JSON text, decoded on read)
+        self.checkpoints: list[Any] = []
+        #: every progress report: (done, total, note)
+        self.reports: list[tuple[float, float | None, str]] = []
+        #: a test sets it to see the job's answer to a refused checkpoint
+        self.fenced = False
+
+    def checkpoint(self, state: Any, strict: bool | None) -> bool:
+        """Check ``state`` as the runtime does and keep it; False (or
+        CheckpointFencedError when ``strict``) once :attr:`fenced` is set."""
+        try:
+            text = json.dumps(state, separators=(",", ":"), sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise CheckpointStateError(
+                f"checkpoint state of type {type(state).__name__} is not JSON-serialisable "
+                f"({exc})"
+            ) from None
+        if len(text.encode()) > self._max:
+            raise CheckpointStateError(
+                f"checkpoint state is {len(text.encode())} bytes of JSON, over the limit of "
+                f"{self._max} bytes (the job's checkpoint_max_bytes)"
+            )
+        if self.fenced:
+            if strict:
+                raise CheckpointFencedError("checkpoint refused: the execution is fenced")
+            return False
+        self.checkpoints.append(json.loads(text))
+        return True
+
+    def progress(self, done: float, total: float | None, note: str | None) -> None:
+        """Keep the report."""
+        self.reports.append((done, total, note or ""))
+
+    def resume(self) -> tuple[Any, bool, Any]:
+        """The values given at construction (``resumed`` when a resume state is)."""
+        return self._resume, self._resume is not None, self._last
+
+    def current(self) -> Any:
+        """The latest state kept, else the resume state, else the last state."""
+        if self.checkpoints:
+            return self.checkpoints[-1]
+        return self._resume if self._resume is not None else self._last
 
 
 @dataclass(frozen=True)
@@ -117,6 +202,62 @@ class ShardingContext:
     covers: tuple[datetime, ...] = ()
     _valid: Callable[[], bool] = field(default=_always_true, repr=False, compare=False)
     _stop: Callable[[], StopReason | None] = field(default=_no_stop, repr=False, compare=False)
+    _item_state: ItemState = field(default_factory=LocalItemState, repr=False, compare=False)
+
+    def checkpoint(self, state: Any, *, strict: bool | None = None) -> bool:
+        """Save ``state`` (JSON-serialisable, at most the job's ``checkpoint_max_bytes``
+        of JSON) as this item's progress: a successor of the same fire (a failover or
+        misfire re-run) gets the last one accepted as :attr:`resume_state`.
+
+        The write is one commit conditional on this execution's running mark (its
+        fence): once the item was taken over, the store refuses it, so a zombie never
+        overwrites its successor's state. Returns True when the state was written, or
+        is held to be written (calls within the job's ``checkpoint_interval`` of the
+        last write are coalesced: the latest is written when the interval is up, and
+        the last one is written with the item's completion in any case); False when
+        it was refused (this execution is no longer the item's: stop writing), or
+        raises CheckpointFencedError instead with ``strict`` (default: the job's
+        ``checkpoint_strict``). CheckpointStateError for a state that is not JSON or
+        too large; CheckpointUnavailableError when the job runs without running marks
+        (``monitor_execution`` off)."""
+        return self._item_state.checkpoint(state, strict)
+
+    def progress(self, done: float, total: float | None = None, note: str | None = None) -> None:
+        """Report how far the item is (``done`` of ``total`` units, a short ``note``):
+        ``shardkeeper shards``, the console and the metrics show the percent, rate and
+        ETA of running items, and the history keeps the last report of a run that
+        failed or was fenced. Coalesced like checkpoints (cheap to call often); never
+        raises for a store failure. CheckpointStateError for a negative or non-numeric
+        ``done``/``total``."""
+        self._item_state.progress(done, total, note)
+
+    @property
+    def resume_state(self) -> Any:
+        """The last checkpoint accepted from an earlier run of this same fire of the item
+        (its run was cut off: an instance died, was fenced or stopped), or None: start
+        from the beginning. Read on first use (one store read, failover and misfire
+        re-runs only)."""
+        return self._item_state.resume()[0]
+
+    @property
+    def resumed(self) -> bool:
+        """Whether this run resumes an earlier run of the same fire
+        (:attr:`resume_state` holds that run's last accepted checkpoint)."""
+        return bool(self._item_state.resume()[1])
+
+    @property
+    def last_state(self) -> Any:
+        """With the job's ``checkpoint_carry`` on: the last checkpoint of the item's
+        previous ended run of an earlier fire (a cursor carried across fires); None
+        without it, or when there is none."""
+        return self._item_state.resume()[2]
+
+    @property
+    def state(self) -> Any:
+        """The latest state of this run: what it last checkpointed, else
+        :attr:`resume_state`, else :attr:`last_state` (a retry attempt of the same
+        execution sees what the failed attempt checkpointed)."""
+        return self._item_state.current()
 
     def is_valid(self) -> bool:
         """False once this execution is fenced off (see the class docstring for when)."""
@@ -191,7 +332,14 @@ def _call(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class DataflowJob(ShardedJob):
-    """A job that fetches a batch of data for its item and processes it."""
+    """A job that fetches a batch of data for its item and processes it.
+
+    Its fetch position is checkpointed automatically: after each processed round the
+    value :meth:`position_after` returns (when not None) is the item's checkpoint,
+    and :meth:`fetch_data` reads where to go on from ``ctx.state`` (this run's last
+    position, else the one a cut-off run of the same fire reached, else, with
+    ``checkpoint_carry``, the previous run's).
+    """
 
     #: keep fetching until a fetch returns nothing (or the runtime asks to stop)
     streaming: ClassVar[bool] = False
@@ -206,14 +354,24 @@ class DataflowJob(ShardedJob):
         """Process what :meth:`fetch_data` returned."""
         raise NotImplementedError(f"{type(self).__name__} must implement process_data(ctx, data)")
 
+    def position_after(self, ctx: ShardingContext, data: Sequence[Any]) -> Any:
+        """The fetch position once ``data`` is processed (JSON-serialisable: the last
+        key, an offset, a page token), checkpointed after each round; None (the
+        default) checkpoints nothing."""
+        return None
+
     def run_item(self, ctx: ShardingContext) -> None:
-        """One fetch/process round, or rounds until empty/stop when streaming."""
+        """One fetch/process round, or rounds until empty/stop when streaming; the
+        position after each round is checkpointed (:meth:`position_after`)."""
         rounds = 0
         while True:
             data = _call(self.fetch_data, ctx)
             if not data:
                 return
             _call(self.process_data, ctx, data)
+            position = self.position_after(ctx, data)
+            if position is not None and not ctx.checkpoint(position):
+                return  # refused: this run was taken over, its successor goes on
             rounds += 1
             if not self.streaming or ctx.should_stop() or rounds >= self.max_rounds:
                 return

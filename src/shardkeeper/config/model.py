@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from shardkeeper._imports import is_import_path
 from shardkeeper.errors import JobConfigError
-from shardkeeper.limits import ASSIGNMENT_MAX_BYTES
+from shardkeeper.limits import ASSIGNMENT_MAX_BYTES, CHECKPOINT_DEFAULT_BYTES, CHECKPOINT_MAX_BYTES
 from shardkeeper.scheduling.triggers import resolve_time_zone
 from shardkeeper.secretref import check_reference, is_reference, mask_webhook_url
 
@@ -147,6 +147,30 @@ class JobConfig(BaseModel):
         allow_inf_nan=False,
         description="Seconds an item may run before it is reported timed out; None = no limit.",
     )
+    checkpoint_interval: float = Field(
+        default=1.0,
+        ge=0,
+        le=3600,
+        allow_inf_nan=False,
+        description="Seconds between two checkpoint/progress writes of an item; faster "
+        "calls are coalesced (the latest is written). 0 = write every call.",
+    )
+    checkpoint_max_bytes: int = Field(
+        default=CHECKPOINT_DEFAULT_BYTES,
+        ge=1,
+        le=CHECKPOINT_MAX_BYTES,
+        description="Largest JSON of one ctx.checkpoint state, bytes.",
+    )
+    checkpoint_strict: bool = Field(
+        default=False,
+        description="A refused checkpoint raises CheckpointFencedError instead of "
+        "returning False.",
+    )
+    checkpoint_carry: bool = Field(
+        default=False,
+        description="Hand each run the last checkpoint of the item's previous ended run "
+        "(ctx.last_state: cursors across fires).",
+    )
     description: str = Field(default="", description="Free text for operators.")
     props: dict[str, str] = Field(default_factory=dict, description="Free key/value settings.")
     disabled: bool = Field(default=False, description="Registered but not run.")
@@ -172,7 +196,12 @@ class JobConfig(BaseModel):
     # -- field validators -------------------------------------------------------------
 
     @field_validator(
-        "sharding_total_count", "max_time_diff_seconds", "max_threads", "retries", mode="before"
+        "sharding_total_count",
+        "max_time_diff_seconds",
+        "max_threads",
+        "retries",
+        "checkpoint_max_bytes",
+        mode="before",
     )
     @classmethod
     def _no_bool_for_int(cls, value: Any) -> Any:
@@ -188,6 +217,7 @@ class JobConfig(BaseModel):
         "execution_wait_timeout",
         "retry_backoff",
         "execution_timeout",
+        "checkpoint_interval",
         mode="before",
     )
     @classmethod

@@ -24,6 +24,10 @@ The tree inside a namespace (the same on ZooKeeper and etcd)::
                                               unique incarnation (completion checks it)
     /jobs/{job}/failover/queue/{item}      P  orphaned item waiting for a taker (JSON)
     /jobs/{job}/misfire/{item}             P  a trigger was missed while the item ran
+    /jobs/{job}/progress/{item}            P  the running execution's last progress (JSON:
+                                              execution id, done, total, note, times;
+                                              runtime/checkpoints.py), fenced like a
+                                              checkpoint, deleted by its completion
     /jobs/{job}/results/{item}             P  how the item's last execution ended (JSON:
                                               outcome, times, last ok, error; written by
                                               the completion commit)
@@ -45,6 +49,12 @@ The tree inside a namespace (the same on ZooKeeper and etcd)::
                                               removing a job keeps its audit trail
     /audit/namespace/{entry}               P  the same, for actions on no job (shutdown,
                                               fix-acl, an instance switch that found no job)
+    /checkpoints/{job}/{item}/{fire-ms}    P  the last accepted checkpoint of one fire's
+                                              run of the item (JSON: execution id, state,
+                                              ended outcome; coordination/checkpoints.py);
+                                              outside /jobs/{job}, so that the snapshot
+                                              reads of the tools never read the states;
+                                              the newest few fires per item are kept
 
 E = ephemeral (bound to the instance's session), P = persistent.
 Instance ids look like ``host@pid@suffix``; job names use ``[A-Za-z0-9._-]``.
@@ -56,6 +66,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "AUDIT",
+    "CHECKPOINTS",
     "CONTROL",
     "FENCE_PREFIX",
     "INSTANCES",
@@ -69,6 +80,9 @@ __all__ = [
     "audit_entry",
     "audit_job_root",
     "audit_namespace_root",
+    "checkpoint_item_root",
+    "checkpoint_job_root",
+    "checkpoint_path",
     "clock_path",
     "instance_path",
     "is_high_churn",
@@ -86,6 +100,8 @@ JOBS = "/jobs"
 CONTROL = "/control"
 #: the operators' audit trail (read by the tools only; never by an instance)
 AUDIT = "/audit"
+#: the items' checkpoints (read by the runs that resume or carry them, never watched)
+CHECKPOINTS = "/checkpoints"
 
 
 def instance_path(instance_id: str) -> str:
@@ -116,6 +132,22 @@ def audit_job_root(job: str) -> str:
 def audit_namespace_root() -> str:
     """``/audit/namespace``: parent of the audit entries that concern no job."""
     return f"{AUDIT}/namespace"
+
+
+def checkpoint_job_root(job: str) -> str:
+    """``/checkpoints/{job}``: parent of one job's checkpoints (removed with the job)."""
+    return f"{CHECKPOINTS}/{job}"
+
+
+def checkpoint_item_root(job: str, item: int) -> str:
+    """``/checkpoints/{job}/{item}``: parent of the checkpoints of one item, one per fire."""
+    return f"{CHECKPOINTS}/{job}/{item}"
+
+
+def checkpoint_path(job: str, item: int, fire_time: float) -> str:
+    """``/checkpoints/{job}/{item}/{fire-ms}``: the checkpoint of one fire's run of an
+    item (milliseconds of the fire time, as execution ids count them)."""
+    return f"{checkpoint_item_root(job, item)}/{round(fire_time * 1000)}"
 
 
 def audit_entry(root: str, entry_id: str) -> str:
@@ -190,6 +222,15 @@ class JobPaths:
     def misfire(self, item: int) -> str:
         """Misfire mark of one item."""
         return f"{self.misfire_root}/{item}"
+
+    @property
+    def progress_root(self) -> str:
+        """Parent of the running executions' progress documents."""
+        return f"{self.root}/progress"
+
+    def progress(self, item: int) -> str:
+        """Last progress of the execution running ``item`` (runtime/checkpoints.py)."""
+        return f"{self.progress_root}/{item}"
 
     @property
     def results_root(self) -> str:
@@ -272,17 +313,19 @@ def job_paths(job: str) -> JobPaths:
 
 #: per-job subtrees that change at every trigger and that watchers can leave out
 #: (their readers re-read the store, polling with a deadline)
-HIGH_CHURN = frozenset({"running", "misfire", "once", "fired", "results"})
+HIGH_CHURN = frozenset({"running", "misfire", "once", "fired", "results", "progress"})
 
 
 def is_high_churn(path: str) -> bool:
-    """Whether ``path`` is ``/jobs/{job}/running``, ``misfire``, ``once``, ``fired`` or
-    ``results`` itself, or ``/control/clock`` (rewritten at every clock sample).
+    """Whether ``path`` is ``/jobs/{job}/running``, ``misfire``, ``once``, ``fired``,
+    ``results`` or ``progress`` itself, or ``/control/clock`` (rewritten at every clock
+    sample), or ``/checkpoints`` (rewritten by running items, read only by the runs
+    that resume them).
     The runtime's namespace watch excludes these subtrees: on ZooKeeper that saves
     reading every running mark on every instance at every trigger. ``/audit`` is
     excluded too: no instance reads it, and a resync would otherwise read every
     job's audit trail on every instance."""
-    if path in (f"{CONTROL}/clock", AUDIT):
+    if path in (f"{CONTROL}/clock", AUDIT, CHECKPOINTS):
         return True
     parsed = parse_job_path(path)
     return parsed is not None and len(parsed[1]) == 1 and parsed[1][0] in HIGH_CHURN
@@ -324,7 +367,7 @@ class JobNode:
     ``sharding``, ``necessary``, ``done``, ``running``, ``failover``, ``misfire``,
     ``disabled_job``,
     ``disabled_item``, ``disabled_instance``, ``skewed``, ``trigger``, ``once``, ``fired``,
-    ``result``, or
+    ``result``, ``progress``, or
     ``root`` for ``/jobs/{job}`` and ``subtree`` for a bare parent such as
     ``/jobs/{job}/running``; ``fence`` for a running mark's fence child). ``item`` is
     set for per-item nodes, ``instance`` for per-instance nodes, ``name`` for once
@@ -346,7 +389,12 @@ class Unknown:
 
 ParsedNode = InstanceNode | ShutdownNode | JobNode | Unknown
 
-_ITEM_KINDS = {"running": "running", "misfire": "misfire", "results": "result"}
+_ITEM_KINDS = {
+    "running": "running",
+    "misfire": "misfire",
+    "results": "result",
+    "progress": "progress",
+}
 _INSTANCE_KINDS = {
     "instances": "member",
     "trigger": "trigger",
@@ -359,6 +407,7 @@ _PARENTS = {
     "running",
     "misfire",
     "results",
+    "progress",
     "trigger",
     "fired",
     "once",

@@ -226,7 +226,11 @@ class ShardingService:
             # behind its lane's backlog) dated the new owners at that fire, under the
             # fires others had started since, and two instances ran one item for one
             # fire (600 s chaos on etcd, an unexplained duplicate).
-            effective = max(effective, latest + 1e-3 if started else 0.0, previous.effective_fire)
+            # A level dated after this fire may be in use for a fire at its very time.
+            floor = previous.effective_fire
+            if floor > fire:
+                floor += 1e-3
+            effective = max(effective, latest + 1e-3 if started else 0.0, floor)
         eligible = sorted(i for i, joined in members.items() if started or joined <= fire)
         late = sorted(set(members) - set(eligible))
         if not eligible:
