@@ -33,7 +33,7 @@ from typing import Any
 from bench.common import Servers, percentile
 from shardkeeper.config import JobConfig
 from shardkeeper.job import ShardedJob, ShardingContext
-from shardkeeper.observe import ExecutionRecord, Outcome, SkipRecord
+from shardkeeper.observe import ExecutionRecord, SkipRecord
 from shardkeeper.registry.base import ConnectionState
 from shardkeeper.runtime import Runtime
 from shardkeeper.runtime.attempts import run_once
@@ -101,20 +101,15 @@ def overhead(n: int) -> dict[str, Any]:
     """Part 1 (module docstring)."""
     ctx = _context()
     pool = ProcessPool(1)
+    noop, asks = job_ref("bench", Noop), job_ref("bench", AsksOnce)
     try:
         out = {
             "thread": _times(lambda: run_once(Noop(), ctx, None, lambda: None), n),
             "thread_with_timeout": _times(lambda: run_once(Noop(), ctx, 60.0, lambda: None), n),
-            "process": _times(
-                lambda: pool.run(job_ref("bench", Noop), ctx, None, lambda: None), n
-            ),
-            "process_with_timeout": _times(
-                lambda: pool.run(job_ref("bench", Noop), ctx, 60.0, lambda: None), n
-            ),
+            "process": _times(lambda: pool.run(noop, ctx, None, lambda: None), n),
+            "process_with_timeout": _times(lambda: pool.run(noop, ctx, 60.0, lambda: None), n),
             "thread_is_valid": _times(lambda: run_once(AsksOnce(), ctx, None, lambda: None), n),
-            "process_is_valid": _times(
-                lambda: pool.run(job_ref("bench", AsksOnce), ctx, None, lambda: None), n
-            ),
+            "process_is_valid": _times(lambda: pool.run(asks, ctx, None, lambda: None), n),
         }
         out["process_children_started"] = pool.stats.started
     finally:
