@@ -103,7 +103,7 @@ def overhead(n: int) -> dict[str, Any]:
     pool = ProcessPool(1)
     noop, asks = job_ref("bench", Noop), job_ref("bench", AsksOnce)
     try:
-        out = {
+        out: dict[str, Any] = {
             "thread": _times(lambda: run_once(Noop(), ctx, None, lambda: None), n),
             "thread_with_timeout": _times(lambda: run_once(Noop(), ctx, 60.0, lambda: None), n),
             "process": _times(lambda: pool.run(noop, ctx, None, lambda: None), n),
