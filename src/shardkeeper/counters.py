@@ -26,6 +26,9 @@ STAT_KEYS = (
     "timed_out",
     "interrupted",
     "store_errors",
+    "checkpoints",
+    "checkpoints_refused",
+    "checkpoint_errors",
 )
 
 

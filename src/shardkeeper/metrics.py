@@ -157,6 +157,10 @@ _STAT_HELP = {
     "interrupted": "Item executions here that returned after should_stop() said true "
     "(not done: run again).",
     "store_errors": "Registry operations of the job that failed here (retried or repaired).",
+    "checkpoints": "Checkpoint writes of the job's items accepted by the store here.",
+    "checkpoints_refused": "Checkpoint calls refused here: the execution was no longer the "
+    "item's (a zombie's late write; the successor's state is kept).",
+    "checkpoint_errors": "Checkpoint writes that met a store error here (kept, written later).",
 }
 
 

@@ -316,6 +316,8 @@ class ExecutionService:
         fences: dict[int, str] | None = None,
         results: dict[int, bytes] | None = None,
         written: Collection[int] = (),
+        *,
+        extra: Mapping[int, Sequence[Op]] | None = None,
     ) -> list[int]:
         """Delete the marks of ``items`` that are still ours. Returns the items whose
         mark was no longer ours (fenced: someone else took them over).
@@ -331,15 +333,24 @@ class ExecutionService:
         are written by the same commit, each with its item's deletion: a result is
         recorded exactly when the item's completion is, and costs no round trip.
         ``written`` are the items whose result node is known to exist (written
-        before): ZooKeeper then sets it without reading it first."""
+        before): ZooKeeper then sets it without reading it first. ``extra`` (item ->
+        ops) go with the item's deletion too: its last checkpoint and the deletion of
+        its progress (coordination/checkpoints.py), fenced with it."""
         items = list(items)
         fences = fences or {}
         results = results or {}
         clears = [self.clear_ops(item, token, fences.get(item, "")) for item in items]
+        more = extra or {}
         groups = [
-            [*ops, Put(self._paths.result(item), results[item], existing=item in written)]
-            if item in results
-            else ops
+            [
+                *ops,
+                *(
+                    [Put(self._paths.result(item), results[item], existing=item in written)]
+                    if item in results
+                    else []
+                ),
+                *more.get(item, ()),
+            ]
             for item, ops in zip(items, clears, strict=True)
         ]
         fenced: list[int] = []

@@ -23,7 +23,7 @@ misfire re-run stands for the fires folded into it. Overwriting it lost a fire.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from shardkeeper.coordination.execution import clear_mark_ops, new_fence
@@ -131,12 +131,18 @@ class FailoverService:
         return moved
 
     def hand_off(
-        self, marks: dict[int, tuple[int, FailoverEntry, str]], *, keep: bool
+        self,
+        marks: dict[int, tuple[int, FailoverEntry, str]],
+        *,
+        keep: bool,
+        extra: Mapping[int, Sequence[Op]] | None = None,
     ) -> list[int]:
         """Move this instance's own marks of ``marks`` (item -> (token, queue entry,
         fence)) to the failover queue (``keep``) or delete them, each only while it is
         still ours. Used for items of a fenced batch that never started. Returns the
-        items moved; a mark that is gone or replaced is left alone."""
+        items moved; a mark that is gone or replaced is left alone. ``extra`` (item ->
+        ops) go in the item's commit: the last checkpoint the run held unwritten
+        (coordination/checkpoints.py), for its successor to resume from."""
         moved: list[int] = []
         left = dict(marks)
         # An entry of another fire may wait for the item (one entry per item): it is
@@ -146,6 +152,7 @@ class FailoverService:
             waiting = self._waiting(left) if keep else {}
             for item, (token, entry, fence) in sorted(left.items()):
                 ops: list[Op] = self._clear_ops(item, token, fence)
+                ops += (extra or {}).get(item, ())
                 if keep:
                     ops += self._queue_ops(item, entry, waiting.get(item))
                 if self._store.commit(ops):

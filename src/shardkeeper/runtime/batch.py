@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from shardkeeper.job import ShardingContext
+from shardkeeper.registry.base import Op
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -113,3 +114,6 @@ class _Unfinished:
     covers: dict[int, tuple[float, ...]] = field(default_factory=dict)
     #: each handed-off item's execution span, for the run that replaces it to link to
     traceparents: dict[int, str] = field(default_factory=dict)
+    #: further ops of each item's completion or hand-off commit: its last checkpoint
+    #: and progress (runtime/checkpoints.py), so they are retried with it
+    extra: dict[int, list[Op]] = field(default_factory=dict)

@@ -65,6 +65,8 @@ from shardkeeper.runtime.services import JobServices
 
 if TYPE_CHECKING:
     from shardkeeper.config import JobConfig
+    from shardkeeper.registry.base import Op
+    from shardkeeper.runtime.checkpoints import ItemStates
     from shardkeeper.runtime.procpool import RunOnce
 
 # Batch and execution_id live in batch.py; re-exported here for the runner and tests
@@ -91,8 +93,12 @@ class Batches:
         defer: Callable[[float, Callable[[], None]], None] | None = None,
         on_undone: Callable[[list[int]], None] | None = None,
         executor: Callable[[JobConfig], RunOnce] | None = None,
+        item_states: ItemStates | None = None,
     ) -> None:
         self._s = services
+        #: the executions' checkpoints: their last state travels in the completion or
+        #: hand-off commit (runtime/checkpoints.py)
+        self._item_states = item_states
         #: where an attempt runs, by the job's config now (runtime/procpool.py):
         #: the worker thread itself, or a worker process it waits for
         self._executor = executor
@@ -526,6 +532,10 @@ class Batches:
         }
         if never:
             self._undone(list(never))
+        # every session is closed; without marks to fence on, nothing is written
+        extra = self._checkpoint_ops(batch, ran, never)
+        if not monitor:
+            extra = {}
         entry = _Unfinished(
             batch.fire_time,
             {i: t for i, t in ran.items() if t} if monitor else {},
@@ -535,6 +545,7 @@ class Batches:
             {i: batch.results[i] for i in ran if i in batch.results} if monitor else {},
             {i: batch.covers[i] for i in never if batch.covers.get(i)},
             {i: tp for i in never if (tp := tracing.traceparent(batch.spans.get(i)))},
+            extra,
         )
         try:
             self._settle(entry)
@@ -557,6 +568,29 @@ class Batches:
         finally:
             self._on_idle()
 
+    def _checkpoint_ops(
+        self, batch: Batch, ran: dict[int, int], never: dict[int, int]
+    ) -> dict[int, list[Op]]:
+        """Each item's last checkpoint and progress ops, for its completion (``ran``,
+        with its outcome) or hand-off (``never``) commit; closes their sessions."""
+        states = self._item_states
+        if states is None:
+            return {}
+        extra: dict[int, list[Op]] = {}
+        for item in batch.items:
+            session = states.take(batch.execution_ids.get(item, ""), batch.tokens.get(item, 0))
+            if session is None:
+                continue
+            if item in ran:
+                ops = session.final_ops(batch.outcomes.get(item, OK))
+            elif item in never:
+                ops = session.handoff_ops()
+            else:
+                ops = []
+            if ops:
+                extra[item] = ops
+        return extra
+
     def _undone(self, items: list[int]) -> None:
         if self._on_undone is not None:
             self._on_undone(items)
@@ -571,7 +605,9 @@ class Batches:
             results = {i: entry.results[i] for i in items if i in entry.results}
             with self._lock:
                 written = self._written & set(results)
-            fenced = self._s.execution.finish(sorted(items), token, entry.fences, results, written)
+            fenced = self._s.execution.finish(
+                sorted(items), token, entry.fences, results, written, extra=entry.extra
+            )
             self._state.count("fenced", len(fenced))
             if fenced:
                 self._undone(sorted(fenced))
@@ -597,7 +633,7 @@ class Batches:
                 )
                 for item, token in entry.handoff.items()
             }
-            self._s.failover.hand_off(marks, keep=keep)
+            self._s.failover.hand_off(marks, keep=keep, extra=entry.extra)
             entry.handoff.clear()
 
     def retry_unfinished(self) -> bool:

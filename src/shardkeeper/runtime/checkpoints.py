@@ -25,6 +25,7 @@ when its context is made and taken back by the batch's completion:
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -232,7 +233,7 @@ class ItemCheckpoints:
         with self._lock:
             latest = self._latest
         if latest is not None:
-            return CheckpointDoc("", 0.0, "", latest, 0.0).state
+            return json.loads(latest)
         resume_state, _resumed, last = self.resume()
         return resume_state if resume_state is not None else last
 
@@ -253,7 +254,8 @@ class ItemCheckpoints:
                 return []
             text = self._pending or self._accepted or self._resume_json
             seq = self._seq
-            progress = self._progress_given and self._monitor
+            # a re-run deletes its predecessor's report too (same fire, cut off)
+            progress = (self._progress_given or self._rerun) and self._monitor
         ops: list[Op] = []
         if text is not None:
             doc = self._doc(text, seq, ended=outcome)
@@ -374,8 +376,7 @@ class ItemCheckpoints:
             except StoreError as exc:
                 self._o.count("checkpoint_errors", 1)
                 log.warning(
-                    "%s: checkpoint of item %d not written (%s); kept, written at the "
-                    "next chance",
+                    "%s: checkpoint of item %d not written (%s); kept, written at the next chance",
                     self._job,
                     self.item,
                     exc,

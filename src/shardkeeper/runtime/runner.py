@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING
 
 from shardkeeper import tracing
 from shardkeeper.config import JobConfig
+from shardkeeper.coordination.checkpoints import CheckpointReader
 from shardkeeper.coordination.config_service import ConfigService
 from shardkeeper.coordination.election import LeaderElection
 from shardkeeper.coordination.execution import ExecutionService
@@ -74,6 +75,7 @@ from shardkeeper.observe import Observers
 from shardkeeper.registry.base import ConnectionState, WatchEvent
 from shardkeeper.runtime import reactions as rx
 from shardkeeper.runtime.batches import Batch, Batches
+from shardkeeper.runtime.checkpoints import ItemStates
 from shardkeeper.runtime.coverage import MAX_COVERS
 from shardkeeper.runtime.fires import Fires, SkipSink
 from shardkeeper.runtime.jobstate import JobState, SkipReason
@@ -136,6 +138,17 @@ class JobRunner:
         self._session_now = session or (lambda: "")
         self.leader = LeaderDuties(services, self.state)
         self._workers = workers
+        #: the executions' checkpoints and progress (runtime/checkpoints.py); a held
+        #: write waits on the lanes' timer, on a lane of its own
+        self.item_states = ItemStates(
+            reader=CheckpointReader(self._store, self.paths),
+            instance_id=self._me,
+            config=lambda: self.state.config,
+            count=self.state.count,
+            defer=lambda key, delay, fn: lanes.submit_after(
+                f"{self.name}/checkpoints", key, fn, delay
+            ),
+        )
         self.batches = Batches(
             services=services,
             state=self.state,
@@ -149,6 +162,7 @@ class JobRunner:
             defer=self.defer,
             on_undone=self._undone,
             executor=executor,
+            item_states=self.item_states,
         )
         self.oneoff = OneOffDuties(services, self.state, self.leader)
         self.trigger = TriggerFlow(
@@ -560,6 +574,14 @@ class JobRunner:
             _valid=lambda: item not in batch.timed_out and self.valid(batch),
             # timed out or stopping; never a pending reshard (batches.stop_reason)
             _stop=lambda: self.batches.stop_reason(batch, item),
+            _item_state=self.item_states.open(
+                item=item,
+                fire_time=batch.fire_time,
+                execution_id=batch.execution_ids.get(item, ""),
+                token=batch.tokens.get(item, 0),
+                fence=batch.fences.get(item, ""),
+                rerun=batch.failover or batch.misfire,
+            ),
         )
 
     def valid(self, batch: Batch) -> bool:
