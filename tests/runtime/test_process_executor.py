@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from shardkeeper.observe import ExecutionRecord, Outcome, SkipRecord
 from shardkeeper.ops import Operations
 from shardkeeper.registry import open_store
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.procpool import JobNotImportableError, ProcessPool, pid_alive
+from shardkeeper.runtime.procpool import JobNotImportableError, ProcessPool, job_ref, pid_alive
 from shardkeeper.testing.faults import wait_until
 from tests.runtime._procjobs import Behaves, Failing
 
@@ -314,3 +315,26 @@ def test_settings_are_checked() -> None:
         Runtime("memory://unused/ns", executor="fork")
     with pytest.raises(ConfigError, match="max_items_per_child"):
         Runtime("memory://unused/ns", max_items_per_child=-1)
+
+
+def test_children_are_recycled_past_max_memory_per_child(tmp_path: Path) -> None:
+    ctx = ShardingContext(
+        job_name="mem",
+        item=0,
+        item_parameter="pid",
+        sharding_total_count=1,
+        job_parameter=str(tmp_path),
+        fire_time=datetime.now(UTC),
+        instance_id="test",
+        execution_id="mem@0#0",
+    )
+    pool = ProcessPool(1, max_memory_per_child=1)  # 1 KiB: every child is over it
+    try:
+        ref = job_ref("mem", Behaves)
+        for _ in range(3):
+            assert pool.run(ref, ctx, 30.0, lambda: None).outcome == "ok"
+        assert pool.stats.started == 3
+        assert pool.stats.recycled == 3
+    finally:
+        pool.shutdown()
+    assert not pool.pids()

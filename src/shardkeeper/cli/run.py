@@ -70,8 +70,7 @@ def run(
             "--max-items-per-child",
             min=0,
             envvar="SHARDKEEPER_MAX_ITEMS_PER_CHILD",
-            help="Items a worker process runs before it is replaced; 0 = no limit. "
-            "\\[default: 0]",
+            help="Items a worker process runs before it is replaced; 0 = no limit. \\[default: 0]",
         ),
     ] = None,
     max_memory_per_child: Annotated[
