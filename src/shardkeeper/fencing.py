@@ -329,13 +329,13 @@ def fenced(
 ) -> AbstractContextManager[FenceGuard[Connection]] | AbstractContextManager[FenceGuard[Session]]:
     """``with fenced(db, ctx) as guard:`` a transaction that holds the item's fence.
 
-    ``db`` is an Engine (a connection and a transaction of its own, committed at the
-    end of the block), or a Connection or Session: its transaction if one is open
-    (joined: you commit it), else one begun here and committed at the end of the
-    block. Write through ``guard.db``. The fence is claimed on entry
-    (:func:`fence`): a newer execution's fence raises :class:`FencedWriteError` there,
-    before any write. An error in the block rolls back a transaction begun here; in a
-    joined one, roll back yourself. Bad arguments are refused here, before the block."""
+    ``db`` is an Engine: a connection and a transaction of the block's own, committed
+    at its end, rolled back if it raises. Or a Connection or Session: the fence is
+    claimed in its transaction (SQLAlchemy begins one on first use), which is yours to
+    commit or roll back (``with session.begin(): with fenced(session, ctx): ...``).
+    Write through ``guard.db``. The fence is claimed on entry (:func:`fence`): a newer
+    execution's fence raises :class:`FencedWriteError` there, before any write. Bad
+    arguments are refused at the call, before the block."""
     _require()
     import sqlalchemy as sa
     from sqlalchemy.orm import Session
@@ -346,8 +346,8 @@ def fenced(
     if isinstance(db, sa.Engine):
         return _in_engine(db, ctx, table)
     if isinstance(db, Session):
-        return _in_session(db, ctx, table)
-    return _in_connection(_connection(db), ctx, table)
+        return _joined(db, ctx, table)
+    return _joined(_connection(db), ctx, table)
 
 
 @contextmanager
@@ -360,27 +360,9 @@ def _in_engine(
 
 
 @contextmanager
-def _in_connection(
-    conn: Connection, ctx: FencingContext, table: Table | None
-) -> Iterator[FenceGuard[Connection]]:
-    if conn.in_transaction():
-        yield FenceGuard(conn, fence(conn, ctx, table=table), ctx.job_name, ctx.item)
-        return
-    with conn.begin():
-        token = fence(conn, ctx, table=table)
-        yield FenceGuard(conn, token, ctx.job_name, ctx.item)
-
-
-@contextmanager
-def _in_session(
-    session: Session, ctx: FencingContext, table: Table | None
-) -> Iterator[FenceGuard[Session]]:
-    if session.in_transaction():
-        yield FenceGuard(session, fence(session, ctx, table=table), ctx.job_name, ctx.item)
-        return
-    with session.begin():
-        token = fence(session, ctx, table=table)
-        yield FenceGuard(session, token, ctx.job_name, ctx.item)
+def _joined(db: DB, ctx: FencingContext, table: Table | None) -> Iterator[FenceGuard[DB]]:
+    # the caller's transaction: SQLAlchemy begins one on first use, the caller ends it
+    yield FenceGuard(db, fence(db, ctx, table=table), ctx.job_name, ctx.item)
 
 
 def clear_fence(

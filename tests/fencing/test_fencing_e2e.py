@@ -5,9 +5,9 @@ ZooKeeper, writing to a real database (PostgreSQL, and a SQLite file) through
 :func:`shardkeeper.fencing.fenced`. The item's owner is frozen with SIGSTOP mid-item,
 before its write; its session expires, the survivor takes the item over and writes
 with a newer fencing token (its failover re-run, or its run of the next fire when the
-reshard that follows the expiry comes first: the re-run then waits for it). The owner is then thawed and released:
-its write, with the older token, comes after the take-over, as a zombie's does, and the
-database refuses it; the survivor's row stays.
+reshard that follows the expiry comes first: the re-run then waits for it). The owner
+is then thawed and released: its write, with the older token, comes after the
+take-over, as a zombie's does, and the database refuses it; the survivor's row stays.
 """
 
 from __future__ import annotations
