@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DataflowJob",
     "ItemState",
-    "LocalItemState",
     "JobListener",
+    "LocalItemState",
     "ScriptFailedError",
     "ScriptJob",
     "ShardedJob",
@@ -126,8 +126,7 @@ class LocalItemState:
             text = json.dumps(state, separators=(",", ":"), sort_keys=True, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise CheckpointStateError(
-                f"checkpoint state of type {type(state).__name__} is not JSON-serialisable "
-                f"({exc})"
+                f"checkpoint state of type {type(state).__name__} is not JSON-serialisable ({exc})"
             ) from None
         if len(text.encode()) > self._max:
             raise CheckpointStateError(

@@ -15,6 +15,7 @@ from shardkeeper.cli.render import (
     emit_json,
     fmt_ids,
     fmt_next,
+    fmt_progress,
     fmt_seconds,
     fmt_short,
     fmt_time,
@@ -106,8 +107,12 @@ def _items_table(items: list[ItemView]) -> Table:
         "DURATION",
         "LAST OK",
         "LAST ERROR",
+        "PROGRESS",
+        "RATE",
+        "ETA",
     )
     for i in items:
+        progress, rate, eta = fmt_progress(i.progress)
         failover = f"queued (from {i.failover_from})" if i.failover_queued else "-"
         if i.running_as_failover:
             failover = "running"
@@ -123,6 +128,9 @@ def _items_table(items: list[ItemView]) -> Table:
             fmt_seconds(i.last_duration),
             fmt_time(i.last_ok),
             fmt_short(i.last_error),
+            progress,
+            rate,
+            eta,
         )
     return table
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +21,7 @@ __all__ = [
     "emit_json",
     "fmt_ids",
     "fmt_next",
+    "fmt_progress",
     "fmt_seconds",
     "fmt_short",
     "fmt_time",
@@ -85,6 +86,42 @@ def fmt_short(text: str | None, limit: int = 60) -> str:
     if not text:
         return "-"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def fmt_progress(progress: Mapping[str, Any] | None) -> tuple[str, str, str]:
+    """A running item's last progress report as (PROGRESS, RATE, ETA) cells:
+    ``42.0% (420/1000) note`` (``420`` without a total), ``12.5/s``, ``1m05s``; ``-``
+    for what is unknown."""
+    if not progress:
+        return "-", "-", "-"
+    done, total, percent = progress.get("done"), progress.get("total"), progress.get("percent")
+    amount = f"{_num(done)}/{_num(total)}" if total is not None else _num(done)
+    cell = f"{percent:.1f}% ({amount})" if percent is not None else amount
+    if progress.get("note"):
+        cell += " " + fmt_short(str(progress["note"]), 30)
+    rate = progress.get("rate")
+    eta = progress.get("eta")
+    rate_cell = f"{rate:.3g}/s" if rate is not None else "-"
+    if eta is None:
+        eta_cell = "-"
+    else:
+        minutes, seconds = divmod(round(eta), 60)
+        hours, minutes = divmod(minutes, 60)
+        eta_cell = (
+            f"{hours}h{minutes:02d}m"
+            if hours
+            else f"{minutes}m{seconds:02d}s"
+            if minutes
+            else f"{seconds}s"
+        )
+    return cell, rate_cell, eta_cell
+
+
+def _num(value: Any) -> str:
+    """A count without a needless ``.0``."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def fmt_ids(values: Sequence[str]) -> str:

@@ -163,8 +163,7 @@ class JobConfig(BaseModel):
     )
     checkpoint_strict: bool = Field(
         default=False,
-        description="A refused checkpoint raises CheckpointFencedError instead of "
-        "returning False.",
+        description="A refused checkpoint raises CheckpointFencedError instead of returning False.",
     )
     checkpoint_carry: bool = Field(
         default=False,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardkeeper.config import JobConfig
+from shardkeeper.coordination.checkpoints import ProgressDoc
 from shardkeeper.coordination.model import (
     Assignment,
     DocumentError,
@@ -91,6 +92,8 @@ class JobSnapshot:
     misfire: dict[int, float | None] = field(default_factory=dict)
     #: last result of each item that has one
     results: dict[int, ItemResult | None] = field(default_factory=dict)
+    #: the last progress report of each item's execution that gave one (``ctx.progress``)
+    progress: dict[int, ProgressDoc | None] = field(default_factory=dict)
     disabled_job: bool = False
     disabled_items: set[int] = field(default_factory=set)
     disabled_instances: set[str] = field(default_factory=set)
@@ -184,6 +187,8 @@ def _apply(snap: JobSnapshot, parsed: JobNode, node: Node) -> None:
         snap.misfire[item] = _float(node)
     elif kind == "result" and item is not None:
         snap.results[item] = _doc(ItemResult.from_bytes, node)
+    elif kind == "progress" and item is not None:
+        snap.progress[item] = _doc(ProgressDoc.from_bytes, node)
     elif kind == "disabled_job":
         snap.disabled_job = True
     elif kind == "disabled_item" and item is not None:

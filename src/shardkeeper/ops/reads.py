@@ -57,6 +57,14 @@ def _item_view(state: JobSnapshot, item: int, health: JobHealth) -> ItemView:
     mark = state.running.get(item)
     entry = state.failover.get(item)
     result = state.results.get(item)
+    report = state.progress.get(item)
+    # a report counts while its execution runs (a re-run of the same fire shows its
+    # predecessor's until it reports: it resumes from there)
+    progress = (
+        report.to_dict()
+        if report is not None and mark is not None and report.execution_id == mark.execution_id
+        else None
+    )
     return ItemView(
         item=item,
         parameter=params.get(item, ""),
@@ -78,6 +86,7 @@ def _item_view(state: JobSnapshot, item: int, health: JobHealth) -> ItemView:
         last_instance=result.instance if result else None,
         failures=result.failures if result else 0,
         health=health.items.get(item, "ok"),
+        progress=progress,
     )
 
 

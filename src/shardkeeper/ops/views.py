@@ -165,6 +165,9 @@ class ItemView:
     or ``failed``), ``last_ok`` (end of the last success), ``last_error`` (type:
     message, cut to 200 characters), ``last_instance``, ``failures`` (in a row).
     ``health`` is ``ok``, ``failing`` or ``stale`` (see ops/health.py).
+    ``progress``: the running execution's last ``ctx.progress`` report (``done``,
+    ``total``, ``note``, ``at``, ``percent``, ``rate`` per second, ``eta`` seconds),
+    None when it gave none.
     """
 
     item: int
@@ -187,6 +190,7 @@ class ItemView:
     last_instance: str | None = None
     failures: int = 0
     health: str = "ok"
+    progress: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON view (schema ``ItemView`` in docs/cli.md)."""
@@ -211,6 +215,7 @@ class ItemView:
             "last_instance": self.last_instance,
             "failures": self.failures,
             "health": self.health,
+            "progress": dict(self.progress) if self.progress is not None else None,
         }
 
 
