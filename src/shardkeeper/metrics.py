@@ -164,6 +164,41 @@ _STAT_HELP = {
 }
 
 
+def _progress_families(runners: dict[str, JobRunner]) -> Iterator[Metric]:
+    """The progress of the items running here (their last ``ctx.progress``), per job:
+    no label per item."""
+    ratio = GaugeMetricFamily(
+        "shardkeeper_items_progress_ratio",
+        "Done over total of the job's running items here that report a total.",
+        labels=["job"],
+    )
+    rate = GaugeMetricFamily(
+        "shardkeeper_items_progress_rate",
+        "Units per second done by the job's running items here (sum of their rates).",
+        labels=["job"],
+    )
+    eta = GaugeMetricFamily(
+        "shardkeeper_items_progress_eta_seconds",
+        "Seconds until the last of the job's running items here is done at its rate.",
+        labels=["job"],
+    )
+    for name, runner in sorted(runners.items()):
+        reports = runner.item_states.running_progress()
+        totals = [r for r in reports if r.total]
+        if totals:
+            done = sum(r.done for r in totals)
+            ratio.add_metric([name], done / sum(r.total or 0.0 for r in totals))
+        rates = [r.rate for r in reports if r.rate is not None]
+        if rates:
+            rate.add_metric([name], sum(rates))
+        etas = [e for r in reports if (e := r.eta()) is not None]
+        if etas:
+            eta.add_metric([name], max(etas))
+    yield ratio
+    yield rate
+    yield eta
+
+
 class _RuntimeCollector(Collector):
     """Reads the runners at scrape time: their counters and gauges."""
 
@@ -212,6 +247,7 @@ class _RuntimeCollector(Collector):
         yield registered
         yield running
         yield owned
+        yield from _progress_families(runners)
         session = GaugeMetricFamily(
             "shardkeeper_session_fresh",
             "1 while the store session is known to be alive (executions are valid).",

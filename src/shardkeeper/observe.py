@@ -82,6 +82,9 @@ class ExecutionRecord:
     attempt: int = 1
     #: fire times this run stood for (``ctx.covers``: no run started them)
     covers: tuple[float, ...] = ()
+    #: the run's last ``ctx.progress`` report as JSON (done, total, note, at), for a
+    #: run that did not end ok (failed, timed out, fenced, interrupted); "" otherwise
+    progress: str = ""
     #: which registry and namespace the run happened in (``CoordinationStore.identity``;
     #: the runtime's :class:`Observers` fills it in, "" when not known)
     scope: str = ""

@@ -304,3 +304,38 @@ def test_shards_shows_the_progress_of_a_running_item(registry_url: str) -> None:
     finally:
         job.release.set()
         rt.stop_now()
+
+
+class Breaks(ShardedJob):
+    """Reports progress, then fails."""
+
+    def execute(self, ctx: ShardingContext) -> None:
+        ctx.progress(7, 10, "rows")
+        raise RuntimeError("boom")
+
+
+def test_the_history_keeps_the_last_progress_of_a_failed_run(
+    memory_server: MemoryServer, tmp_path: Any
+) -> None:
+    from shardkeeper.history import HistoryReader, HistoryRecorder
+
+    url = f"sqlite:///{tmp_path}/history.db"
+    recorder = HistoryRecorder(url)
+    rt = Runtime(memory_server.store("ns"), shutdown_grace=1, observers=[recorder])
+    rt.add_job(
+        Breaks(),
+        JobConfig(name="breaks", cron="* * * * * ?", sharding_total_count=1, checkpoint_interval=0),
+    )
+    rt.start()
+
+    def failed() -> list[Any]:
+        with HistoryReader(url) as reader:
+            return [e for e in reader.executions("breaks", limit=50) if e.outcome == "failed"]
+
+    try:
+        wait_until(lambda: bool(failed()), 30, message="no failed run recorded")
+    finally:
+        rt.stop_now()
+        assert recorder.close(timeout=30)
+    progress = json.loads(failed()[0].progress)
+    assert (progress["done"], progress["total"], progress["note"]) == (7, 10, "rows")

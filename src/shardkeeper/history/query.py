@@ -83,6 +83,9 @@ class HistoryEntry:
     covers: str = ""
     #: the registry and namespace it ran in ("" for a row recorded before scoping)
     scope: str = LEGACY_SCOPE
+    #: the run's last progress report (JSON: done, total, note, at) when it did not
+    #: end ok ("" otherwise)
+    progress: str = ""
 
     @property
     def covered(self) -> tuple[float, ...]:

@@ -34,6 +34,7 @@ def execution_row(record: ExecutionRecord) -> Row:
         "traceback": record.traceback,
         "covers": ",".join(f"{t:.3f}" for t in record.covers),
         "scope": record.scope,
+        "progress": record.progress,
     }
 
 
@@ -60,6 +61,7 @@ def skip_rows(record: SkipRecord) -> list[Row]:
             "traceback": "",
             "covers": "",
             "scope": record.scope,
+            "progress": "",
         }
         for item in (record.items or (WHOLE_FIRE,))
     ]

@@ -62,6 +62,9 @@ executions = Table(
     # a server default too: an instance of an older release, writing no scope into a
     # table a newer one created, still writes (its rows read as legacy)
     Column("scope", String(1000), nullable=False, default="", server_default=""),
+    # the last ctx.progress report (JSON) of a run that failed, timed out or was
+    # fenced; a server default for older writers, as scope
+    Column("progress", Text, nullable=False, default="", server_default=""),
     # the CLI's queries: one job newest first; failures; retention by age; one execution
     Index("ix_executions_job_started", "job", "started"),
     Index("ix_executions_outcome", "outcome"),
@@ -84,6 +87,7 @@ ADDED_COLUMNS: dict[str, str] = {
     "covers": "ALTER TABLE executions ADD COLUMN covers TEXT NOT NULL DEFAULT ''",
     # old rows get LEGACY_SCOPE
     "scope": "ALTER TABLE executions ADD COLUMN scope VARCHAR(1000) NOT NULL DEFAULT ''",
+    "progress": "ALTER TABLE executions ADD COLUMN progress TEXT NOT NULL DEFAULT ''",
 }
 
 #: indexes added after the first release, created on an older table once its columns

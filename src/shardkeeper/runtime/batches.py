@@ -22,6 +22,7 @@ completion commit also writes each finished item's last result
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import threading
 import time
@@ -458,7 +459,24 @@ class Batches:
                 traceback=trace,
                 attempt=attempt or batch.attempts.get(item, 1),
                 covers=batch.covers.get(item, ()),
+                progress=self._last_progress(batch, item) if outcome != OK else "",
             )
+        )
+
+    def _last_progress(self, batch: Batch, item: int) -> str:
+        """The item's last progress report as JSON, for the history ("" for none)."""
+        states = self._item_states
+        session = (
+            states.get(batch.execution_ids.get(item, ""), batch.tokens.get(item, 0))
+            if states is not None
+            else None
+        )
+        report = session.last_progress() if session is not None else None
+        if report is None:
+            return ""
+        return json.dumps(
+            {"done": report.done, "total": report.total, "note": report.note, "at": report.at},
+            separators=(",", ":"),
         )
 
     def _item_done(self, batch: Batch, item: int, outcome: str) -> None:
