@@ -174,7 +174,7 @@ def test_the_execution_timeout_kills_the_child(
     rt, seen = _start(runtimes, registry_url, cfg)
     late = wait_until(lambda: seen.where(item=0, outcome=Outcome.TIMED_OUT), 30)
     assert late[0].ended - late[0].started < 5
-    pid = int(str(_files(tmp_path, "sleeping-0")[0]["pid"]))
+    pid = int(str(wait_until(lambda: _files(tmp_path, "sleeping-0"), 10)[0]["pid"]))
     wait_until(lambda: not pid_alive(pid), 10, message=f"child {pid} still runs")
     assert seen.where(item=1, outcome=Outcome.OK)
     assert _pool(rt).stats.killed >= 1

@@ -391,9 +391,11 @@ class ProcessPool:
         """Run ``ctx``'s item once in a child, within ``timeout`` seconds when given;
         this thread answers the child's requests meanwhile."""
         started = time.time()
-        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             child = self._acquire()
+            # counted from here: a new child's start (a loaded machine, a spawn) is
+            # the pool's time, not the item's
+            deadline = None if timeout is None else time.monotonic() + timeout
             child.conn.send(("run", ref, context_fields(ctx)))
         except (OSError, ValueError, ShardkeeperError, pickle.PicklingError) as exc:
             # no child could be started or reached: the attempt failed, the instance
