@@ -112,7 +112,8 @@ class FencingContext(Protocol):
 class FencedWriteError(ShardkeeperError):
     """A write refused because a newer execution of the item has written first.
 
-    The transaction that made it must be rolled back (:func:`fenced` does it): another
+    The transaction that made it must be rolled back (:func:`fenced` on an Engine does
+    it): another
     instance took the item over and its writes are the ones that count. ``token`` is
     the refused execution's token, ``current`` the newer one that holds the fence (or
     the newest on the rows, for :func:`fenced_update`), ``holder`` the instance and

@@ -7,9 +7,13 @@ refused with a message naming them; without SQLAlchemy, one line names the extra
 from __future__ import annotations
 
 import re
+import textwrap
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -236,8 +240,6 @@ def test_a_fence_table_of_your_own_metadata(db: sa.Engine) -> None:
 
 
 def test_a_sharding_context_is_a_fencing_context(db: sa.Engine) -> None:
-    from datetime import UTC, datetime
-
     sc = ShardingContext(
         job_name="export",
         item=2,
@@ -483,3 +485,56 @@ def test_without_sqlalchemy_one_line_names_the_extra() -> None:
         "error": "shardkeeper.fencing needs the 'history' extra (sqlalchemy is not "
         "installed): pip install 'shardkeeper[history]'",
     }
+
+
+# -- the module's example --------------------------------------------------------------------
+
+
+def test_the_module_docstring_example_runs(tmp_path: Path) -> None:
+    """The example of shardkeeper.fencing's docstring, as written, on a SQLite file: a
+    newer execution's export is kept, an older one's is refused and undone."""
+    import shardkeeper.fencing
+
+    doc = shardkeeper.fencing.__doc__ or ""
+    match = re.search(r"late export::\n\n((?:    .*\n|\n)+)", doc)
+    assert match, "no example in shardkeeper.fencing's docstring"
+    code = textwrap.dedent(match.group(1))
+    url = "postgresql+psycopg://app@db/app"
+    assert url in code
+    code = code.replace(url, f"sqlite:///{tmp_path / 'example.db'}")
+    exports = sa.Table(
+        "exports",
+        sa.MetaData(),
+        sa.Column("region", sa.String(20)),
+        sa.Column("token", sa.Integer),
+    )
+    running = {"token": 0}  # the token of the run building its export
+    namespace: dict[str, Any] = {
+        "exports": exports,
+        "build_export": lambda region, until: [{"region": region, "token": running["token"]}],
+    }
+    exec(compile(code, "shardkeeper.fencing example", "exec"), namespace)
+    engine: sa.Engine = namespace["engine"]
+    exports.create(engine)
+    job = namespace["ExportInvoices"]()
+
+    def run(at: int) -> None:
+        running["token"] = at
+        sc = ShardingContext(
+            job_name="export-invoices",
+            item=0,
+            item_parameter="eu",
+            sharding_total_count=1,
+            job_parameter="",
+            fire_time=datetime.now(UTC),
+            instance_id=f"vm@{at}",
+            execution_id="export-invoices@1#0",
+            fencing_token=at,
+        )
+        job.execute(sc)
+
+    for token in (12, 11):
+        run(token)
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(exports.c.region, exports.c.token)).all() == [("eu", 12)]
+    engine.dispose()
