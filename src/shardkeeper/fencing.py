@@ -88,6 +88,8 @@ DEFAULT_FENCE_TABLE = "shardkeeper_fence"
 #: the token column :func:`fenced_update` expects on the rows it writes
 DEFAULT_TOKEN_COLUMN = "fence_token"
 
+#: the dialects whose INSERT ... ON CONFLICT DO UPDATE ... WHERE claims in one statement
+_NATIVE_UPSERT = frozenset({"postgresql", "sqlite"})
 #: what the extra is named for in the missing-extra error
 _WHAT = "shardkeeper.fencing"
 
@@ -240,7 +242,7 @@ def fence(db: Connection | Session, ctx: FencingContext, *, table: Table | None 
     }
     c = table.c
     dialect = conn.dialect.name
-    if dialect in ("postgresql", "sqlite"):
+    if dialect in _NATIVE_UPSERT:
         # One statement: the row is inserted, or updated only if our token is not
         # older. PostgreSQL re-checks the WHERE on the newest committed version after
         # waiting for a concurrent claim, so two claims are ordered by their commits.

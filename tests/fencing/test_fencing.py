@@ -19,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+import shardkeeper.fencing
 from shardkeeper.errors import ConfigError
 from shardkeeper.fencing import (
     DEFAULT_FENCE_TABLE,
@@ -157,6 +158,21 @@ def test_a_refusal_after_the_writes_undoes_them(db: sa.Engine) -> None:
         conn.execute(sa.update(DATA).where(DATA.c.id == 1).values(value="zombie"))
         fence(conn, ctx(19))
     assert value(db) == "taker"
+
+
+def test_the_generic_claim_of_other_databases(
+    db: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Databases without the native upsert: an UPDATE, else an INSERT in a savepoint;
+    the same rules."""
+    monkeypatch.setattr(shardkeeper.fencing, "_NATIVE_UPSERT", frozenset())
+    write(db, ctx(10), "first")  # the INSERT
+    write(db, ctx(10), "again")  # the UPDATE, equal token
+    write(db, ctx(12, instance_id="taker"), "taker")
+    with pytest.raises(FencedWriteError) as refused:
+        write(db, ctx(11), "late")
+    assert (refused.value.current, refused.value.holder) == (12, ("taker", "exec"))
+    assert (held(db), value(db)) == ((12, "taker", "exec"), "taker")
 
 
 def test_items_and_jobs_have_fences_of_their_own(db: sa.Engine) -> None:
@@ -493,8 +509,6 @@ def test_without_sqlalchemy_one_line_names_the_extra() -> None:
 def test_the_module_docstring_example_runs(tmp_path: Path) -> None:
     """The example of shardkeeper.fencing's docstring, as written, on a SQLite file: a
     newer execution's export is kept, an older one's is refused and undone."""
-    import shardkeeper.fencing
-
     doc = shardkeeper.fencing.__doc__ or ""
     match = re.search(r"late export::\n\n((?:    .*\n|\n)+)", doc)
     assert match, "no example in shardkeeper.fencing's docstring"
