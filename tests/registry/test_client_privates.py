@@ -2,7 +2,8 @@
 
 The backends use private names and implicit behaviours of kazoo (only in
 ``registry/zookeeper/kazoo_private.py``; ``handler.py`` relies on one behaviour) and of
-cslab-etcd3 (``registry/etcd/client_private.py`` and the generated ``etcdrpc`` stubs),
+cslab-etcd3 (``registry/etcd/client_private.py``, used by ``transport.py`` alone, and the
+generated ``etcdrpc`` stubs),
 listed with their reasons in those modules' docstrings. None of it is visible to mypy
 (the clients are ``Any``), and a new client release that moved one of them would
 break the backends in ways the contract suite sees only on a real server, or not at
@@ -523,7 +524,7 @@ def test_etcd3_has_every_private_name_we_use() -> None:
 
 def test_etcd3_endpoint_label_selects_the_endpoint_and_drops_cached_stubs() -> None:
     """Setting ``_current_endpoint_label`` makes that endpoint the one in use and drops
-    the client's cached stubs (the store chooses members itself, members.py); a
+    the client's cached stubs (the store chooses members itself, transport.py); a
     marked failure is forgotten by writing ``last_failed``; ``_mkchannel`` makes a new
     channel for the ``drop_connection`` hook."""
     etcd3 = pytest.importorskip("etcd3")
@@ -580,3 +581,52 @@ def test_etcd3_watcher_streams_over_our_stub_with_our_metadata() -> None:
     finally:
         release.set()
         watcher.close()
+
+
+#: what the etcd backend's modules other than the transport may import of the client:
+#: the generated messages (the etcd v3 API's vocabulary) and, for the one error
+#: boundary, its exceptions; ``__init__`` imports the package to fail early without it
+ETCD_OUTSIDE_TRANSPORT = {"etcd3.etcdrpc", "etcd3.exceptions"}
+#: the client's objects and the generated gRPC stubs: the transport's alone
+ETCD_CLIENT_NAMES = {
+    "MultiEndpointEtcd3Client",
+    "Endpoint",
+    "Watcher",
+    "KVStub",
+    "LeaseStub",
+    "AuthStub",
+    "WatchStub",
+    "add_callback",
+    "endpoint_in_use",
+}
+
+
+def test_only_the_transport_touches_the_etcd3_client() -> None:
+    """The etcd backend's transport (``transport.py``) is the one module that imports
+    ``client_private`` and uses the client, its watcher or its gRPC stubs; the other
+    parts import at most the generated messages and (errors.py) the exceptions."""
+    offenders: list[str] = []
+    for path in sorted(ETCD.glob("*.py")):
+        if path.name in ("transport.py", "client_private.py"):
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    bare = alias.name == "etcd3" and path.name == "__init__.py"
+                    outside = alias.name not in ETCD_OUTSIDE_TRANSPORT
+                    if alias.name.startswith("etcd3") and outside and not bare:
+                        offenders.append(f"{path.name}:{node.lineno} import {alias.name}")
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if module.endswith("client_private") or module.startswith("etcd3"):
+                    offenders.append(f"{path.name}:{node.lineno} from {module} import ...")
+            elif isinstance(node, ast.Attribute) and node.attr in ETCD_CLIENT_NAMES:
+                offenders.append(f"{path.name}:{node.lineno} .{node.attr}")
+        private = {
+            a
+            for a in _private_attributes(path)
+            if a in {"_current_endpoint_label", "_mkchannel", "_callback_thread"}
+        }
+        offenders.extend(f"{path.name}: {name}" for name in sorted(private))
+    assert not offenders, f"only registry/etcd/transport.py may touch the etcd3 client: {offenders}"

@@ -45,7 +45,7 @@ from shardkeeper.registry import (
     open_store,
 )
 from shardkeeper.registry.counting import request_count
-from shardkeeper.registry.etcd import EtcdStore
+from shardkeeper.registry.etcd import EtcdStore, nesting
 from shardkeeper.registry.packing import pack_groups
 from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.servers import EtcdCluster, free_ports
@@ -442,7 +442,7 @@ def test_group_bytes_bounds_the_nested_transaction_of_each_group(store: EtcdStor
         [],
     ]
     for group in shapes:
-        plan = store._plan_group(group, {})
+        plan = nesting.plan_group(group, {}, store._commits.ctx)
         encoded = (
             rpc.RequestOp(request_txn=plan.request).ByteSize() if not isinstance(plan, str) else 0
         )
@@ -751,9 +751,9 @@ def test_a_read_through_a_dead_member_is_sent_again_to_another(
     url = etcd_cluster.url(namespace, session_timeout=4, operation_timeout=4)
     with started(url) as store:
         # the etcd3 client starts on a random endpoint: steer it onto the one to kill
-        store._client._current_endpoint_label = f"{host}:{port}"
+        store._transport.use(f"{host}:{port}")
         store.put("/r/k", b"1")
-        assert store._client.endpoint_in_use.netloc == f"{host}:{port}"
+        assert store._transport.endpoint_in_use().netloc == f"{host}:{port}"
         etcd_cluster.kill(dead)
         node = store.get("/r/k")  # no retry here: the store re-sends the read
         assert node is not None and node.value == b"1"
@@ -775,7 +775,7 @@ def test_watch_recovery_without_a_leader_is_paced(
     host, port = etcd_cluster.hosts[leader]
     events: list[WatchEvent] = []
     with started(url) as store:
-        store._client._current_endpoint_label = f"{host}:{port}"
+        store._transport.use(f"{host}:{port}")
         store.watch("/w", events.append)
         store.put("/w/k", b"1")
         wait_until(lambda: any(e.path == "/w/k" for e in events), 10, message="no event")

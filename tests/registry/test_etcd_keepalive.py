@@ -21,8 +21,8 @@ import pytest
 
 from shardkeeper.registry.base import ConnectionState
 from shardkeeper.registry.etcd import EtcdStore
-from shardkeeper.registry.etcd import members as etcd_members
 from shardkeeper.registry.etcd import session as etcd_session
+from shardkeeper.registry.etcd import transport as etcd_transport
 from shardkeeper.registry.etcd.watch import Watch
 from shardkeeper.registry.url import parse_registry_url
 from shardkeeper.runtime import housekeeping
@@ -123,15 +123,16 @@ def offline_store(
     url = f"etcd://{hosts}/ka?session_timeout={ttl}&operation_timeout={min(ttl, 3)}"
     settings = parse_registry_url(url)
     store = EtcdStore(settings)
-    store._client = etcd3.MultiEndpointEtcd3Client(
-        endpoints=[etcd3.Endpoint("127.0.0.1", p, secure=False, time_retry=0.5) for p in ports],
-        timeout=3,
-        failover=True,
+    store._transport.attach(
+        etcd3.MultiEndpointEtcd3Client(
+            endpoints=[etcd3.Endpoint("127.0.0.1", p, secure=False, time_retry=0.5) for p in ports],
+            timeout=3,
+            failover=True,
+        )
     )
-    monkeypatch.setitem(etcd_members.STUB_CLASSES, "leasestub", lambda channel: lease)
-    monkeypatch.setitem(etcd_members.STUB_CLASSES, "kvstub", lambda channel: kv)
-    store._lease = 0x51
-    store._ttl = ttl
+    monkeypatch.setitem(etcd_transport.STUB_CLASSES, "leasestub", lambda channel: lease)
+    monkeypatch.setitem(etcd_transport.STUB_CLASSES, "kvstub", lambda channel: kv)
+    store._session.adopt(0x51, ttl)
     store._started = True
     store._loop.post_state(ConnectionState.CONNECTED)  # (the loop's thread is not needed)
     return store
@@ -175,13 +176,13 @@ def test_validity_ends_one_ttl_after_the_last_answered_keepalive_though_probes_a
         keeper.tick(1)
         samples.append((clock.now, liveness.fresh()))
 
-    store._session_step()  # answered: the lease lives until START + TTL at least
+    store._session.step()  # answered: the lease lives until START + TTL at least
     tick()
     lease.delay = 60.0  # from now on no keep-alive is answered in time
     lease.meanwhile = tick  # the probes go on while the session thread waits
     clock.advance(TTL / 3)
     while clock.now < START + 2 * TTL:
-        store._session_step()
+        store._session.step()
         tick()
         clock.advance(0.2)  # the session thread's retry delay
 
@@ -206,10 +207,10 @@ def test_every_member_is_tried_before_the_lease_may_have_run_out(
     on each: SUSPENDED at START + 1.08 TTL, after the lease could have ended)."""
     lease, kv = stubs
     store = offline_store(monkeypatch, lease, kv)
-    store._session_step()
+    store._session.step()
     lease.delay = 60.0
     clock.advance(TTL / 3)
-    store._session_step()
+    store._session.step()
     assert len(lease.timeouts) == 1 + 3, "each member once"
     assert store.state is ConnectionState.SUSPENDED
     assert clock.now <= START + TTL + 1e-9, (
@@ -226,11 +227,11 @@ def test_a_slow_keepalive_that_fits_in_the_lease_renews_it(
     session went SUSPENDED on a link that still kept it alive)."""
     lease, kv = stubs
     store = offline_store(monkeypatch, lease, kv, members=1)
-    store._session_step()
+    store._session.step()
     clock.advance(TTL / 3)
     lease.delay = 1.5
     sent = clock.now
-    store._session_step()
+    store._session.step()
     assert store.state is ConnectionState.CONNECTED
     assert store.last_renewal() == sent
 
@@ -243,11 +244,11 @@ def test_lost_ends_the_validity_at_once(
     lease, kv = stubs
     store = offline_store(monkeypatch, lease, kv)
     liveness = Liveness(store, clock=clock)
-    store._session_step()
+    store._session.step()
     assert liveness.fresh()
     lease.ttl = -1
     clock.advance(TTL / 3)
-    store._session_step()
+    store._session.step()
     # a tuple: an `is` here would narrow store.state for mypy past the next step
     assert (store.state, liveness.fresh()) == (ConnectionState.LOST, False)
 
@@ -257,7 +258,7 @@ def test_lost_ends_the_validity_at_once(
 
     lease.LeaseGrant = grant  # type: ignore[attr-defined]
     sent = clock.now
-    store._session_step()
+    store._session.step()
     assert store.state is ConnectionState.CONNECTED
     assert store.last_renewal() == sent and liveness.fresh()
 
@@ -275,12 +276,16 @@ def test_keepalives_go_on_while_a_watch_restore_hangs(monkeypatch: pytest.Monkey
         release.wait(20)
         return True
 
-    monkeypatch.setattr(store, "_establish", establish)
+    watches = store._watches
+    monkeypatch.setattr(watches, "_establish", establish)
     w = Watch(prefix="/w", listener=lambda event: None, key=b"/ka/w", end=b"/ka/w0")
-    store._watches.add(w)
-    store._pending.add(w)
-    thread = threading.Thread(target=store._run_session, name="test-etcd-session", daemon=True)
-    thread.start()
+    watches._watches.add(w)
+    watches._pending.add(w)
+    # the watch part's recovery thread and the session thread, as start() runs them
+    watches.start("test-etcd-watches")
+    store._session.start("test-etcd-session")
+    thread = store._session._thread
+    assert thread is not None
     try:
         wait_until(hanging.is_set, 5, message="the pending watch was never restored")
         before = len(lease.timeouts)
@@ -292,7 +297,6 @@ def test_keepalives_go_on_while_a_watch_restore_hangs(monkeypatch: pytest.Monkey
         assert hanging.is_set() and not release.is_set()
     finally:
         release.set()
-        store._stopping.set()
-        store._wake.set()
-        thread.join(10)
+        store._session.stop(10)
+        watches.stop(10)
     assert not thread.is_alive()

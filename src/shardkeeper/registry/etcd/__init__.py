@@ -6,20 +6,27 @@ gRPC watch stream. Requests are sent through the client's stubs with explicit
 protobuf messages so that every call carries the operation timeout and the response
 header (the store revision) is available.
 
-The package, by role (each module's docstring has the details of its part):
+The store is composed of parts, each owning its state and talking to the others
+through small named interfaces (drawn in ``store.py``; no class here is a mixin):
 
-* ``keys``: mapping paths onto etcd's flat keyspace (namespaces, subtree ranges,
-  pure parents);
-* ``conditions`` and ``planner``: a commit as one transaction (compares, folded
-  writes, ephemeral-parent guards, the 128-operation budget);
-* ``session``: the lease, its keep-alive loop and the connection states; the event
-  thread;
-* ``watch``: the shared watch stream, resume and RESYNC;
-* ``members``: requests, re-sent reads, authentication, moving on between members;
-* ``errors``: translation of gRPC/etcd3 errors (the one boundary);
-* ``client_private``: every use of a private part of the etcd3 client, with why;
-* ``core``: the state all of them share; ``store``: :class:`EtcdStore`'s public
-  methods.
+* ``transport``: :class:`~shardkeeper.registry.etcd.transport.Transport`, the one part
+  that touches the ``etcd3`` client: its endpoints, member choice and failover,
+  authentication, requests (reads re-sent while safe, transactions, the lease's
+  requests) and the watch stream; ``client_private``: every use of a private part of
+  the client, with why (imported by ``transport`` alone);
+* ``session``: :class:`~shardkeeper.registry.etcd.session.Session`, the lease, its
+  keep-alive thread and the connection states;
+* ``watch``: :class:`~shardkeeper.registry.etcd.watch.TreeWatch`, the watches on one
+  shared stream, resume and RESYNC, and their recovery thread;
+* ``planner`` and ``conditions``: the pure planner (a commit as one transaction:
+  compares, folded writes, ephemeral-parent guards, the 128-operation budget, the
+  verdict of a failed one) and ``Commits``, which sends what it plans; ``nesting``:
+  ``commit_groups`` as nested transactions (pure plan and verdict per group);
+* ``keys``: :class:`~shardkeeper.registry.etcd.keys.Keyspace`, paths onto etcd's flat
+  keyspace (namespaces, subtree ranges, pure parents); ``errors``: translation of
+  gRPC/etcd3 errors (the one boundary); ``core``: the constants several parts use;
+* ``store``: :class:`EtcdStore`, which builds the parts and implements the public
+  methods on them.
 
 Importing this package without the ``etcd3`` client (the ``shardkeeper[etcd]`` extra)
 raises ImportError naming ``etcd3``; :func:`shardkeeper.registry.open_store` turns it

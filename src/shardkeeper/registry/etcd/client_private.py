@@ -1,6 +1,7 @@
 """Every use of a private part of the ``etcd3`` client library (cslab-etcd3), in one place.
 
-The rest of the backend calls only the functions of this module for these, and uses
+Only ``transport.py`` imports this module, and nothing else of the backend touches the
+client: the transport calls only the functions of this module for these, and uses
 nothing else of the client but its documented API (``MultiEndpointEtcd3Client``,
 ``Endpoint``, ``endpoints``, ``endpoint_in_use``, ``channel``, ``Endpoint.fail`` /
 ``is_failed`` / ``netloc``, ``close``, the generated ``etcdrpc`` stubs and messages,
@@ -12,7 +13,7 @@ Each item below was checked against cslab-etcd3 0.12.1 (the version pinned by
 * :func:`use_endpoint` sets ``client._current_endpoint_label``: the client only
   fails over when the endpoint in use is marked failed, then to the first unmarked one
   in its dict order. The store chooses the next member in URL order itself (see
-  ``members.py``), and this setter is the only way to tell the client which one. The
+  ``transport.py``), and this setter is the only way to tell the client which one. The
   setter also drops the client's cached stubs (the store builds its own).
 * :func:`forget_failure` resets ``Endpoint.last_failed`` (a public attribute, but
   written by nobody outside the client): when every member was marked failed, the

@@ -22,13 +22,15 @@ Mapping onto etcd's flat keyspace
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import etcd3.etcdrpc as rpc
 
-from shardkeeper.registry.base import Node
+from shardkeeper.registry.base import Node, check_path
 
 __all__ = [
+    "Keyspace",
     "below_op",
     "below_prefix",
     "below_range",
@@ -93,3 +95,40 @@ def below_range(key: bytes) -> Any:
     """At most one key of the subtree ``[K + '/', K + '0')``: is anything below K?"""
     start, end = subtree(key)
     return rpc.RangeRequest(key=start, range_end=end, keys_only=True, limit=1)
+
+
+@dataclass(frozen=True)
+class Keyspace:
+    """The keys of one namespace: paths to keys and back, and etcd's key-values to
+    nodes (see the module docstring). Pure: every part of the store holds the same one.
+    """
+
+    #: the namespace's key prefix without its trailing ``/``: ``/ns`` (escaped)
+    root: str
+
+    @classmethod
+    def of(cls, namespace: str) -> Keyspace:
+        """The keyspace of ``namespace``: a ``/`` inside it is escaped so that
+        namespace X never sees X/sub."""
+        return cls("/" + namespace.strip("/").replace("/", "%2F"))
+
+    def key(self, path: str) -> bytes:
+        """The key of ``path`` (checked); the root's key ends with ``/`` so that it too
+        lies inside the namespace prefix."""
+        check_path(path)
+        return (self.root + path).encode()
+
+    def path(self, key: bytes) -> str:
+        """The path of ``key``, a key of this namespace."""
+        return key.decode()[len(self.root) :] or "/"
+
+    def node(self, kv: Any) -> Node:
+        """The node of an etcd ``KeyValue``."""
+        return Node(
+            path=self.path(kv.key),
+            value=bytes(kv.value),
+            version=int(kv.mod_revision),
+            revision=int(kv.mod_revision),
+            created_revision=int(kv.create_revision),
+            ephemeral=kv.lease != 0,
+        )

@@ -4,7 +4,7 @@ etcd limits a transaction to ``--max-txn-ops`` compares, writes and reads (128 b
 default), so a commit that marks 1,000 items running, one exact absence check (two
 compares) each, would take 16 transactions. But a transaction's operation may itself
 be a transaction (etcd 3.3 and later), and the limit applies to each transaction on
-its own. So :meth:`GroupsMixin.commit_groups` sends:
+its own. So :func:`commit_groups` sends:
 
 * the ``fixed`` operations as the outer transaction, exactly as :meth:`commit` would
   (their compares gate everything, their failure-branch reads name what failed);
@@ -21,6 +21,11 @@ A group whose existence check fails in the own-key form but would hold as a pure
 parent (the form the outer planner would re-send) is committed again alone, with the
 fixed operations, by :meth:`commit`: rare, and exact. Groups that write one key twice
 between them, or that are too large to nest, fall back to one plain commit.
+
+:func:`plan_group`, :func:`judge_group` and :func:`group_bytes` are pure (tabled in
+``tests/registry/test_etcd_plan.py``); :func:`commit_groups` sends through the store's
+:class:`~shardkeeper.registry.etcd.planner.Commits` and, for the fallbacks, the store's
+public ``commit``.
 """
 
 from __future__ import annotations
@@ -31,16 +36,16 @@ from typing import Any
 
 import etcd3.etcdrpc as rpc
 
-from shardkeeper.registry.base import Check, Create, GroupsResult, Op, Put
+from shardkeeper.registry.base import Check, CoordinationStore, Create, GroupsResult, Op, Put
 from shardkeeper.registry.batching import plain_commit_groups
 from shardkeeper.registry.etcd.conditions import Condition, Verdict
 from shardkeeper.registry.etcd.core import groups_per_commit
-from shardkeeper.registry.etcd.planner import PlannerMixin
+from shardkeeper.registry.etcd.planner import Commits, PlanContext, fold, writes
 
-__all__ = ["GroupsMixin"]
+__all__ = ["Planned", "commit_groups", "group_bytes", "judge_group", "plan_group"]
 
 
-class _Planned:
+class Planned:
     """One group as a nested transaction: its request, conditions and written keys."""
 
     __slots__ = ("conds", "keys", "request", "spares", "width")
@@ -56,135 +61,138 @@ class _Planned:
         self.width = max(len(request.compare), len(request.success), len(request.failure))
 
 
-class GroupsMixin(PlannerMixin):
-    """:meth:`commit_groups` of :class:`EtcdStore` (see the module docstring)."""
-
-    def group_bytes(self, group: Sequence[Op]) -> int:
-        """A group's nested transaction, generously (k: the key's length, v: the
-        value's): a ``Create`` is two compares, two reads (one key, one subtree range
-        each) and a put, 7k + v; a ``Check`` a compare and its reads, 4k + v (an
-        existence check reads both forms); a ``Put`` k + v; a ``Delete`` k; each with
-        framing, and the group's own. A test checks it against the encoded size."""
-        root = len(self._root)
-        size = 16
-        for op in group:
-            k = root + len(op.path)
-            if isinstance(op, Create):
-                size += 7 * k + len(op.value) + 96
-            elif isinstance(op, Check):
-                size += 4 * k + len(op.value or b"") + 64
-            elif isinstance(op, Put):
-                size += k + len(op.value) + 32
-            else:
-                size += k + 16
-        return size
-
-    def commit_groups(self, fixed: Sequence[Op], groups: Sequence[Sequence[Op]]) -> GroupsResult:
-        """``fixed`` as the outer transaction and each group nested in it, checked
-        apart (see the module docstring); one request whatever the number of groups,
-        within :attr:`max_groups_per_commit` and the byte limit."""
-        if not any(groups) or self.max_groups_per_commit is None:
-            # nothing to nest, or nesting switched off: one plain commit
-            return plain_commit_groups(self, fixed, groups)
-        limit = self.max_ops_per_commit
-        half = limit // 2
-        planned: list[_Planned | str] = []
-        written: set[bytes] = {self._key(op.path) for op in fixed if not isinstance(op, Check)}
-        guards: dict[str, None] = {}
-        for group in groups:
-            plan = self._plan_group(group, guards)
-            if isinstance(plan, _Planned):
-                if plan.keys & written or plan.width > half:
-                    # a key written twice (etcd refuses it) or a group too large to
-                    # nest: the plain commit says what it can
-                    return plain_commit_groups(self, fixed, groups)
-                written |= plan.keys
-            planned.append(plan)
-        sent = [p for p in planned if isinstance(p, _Planned)]
-        if len(sent) > groups_per_commit(limit):
-            return plain_commit_groups(self, fixed, groups)
-        fan = max(1, math.ceil(math.sqrt(len(sent)))) if len(sent) > half - 8 else len(sent)
-        if fan == len(sent):
-            nested = [rpc.RequestOp(request_txn=p.request) for p in sent]
+def group_bytes(group: Sequence[Op], root: int) -> int:
+    """A group's nested transaction, generously (k: the key's length with the
+    namespace prefix of ``root`` characters, v: the value's): a ``Create`` is two
+    compares, two reads (one key, one subtree range each) and a put, 7k + v; a
+    ``Check`` a compare and its reads, 4k + v (an existence check reads both forms); a
+    ``Put`` k + v; a ``Delete`` k; each with framing, and the group's own. A test
+    checks it against the encoded size."""
+    size = 16
+    for op in group:
+        k = root + len(op.path)
+        if isinstance(op, Create):
+            size += 7 * k + len(op.value) + 96
+        elif isinstance(op, Check):
+            size += 4 * k + len(op.value or b"") + 64
+        elif isinstance(op, Put):
+            size += k + len(op.value) + 32
         else:
-            nested = [
-                rpc.RequestOp(
-                    request_txn=rpc.TxnRequest(
-                        success=[rpc.RequestOp(request_txn=p.request) for p in sent[i : i + fan]]
-                    )
+            size += k + 16
+    return size
+
+
+def commit_groups(
+    store: CoordinationStore,
+    commits: Commits,
+    limit: int,
+    fixed: Sequence[Op],
+    groups: Sequence[Sequence[Op]],
+) -> GroupsResult:
+    """``fixed`` as the outer transaction and each group nested in it, checked apart
+    (see the module docstring); one request whatever the number of groups, within
+    ``limit`` operations a transaction. ``store`` (its public ``commit``) takes the
+    fallbacks."""
+    half = limit // 2
+    keys = commits.ctx.keys
+    planned: list[Planned | str] = []
+    written: set[bytes] = {keys.key(op.path) for op in fixed if not isinstance(op, Check)}
+    guards: dict[str, None] = {}
+    for group in groups:
+        plan = plan_group(group, guards, commits.ctx)
+        if isinstance(plan, Planned):
+            if plan.keys & written or plan.width > half:
+                # a key written twice (etcd refuses it) or a group too large to
+                # nest: the plain commit says what it can
+                return plain_commit_groups(store, fixed, groups)
+            written |= plan.keys
+        planned.append(plan)
+    sent = [p for p in planned if isinstance(p, Planned)]
+    if len(sent) > groups_per_commit(limit):
+        return plain_commit_groups(store, fixed, groups)
+    fan = max(1, math.ceil(math.sqrt(len(sent)))) if len(sent) > half - 8 else len(sent)
+    if fan == len(sent):
+        nested = [rpc.RequestOp(request_txn=p.request) for p in sent]
+    else:
+        nested = [
+            rpc.RequestOp(
+                request_txn=rpc.TxnRequest(
+                    success=[rpc.RequestOp(request_txn=p.request) for p in sent[i : i + fan]]
                 )
-                for i in range(0, len(sent), fan)
-            ]
-        what = f"commit of {len(fixed)} operations and {len(groups)} groups"
-        resp, failed_path = self._write(what, fixed, nested=nested, nested_guards=guards)
-        if resp is None or not resp.succeeded:
-            return GroupsResult(False, failed_path=failed_path)
-        revision = int(resp.header.revision)
-        replies = list(resp.responses[len(resp.responses) - len(nested) :])
-        if fan != len(sent):
-            replies = [inner for r in replies for inner in r.response_txn.responses]
-        outcome = iter(replies)
-        applied: dict[int, int] = {}
-        refused: dict[int, str | None] = {}
-        again: list[int] = []
-        for n, plan in enumerate(planned):
-            if isinstance(plan, str):
-                refused[n] = plan  # doomed: never sent
-                continue
-            reply = next(outcome).response_txn
-            if reply.succeeded:
-                applied[n] = revision
-                continue
-            verdict = self._judge_group(plan, reply)
-            if verdict is None:
-                again.append(n)
-            else:
-                refused[n] = verdict
-        for n in again:
-            # an existence check in the form the nested transaction could not take
-            alone = self.commit([*fixed, *groups[n]])
-            if alone:
-                applied[n] = alone.revision
-            else:
-                refused[n] = alone.failed_path
-        return GroupsResult(True, revision, applied, refused)
+            )
+            for i in range(0, len(sent), fan)
+        ]
+    what = f"commit of {len(fixed)} operations and {len(groups)} groups"
+    resp, failed_path = commits.write(what, fixed, limit, nested=nested, nested_guards=guards)
+    if resp is None or not resp.succeeded:
+        return GroupsResult(False, failed_path=failed_path)
+    revision = int(resp.header.revision)
+    replies = list(resp.responses[len(resp.responses) - len(nested) :])
+    if fan != len(sent):
+        replies = [inner for r in replies for inner in r.response_txn.responses]
+    outcome = iter(replies)
+    applied: dict[int, int] = {}
+    refused: dict[int, str | None] = {}
+    again: list[int] = []
+    for n, plan in enumerate(planned):
+        if isinstance(plan, str):
+            refused[n] = plan  # doomed: never sent
+            continue
+        reply = next(outcome).response_txn
+        if reply.succeeded:
+            applied[n] = revision
+            continue
+        verdict = judge_group(plan, reply)
+        if verdict is None:
+            again.append(n)
+        else:
+            refused[n] = verdict
+    for n in again:
+        # an existence check in the form the nested transaction could not take
+        alone = store.commit([*fixed, *groups[n]])
+        if alone:
+            applied[n] = alone.revision
+        else:
+            refused[n] = alone.failed_path
+    return GroupsResult(True, revision, applied, refused)
 
-    def _plan_group(self, group: Sequence[Op], guards: dict[str, None]) -> _Planned | str:
-        """The nested transaction of ``group`` (exact condition forms), or the path
-        that dooms it; its written paths' ancestors are added to ``guards``."""
-        conditions, final, doomed = self._fold(group)
-        if doomed is not None:
-            return doomed
-        own: dict[str, None] = {}
-        success = self._writes("commit group", final, own)
-        for ancestor in own:
-            if ancestor not in final:  # an ancestor the group writes is checked by it
-                guards.setdefault(ancestor, None)
-        conds = list(conditions.values())
-        compares = [cmp for c in conds for cmp in c.compares()]
-        probes = [p for c in conds for p in c.probes()]
-        exists = [c for c in conds if c.kind == "exists"]
-        # existence: read the other form too, to tell a pure parent at once
-        probes.extend(c.other_probe() for c in exists)
-        request = rpc.TxnRequest(
-            compare=compares,
-            success=success,
-            failure=[rpc.RequestOp(request_range=p) for p in probes],
-        )
-        keys = {self._key(path) for path in final}
-        return _Planned(request, conds, len(exists), keys)
 
-    @staticmethod
-    def _judge_group(plan: _Planned, reply: Any) -> str | None:
-        """The path of the refused group's condition found false; None when every
-        condition held in some form (a pure parent: commit the group alone)."""
-        reads = [list(r.response_range.kvs) for r in reply.responses]
-        spare = iter(reads[len(reads) - plan.spares :]) if plan.spares else iter(())
-        got = iter(reads[: len(reads) - plan.spares])
-        first_false: str | None = None
-        for cond in plan.conds:
-            mine = [next(got) for _ in cond.probes()]
-            other = next(spare) if cond.kind == "exists" else None
-            if cond.judge(mine, other) is Verdict.FALSE and first_false is None:
-                first_false = cond.path
-        return first_false
+def plan_group(group: Sequence[Op], guards: dict[str, None], ctx: PlanContext) -> Planned | str:
+    """The nested transaction of ``group`` (exact condition forms), or the path that
+    dooms it; its written paths' ancestors are added to ``guards``."""
+    folded = fold(group, ctx.keys)
+    if folded.doomed is not None:
+        return folded.doomed
+    own: dict[str, None] = {}
+    success = writes("commit group", folded.final, own, ctx)
+    for ancestor in own:
+        if ancestor not in folded.final:  # an ancestor the group writes is checked by it
+            guards.setdefault(ancestor, None)
+    conds = list(folded.conditions.values())
+    compares = [cmp for c in conds for cmp in c.compares()]
+    probes = [p for c in conds for p in c.probes()]
+    exists = [c for c in conds if c.kind == "exists"]
+    # existence: read the other form too, to tell a pure parent at once
+    probes.extend(c.other_probe() for c in exists)
+    request = rpc.TxnRequest(
+        compare=compares,
+        success=success,
+        failure=[rpc.RequestOp(request_range=p) for p in probes],
+    )
+    keys = {ctx.keys.key(path) for path in folded.final}
+    return Planned(request, conds, len(exists), keys)
+
+
+def judge_group(plan: Planned, reply: Any) -> str | None:
+    """The path of the refused group's condition found false; None when every
+    condition held in some form (a pure parent: commit the group alone)."""
+    reads = [list(r.response_range.kvs) for r in reply.responses]
+    spare = iter(reads[len(reads) - plan.spares :]) if plan.spares else iter(())
+    got = iter(reads[: len(reads) - plan.spares])
+    first_false: str | None = None
+    for cond in plan.conds:
+        mine = [next(got) for _ in cond.probes()]
+        other = next(spare) if cond.kind == "exists" else None
+        if cond.judge(mine, other) is Verdict.FALSE and first_false is None:
+            first_false = cond.path
+    return first_false

@@ -17,7 +17,7 @@ Validity
 --------
 Only a keep-alive (or the grant) renews the lease; a read or a commit answered by the
 server proves nothing about it. So the store remembers when it sent the latest
-renewal that was answered (:meth:`SessionMixin.last_renewal`): the server keeps the
+renewal that was answered (:meth:`Session.last_renewal`): the server keeps the
 lease at least the TTL it then granted from that moment, and the runtime's freshness
 clock counts from there (``runtime/liveness.py``), never from other answers.
 
@@ -25,13 +25,15 @@ The attempts of one refresh share what is left of the lease: each member gets at
 (time left until the last renewal's send time + TTL) / (members still to try), at
 least 0.25 s, at most the operation timeout (once the lease may have run out, a
 quarter of the TTL: the answer tells whether it survived). A member that cannot serve is left at
-once for the next one (see ``members.py``); when every member failed the session is
+once for the next one (see ``transport.py``); when every member failed the session is
 SUSPENDED, no later than the moment the lease may have run out.
 
 The session thread does nothing else: re-creating watches after their stream broke
 (which can wait up to the operation timeout on a member that holds the request) runs
-on the store's watch-recovery thread (``watch.py``), so that no keep-alive ever waits
-behind it.
+on the watch part's own recovery thread (``watch.py``), so that no keep-alive ever
+waits behind it. The session asks it through :class:`StreamRestart` to re-create the
+stream after a reconnect; the watch part asks the session through
+:meth:`Session.check_soon` to check the lease at once after a stream broke.
 """
 
 from __future__ import annotations
@@ -40,18 +42,16 @@ import logging
 import math
 import threading
 import time
-
-import etcd3.etcdrpc as rpc
-import grpc
+from typing import Protocol
 
 from shardkeeper.errors import OperationTimeoutError, StoreError, StoreUnavailableError
+from shardkeeper.registry._events import EventLoop
 from shardkeeper.registry.base import ConnectionState
 from shardkeeper.registry.etcd.core import RETRY_DELAY
-from shardkeeper.registry.etcd.errors import cannot_serve, is_stale_token
-from shardkeeper.registry.etcd.watch import WatchMixin
+from shardkeeper.registry.etcd.transport import Transport
 from shardkeeper.registry.url import RegistrySettings
 
-__all__ = ["MIN_KEEPALIVE_ATTEMPT", "SessionMixin"]
+__all__ = ["MIN_KEEPALIVE_ATTEMPT", "Session", "StreamRestart"]
 
 _log = logging.getLogger(__name__)
 
@@ -59,13 +59,48 @@ _log = logging.getLogger(__name__)
 MIN_KEEPALIVE_ATTEMPT = 0.25
 
 
-class SessionMixin(WatchMixin):
-    """The session thread of :class:`EtcdStore` (see the module docstring)."""
+class StreamRestart(Protocol):
+    """What the session asks of the watch part: after a reconnect, re-create every
+    watch from its last revision (the stream may have died silently meanwhile)."""
 
-    def __init__(self, settings: RegistrySettings) -> None:
-        super().__init__(settings)
+    def restart_stream(self) -> None: ...
+
+
+class Session:
+    """The lease of :class:`EtcdStore` and its session thread (see the module
+    docstring). Owns the lease id, the TTL, the validity and the thread; posts the
+    connection states on the store's event loop."""
+
+    def __init__(self, settings: RegistrySettings, transport: Transport, loop: EventLoop) -> None:
+        self.settings = settings
+        self._transport = transport
+        self._loop = loop
+        self._watches: StreamRestart | None = None
+        self._ttl_wanted = max(1, math.ceil(settings.session_timeout))
+        self._ttl = self._ttl_wanted
+        self._lease = 0
         # send time of the latest answered renewal of the current lease (-inf: none)
         self._renewed_at = -math.inf
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._check_now = False
+
+    def bind(self, watches: StreamRestart) -> None:
+        """``watches`` re-creates the watch stream after a reconnect."""
+        self._watches = watches
+
+    # -- what the store reads ---------------------------------------------------------
+
+    @property
+    def lease_id(self) -> int:
+        """The current (or last) lease id; 0 before the first grant."""
+        return self._lease
+
+    @property
+    def ttl(self) -> int:
+        """The lease TTL granted by the server, in seconds."""
+        return self._ttl
 
     def last_renewal(self) -> float:
         """:meth:`CoordinationStore.last_renewal`: when the latest lease keep-alive
@@ -73,73 +108,94 @@ class SessionMixin(WatchMixin):
         lease known alive (before the first keep-alive answers, after LOST)."""
         return self._renewed_at
 
-    # -- internals: session ------------------------------------------------------------
+    # -- lifecycle --------------------------------------------------------------------
 
-    def _run_session(self) -> None:
-        recovery = threading.Thread(
-            target=self._run_watch_recovery,
-            name=threading.current_thread().name.replace("-session", "-watches"),
-            daemon=True,
-        )
-        recovery.start()
-        try:
-            self._keep_session()
-        finally:
-            self._restore_wake.set()
-            recovery.join(self.settings.operation_timeout + 1.0)
+    def grant(self, timeout: float) -> None:
+        """Grant the first lease (``start``); its validity starts at the first
+        keep-alive's answer. Call it inside ``Transport.translated``."""
+        lease, ttl = self._transport.grant(self._ttl_wanted, timeout=timeout)
+        self.adopt(lease, ttl)
 
-    def _keep_session(self) -> None:
+    def adopt(self, lease: int, ttl: int) -> None:
+        """Make ``lease`` (granted with ``ttl``, 0: the TTL asked) the session's."""
+        self._lease = lease
+        self._ttl = ttl or self._ttl_wanted
+
+    def start(self, name: str) -> None:
+        """Start the session thread ``name``."""
+        self._thread = threading.Thread(target=self.run, name=name, daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        """End the session thread (waiting up to ``timeout``); the lease is left as is."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def check_soon(self) -> None:
+        """Check the lease now rather than at the next refresh (a stream broke, a
+        fault hook ran)."""
+        self._check_now = True
+        self._wake.set()
+
+    def revoke(self, lease: int, timeout: float | None = None) -> None:
+        """Revoke ``lease``. Call it inside ``Transport.translated``."""
+        self._transport.revoke(lease, timeout=timeout)
+
+    # -- the session thread -----------------------------------------------------------
+
+    def run(self) -> None:
+        """The session thread: refresh (or replace) the lease until stopped."""
         # The grant made by start() was sent at a time this thread does not know:
         # the first keep-alive goes out at once and its answer starts the validity.
         next_check = time.monotonic()
         while not self._stopping.is_set():
             delay = next_check - time.monotonic()
-            if delay > 0 and not self._check_session_now:
+            if delay > 0 and not self._check_now:
                 self._wake.wait(delay)
             self._wake.clear()
             if self._stopping.is_set():
                 return
-            if self._check_session_now or time.monotonic() >= next_check:
-                self._check_session_now = False
+            if self._check_now or time.monotonic() >= next_check:
+                self._check_now = False
                 try:
-                    next_check = time.monotonic() + self._session_step()
+                    next_check = time.monotonic() + self.step()
                 except Exception:
                     _log.exception("etcd session check failed unexpectedly")
                     next_check = time.monotonic() + RETRY_DELAY
 
-    def _session_step(self) -> float:
+    def step(self) -> float:
         """Refresh (or replace) the lease; return the delay until the next step."""
         if self._loop.state is ConnectionState.LOST:
             sent = time.monotonic()
             try:
-                with self._translated("grant a new session lease"):
-                    grant = self._send(
-                        "leasestub", "LeaseGrant", rpc.LeaseGrantRequest(TTL=self._ttl_wanted)
-                    )
+                with self._transport.translated("grant a new session lease"):
+                    lease, ttl = self._transport.grant(self._ttl_wanted)
             except StoreError as exc:
                 _log.info("etcd: no new session lease yet: %s", exc)
                 return RETRY_DELAY
-            self._lease = int(grant.ID)
-            self._ttl = int(grant.TTL) or self._ttl_wanted
+            self.adopt(lease, ttl)
             self._renewed_at = sent
-            self._set_state(ConnectionState.CONNECTED)
+            self.set_state(ConnectionState.CONNECTED)
             return self._ttl / 3
         try:
             ttl = self._keep_alive()
         except StoreError as exc:
             if self._loop.state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
                 _log.warning("etcd session %x suspended: %s", self._lease, exc)
-                self._set_state(ConnectionState.SUSPENDED)
+                self.set_state(ConnectionState.SUSPENDED)
             return RETRY_DELAY
         if ttl <= 0:
             _log.warning("etcd session lease %x expired or was revoked", self._lease)
-            self._set_state(ConnectionState.LOST)
+            self.set_state(ConnectionState.LOST)
             return 0.0
         if self._loop.state is ConnectionState.SUSPENDED:
-            self._set_state(ConnectionState.RECONNECTED)
+            self.set_state(ConnectionState.RECONNECTED)
             # The stream may have died silently while we were cut off: re-create
             # every watch from its last revision (nothing lost, nothing doubled).
-            self._restart_watch_stream()
+            if self._watches is not None:
+                self._watches.restart_stream()
         return self._ttl / 3
 
     def _attempt_timeout(self, members_left: int) -> float:
@@ -168,12 +224,12 @@ class SessionMixin(WatchMixin):
         600 s chaos run lost a session that way.) An answered keep-alive records its
         send time: the validity of everything the session owns counts from it.
         """
-        members = len(self._client.endpoints)
+        members = self._transport.members
         for left in range(members, 0, -1):
             lease = self._lease
             sent = time.monotonic()
             try:
-                ttl = self._keep_alive_once(self._attempt_timeout(left))
+                ttl = self._transport.keep_alive(lease, self._attempt_timeout(left))
             except (StoreUnavailableError, OperationTimeoutError) as exc:
                 if left == 1:
                     raise
@@ -193,27 +249,7 @@ class SessionMixin(WatchMixin):
         self._renewed_at = max(self._renewed_at, sent)
         self._ttl = ttl
 
-    def _keep_alive_once(self, timeout: float) -> int:
-        req = rpc.LeaseKeepAliveRequest(ID=self._lease)
-        with self._translated("lease keep-alive"):
-            for attempt in (1, 2):
-                endpoint, stub = self._stub("leasestub")
-                try:
-                    stream = stub.LeaseKeepAlive(iter([req]), timeout, metadata=self._metadata())
-                    for resp in stream:
-                        return int(resp.TTL)
-                except grpc.RpcError as exc:
-                    if attempt == 1 and self.settings.username is not None and is_stale_token(exc):
-                        self._authenticate(timeout)
-                        continue
-                    if cannot_serve(exc):
-                        self._move_on(endpoint, f"keep-alive: {exc.code().name} {exc.details()}")
-                    raise
-                self._move_on(endpoint, "keep-alive: the stream closed without reply")
-                raise StoreUnavailableError("lease keep-alive: the stream closed without reply")
-        raise AssertionError("unreachable")
-
-    def _set_state(self, state: ConnectionState) -> None:
+    def set_state(self, state: ConnectionState) -> None:
         """Record ``state`` and queue its delivery, unless it is the current state.
         LOST ends the validity of the lease at once (it is gone, or given up)."""
         if state is ConnectionState.LOST:

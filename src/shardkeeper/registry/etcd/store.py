@@ -1,6 +1,26 @@
-"""The etcd store's public methods: start and close, reads, writes, commits and the
-fault hooks of the tests; the roles they rely on are in the sibling modules (see the
-package docstring).
+"""The etcd store: :class:`EtcdStore` composes its parts and implements the public
+methods (start and close, reads, writes, commits and the fault hooks of the tests) on
+them; the parts are in the sibling modules (see the package docstring).
+
+Parts
+-----
+Each part owns its state; they talk through small named interfaces, never through
+attributes of the store::
+
+    EtcdStore
+      ├─ Transport   (transport.py) the client, members, auth, requests: ALONE
+      │              touches the etcd3 client (its private parts: client_private.py)
+      ├─ Session     (session.py)   the lease, its thread, the connection states
+      ├─ TreeWatch   (watch.py)     the watches on one stream, their recovery thread
+      ├─ Commits     (planner.py)   sends what the pure planner builds (planner.py,
+      │                             conditions.py; nesting.py for commit_groups)
+      ├─ Keyspace    (keys.py)      paths to keys and back (pure)
+      └─ EventLoop   (registry/_events.py) the connection state, events in order
+
+    Transport ──MemberListener.member_left──> TreeWatch
+    Session ──StreamRestart.restart_stream──> TreeWatch
+    TreeWatch ──SessionCheck.check_soon──> Session
+    Commits ──Txns.txn──> Transport
 
 Authentication
 --------------
@@ -20,44 +40,158 @@ recovery are not counted.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections.abc import Sequence
 
-import etcd3
 import etcd3.etcdrpc as rpc
 
 from shardkeeper.errors import (
+    ConfigError,
     OperationTimeoutError,
     StoreError,
     StoreLimitError,
     StoreUnavailableError,
 )
 from shardkeeper.registry import tls
-from shardkeeper.registry.base import CommitResult, ConnectionState, Create, Node, Op, Put
-from shardkeeper.registry.etcd.client_private import replace_channel, stream_thread
-from shardkeeper.registry.etcd.core import CHANNEL_OPTIONS, RETRY_DELAY
-from shardkeeper.registry.etcd.keys import below_op, below_prefix, range_op, subtree, synthetic_node
-from shardkeeper.registry.etcd.nesting import GroupsMixin
-from shardkeeper.registry.etcd.session import SessionMixin
-from shardkeeper.registry.etcd.watch import end_watcher
+from shardkeeper.registry._events import EventLoop
+from shardkeeper.registry.base import (
+    CommitResult,
+    ConnectionState,
+    CoordinationStore,
+    Create,
+    GroupsResult,
+    Node,
+    Op,
+    PathFilter,
+    Put,
+    StateListener,
+    Subscription,
+    WatchListener,
+)
+from shardkeeper.registry.batching import plain_commit_groups
+from shardkeeper.registry.etcd import nesting
+from shardkeeper.registry.etcd.core import RETRY_DELAY, groups_per_commit
+from shardkeeper.registry.etcd.keys import (
+    Keyspace,
+    below_op,
+    below_prefix,
+    range_op,
+    subtree,
+    synthetic_node,
+)
+from shardkeeper.registry.etcd.planner import Commits, PlanContext
+from shardkeeper.registry.etcd.session import Session
+from shardkeeper.registry.etcd.transport import Transport
+from shardkeeper.registry.etcd.watch import TreeWatch
+from shardkeeper.registry.url import RegistrySettings
 
 __all__ = ["EtcdStore"]
 
 _log = logging.getLogger(__name__)
+#: gets the failures of listeners on the event thread
+_events_log = logging.getLogger("shardkeeper.registry.etcd.session")
 
 
-class EtcdStore(SessionMixin, GroupsMixin):
-    """A :class:`CoordinationStore` on etcd v3 (see the package docstring for the mapping).
+class EtcdStore(CoordinationStore):
+    """A :class:`CoordinationStore` on etcd v3, composed of its parts (see the module
+    docstring).
 
-    Construct with :class:`RegistrySettings` (no I/O), then :meth:`start`.
+    Construct with :class:`RegistrySettings` (no I/O), then :meth:`start`. Implements
+    the contract, :class:`~shardkeeper.registry.batching.BatchingStore`,
+    :class:`~shardkeeper.registry.counting.CountsRequests` and
+    :class:`~shardkeeper.registry.faults.SessionFaults`.
     """
+
+    def __init__(self, settings: RegistrySettings) -> None:
+        if settings.backend != "etcd":
+            raise ConfigError(
+                f"EtcdStore needs an etcd:// registry, got backend {settings.backend!r}"
+            )
+        #: the settings this store was built from (also used by test fault helpers)
+        self.settings = settings
+        self.namespace = settings.namespace
+        #: the URL's max_txn_ops (etcd's --max-txn-ops, default 128)
+        self.max_ops_per_commit = settings.max_txn_ops
+        #: groups checked apart in one request (nested transactions: nesting.py);
+        #: None switches nesting off (commit_groups is then one plain commit)
+        self.max_groups_per_commit: int | None = groups_per_commit(settings.max_txn_ops)
+        #: under etcd's default request limit (--max-request-bytes, 1.5 MiB), as
+        #: commit_bytes counts (generously): room for the request's own framing
+        self.max_commit_bytes = 1_400_000
+        self._started = False
+        self._closed = False
+        self._lifecycle_lock = threading.Lock()
+
+        tag = settings.namespace.replace("/", ".")
+        self._tag = tag
+        # '/' inside a namespace is escaped so that namespace X never sees X/sub
+        self._keys = Keyspace.of(settings.namespace)
+        # the shared event thread (registry/_events.py): the connection state, and the
+        # delivery of state and watch events in the order they are posted
+        self._loop = EventLoop(
+            f"shardkeeper-etcd-events[{tag}]", ConnectionState.SUSPENDED, log=_events_log
+        )
+        self._transport = Transport(settings)
+        self._session = Session(settings, self._transport, self._loop)
+        self._watches = TreeWatch(
+            settings, self._transport, self._keys, self._loop, session=self._session
+        )
+        self._commits = Commits(self._transport, PlanContext(self._keys, self._lease_for))
+        # the back-edges, each a small named interface (see the module docstring)
+        self._transport.bind(self._watches, lambda: self._session.lease_id)
+        self._session.bind(self._watches)
+
+    # -- properties -------------------------------------------------------------------
 
     def identity(self) -> str:
         """The registry and namespace (``RegistrySettings.identity``)."""
         return self.settings.identity()
+
+    @property
+    def lease_id(self) -> int:
+        """The id of the current (or last) session lease; 0 before :meth:`start`."""
+        return self._session.lease_id
+
+    @property
+    def session_id(self) -> str:
+        """The current lease id in hex (kept until a new lease replaces it after LOST)."""
+        if not self._session.lease_id:
+            raise StoreError("the etcd store has no session: call start() first")
+        return f"{self._session.lease_id:x}"
+
+    @property
+    def state(self) -> ConnectionState:
+        """The latest connection state."""
+        return self._loop.state
+
+    @property
+    def session_timeout(self) -> float:
+        """The lease TTL granted by the server, in seconds."""
+        return float(self._session.ttl)
+
+    @property
+    def operation_timeout(self) -> float:
+        """The registry URL's ``operation_timeout``: the longest one request waits."""
+        return self.settings.operation_timeout
+
+    @property
+    def round_trips(self) -> int:
+        """Requests sent by the public methods (see Costs):
+        :class:`~shardkeeper.registry.counting.CountsRequests`."""
+        return self._transport.round_trips
+
+    @property
+    def member_moves(self) -> int:
+        """How often the store left a member that could not serve (``Transport.move_on``)."""
+        return self._transport.member_moves
+
+    def last_renewal(self) -> float:
+        """:meth:`CoordinationStore.last_renewal`: when the latest lease keep-alive
+        (or grant) the server answered was sent; ``-inf`` while the store has no
+        lease known alive (before the first keep-alive answers, after LOST)."""
+        return self._session.last_renewal()
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -74,51 +208,33 @@ class EtcdStore(SessionMixin, GroupsMixin):
             if self._started:
                 return
             s = self.settings
-            creds = tls.grpc_credentials(s) if s.tls else None
-            endpoints = [
-                etcd3.Endpoint(
-                    host, port, secure=s.tls, creds=creds, time_retry=0.5, opts=CHANNEL_OPTIONS
-                )
-                for host, port in s.hosts
-            ]
-            # user/password are NOT given to the client: it would attach the token as
-            # call credentials, which gRPC refuses on a plaintext channel. We send the
-            # token as metadata ourselves (see _authenticate).
-            self._client = etcd3.MultiEndpointEtcd3Client(
-                endpoints=endpoints, timeout=s.operation_timeout, failover=True
-            )
-            # (the client starts on a random endpoint: the instances of a job spread
-            # over the members, as ZooKeeper clients do)
+            transport = self._transport
+            transport.connect()
             deadline = time.monotonic() + s.connection_timeout
             attempt = 0
             while True:
                 remaining = deadline - time.monotonic()
                 try:
-                    with self._translated("start"):
+                    with transport.translated("start"):
                         if s.username is not None:
-                            self._authenticate(max(remaining, 0.05))
+                            transport.authenticate(max(remaining, 0.05))
                         # etcd 3.4 grants leases to anybody: a read of our root
                         # key makes missing credentials or permissions fail here
                         # one operation timeout per request: a member that holds
-                        # it is left for the next one (see _move_on)
-                        self._send(
+                        # it is left for the next one (see Transport.move_on)
+                        transport.send(
                             "kvstub",
                             "Range",
-                            rpc.RangeRequest(key=self._key("/"), keys_only=True, limit=1),
+                            rpc.RangeRequest(key=self._keys.key("/"), keys_only=True, limit=1),
                             timeout=self._start_timeout(deadline),
                         )
-                        grant = self._send(
-                            "leasestub",
-                            "LeaseGrant",
-                            rpc.LeaseGrantRequest(TTL=self._ttl_wanted),
-                            timeout=self._start_timeout(deadline),
-                        )
+                        self._session.grant(self._start_timeout(deadline))
                     break
                 except (StoreUnavailableError, OperationTimeoutError) as exc:
                     attempt += 1
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        self._client.close()
+                        transport.close()
                         raise StoreUnavailableError(
                             f"cannot reach etcd at {s.hosts_string} within the connection "
                             f"timeout of {s.connection_timeout:g} s ({attempt} attempts; "
@@ -126,19 +242,14 @@ class EtcdStore(SessionMixin, GroupsMixin):
                         ) from exc
                     time.sleep(min(RETRY_DELAY * attempt, 0.5, remaining))
                 except BaseException:
-                    self._client.close()
+                    transport.close()
                     raise
-            self._lease = int(grant.ID)
-            self._ttl = int(grant.TTL) or self._ttl_wanted
             # recorded now, delivered on the event thread once it runs
             self._loop.post_state(ConnectionState.CONNECTED)
             self._started = True
-            tag = self.namespace.replace("/", ".")
-            self._session_thread = threading.Thread(
-                target=self._run_session, name=f"shardkeeper-etcd-session[{tag}]", daemon=True
-            )
             self._loop.start()
-            self._session_thread.start()
+            self._watches.start(f"shardkeeper-etcd-watches[{self._tag}]")
+            self._session.start(f"shardkeeper-etcd-session[{self._tag}]")
 
     def _start_timeout(self, deadline: float) -> float:
         return max(min(deadline - time.monotonic(), self.settings.operation_timeout), 0.05)
@@ -152,56 +263,65 @@ class EtcdStore(SessionMixin, GroupsMixin):
             self._closed = True
             if not self._started:
                 return
-        me = threading.current_thread()
-        self._stopping.set()
-        self._wake.set()
         join_timeout = self.settings.operation_timeout + 1.0
-        if self._session_thread is not None and self._session_thread is not me:
-            self._session_thread.join(join_timeout)
+        self._session.stop(join_timeout)
+        self._watches.stop(join_timeout)
+        lease = self._session.lease_id
         try:
-            with self._translated("close: revoke lease"):
-                self._send("leasestub", "LeaseRevoke", rpc.LeaseRevokeRequest(ID=self._lease))
+            with self._transport.translated("close: revoke lease"):
+                self._session.revoke(lease)
         except StoreError as exc:
             # a lease we cannot revoke simply expires after its TTL
-            _log.info("etcd lease %x not revoked at close: %s", self._lease, exc)
-        with self._wlock:
-            watcher, self._watcher = self._watcher, None
-            watch_stub, self._watcher_stub = self._watcher_stub, None
-            for w in self._watches:
-                w.cancelled = True
-            self._watches.clear()
-            self._pending.clear()
-        end_watcher(watcher, watch_stub)
+            _log.info("etcd lease %x not revoked at close: %s", lease, exc)
+        stream = self._watches.close()
         self._loop.stop(join_timeout)
-        with contextlib.suppress(Exception):
-            self._client.close()
+        self._transport.close()
         # closing the channel ends the stream; wait for the etcd3 stream thread so a
         # closed store leaves no thread behind
-        thread = stream_thread(watcher)
-        if thread is not None and thread is not me:
+        thread = stream.thread() if stream is not None else None
+        if thread is not None and thread is not threading.current_thread():
             thread.join(join_timeout)
+
+    # -- watches ----------------------------------------------------------------------
+
+    def watch(
+        self, prefix: str, listener: WatchListener, *, exclude: PathFilter | None = None
+    ) -> Subscription:
+        """Watch the key of ``prefix`` and its subtree on the store's shared stream.
+
+        Events are read from the revision current when this is called, so every later
+        change is delivered, except those ``exclude`` rejects (dropped on the event
+        thread). Raises StoreUnavailableError if the stream cannot be set up now.
+        """
+        self._keys.key(prefix)  # (a bad path is refused before the store's state)
+        self._require_started()
+        return self._watches.watch(prefix, listener, exclude=exclude)
+
+    def add_state_listener(self, listener: StateListener) -> Subscription:
+        """Deliver connection-state changes to ``listener`` on the event thread."""
+        return self._loop.add_state_listener(listener)
 
     # -- reads ------------------------------------------------------------------------
 
     def get(self, path: str) -> Node | None:
         """The node at ``path``; a synthetic empty node for a pure parent; else None."""
-        key = self._key(path)
-        resp = self._read(
+        key = self._keys.key(path)
+        resp = self._transport.read(
             f"get {path}",
             "Txn",
             rpc.TxnRequest(success=[range_op(key), below_op(key, keys_only=True, limit=1)]),
         )
         own = resp.responses[0].response_range.kvs
         if own:
-            return self._node(own[0])
+            return self._keys.node(own[0])
         if resp.responses[1].response_range.kvs:
             return synthetic_node(path)
         return None
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` has a key or any key lives below it."""
-        key = self._key(path)
-        resp = self._read(
+        key = self._keys.key(path)
+        resp = self._transport.read(
             f"exists {path}",
             "Txn",
             rpc.TxnRequest(
@@ -215,10 +335,10 @@ class EtcdStore(SessionMixin, GroupsMixin):
 
     def children(self, path: str) -> list[str]:
         """Sorted distinct next segments of the keys below ``path``."""
-        key = self._key(path)
+        key = self._keys.key(path)
         below, end = subtree(key)
         req = rpc.RangeRequest(key=below, range_end=end, keys_only=True)
-        resp = self._read(f"children {path}", "Range", req)
+        resp = self._transport.read(f"children {path}", "Range", req)
         start = len(below_prefix(key))
         names = {kv.key[start:].split(b"/", 1)[0].decode() for kv in resp.kvs}
         return sorted(names)
@@ -226,14 +346,14 @@ class EtcdStore(SessionMixin, GroupsMixin):
     def get_tree(self, path: str) -> dict[str, Node]:
         """Every node at or below ``path``, pure parents included as synthetic nodes,
         from one read (a read-only transaction: one request, one revision)."""
-        key = self._key(path)
-        resp = self._read(
+        key = self._keys.key(path)
+        resp = self._transport.read(
             f"get_tree {path}", "Txn", rpc.TxnRequest(success=[range_op(key), below_op(key)])
         )
         tree: dict[str, Node] = {}
         for r in resp.responses:
             for kv in r.response_range.kvs:
-                node = self._node(kv)
+                node = self._keys.node(kv)
                 tree[node.path] = node
         # fill in the implicit parents between ``path`` and each key
         for p in list(tree):
@@ -251,7 +371,9 @@ class EtcdStore(SessionMixin, GroupsMixin):
         """Create or overwrite; the key is attached to our lease iff ``ephemeral``
         (a put without it detaches the key from any lease). One transaction that also
         checks that no ancestor is ephemeral."""
-        resp, _ = self._write(f"put {path}", [Put(path, value, ephemeral)], prev_kv=True)
+        resp, _ = self._commits.write(
+            f"put {path}", [Put(path, value, ephemeral)], self.max_ops_per_commit, prev_kv=True
+        )
         if resp is None or not resp.succeeded:
             raise StoreError(f"put {path}: refused by etcd")  # a lone put has no compare
         rev = int(resp.header.revision)
@@ -261,7 +383,9 @@ class EtcdStore(SessionMixin, GroupsMixin):
 
     def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False) -> Node | None:
         """Create ``path`` if its key is absent (one transaction); None if it existed."""
-        resp, _ = self._write(f"create {path}", [Create(path, value, ephemeral)])
+        resp, _ = self._commits.write(
+            f"create {path}", [Create(path, value, ephemeral)], self.max_ops_per_commit
+        )
         if resp is None or not resp.succeeded:
             return None
         rev = int(resp.header.revision)
@@ -269,14 +393,14 @@ class EtcdStore(SessionMixin, GroupsMixin):
 
     def delete(self, path: str, *, recursive: bool = True) -> None:
         """Delete the key (and, if recursive, the range below it) in one transaction."""
-        key = self._key(path)
+        key = self._keys.key(path)
         ops = [rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))]
         if recursive:
             below, end = subtree(key)
             ops.append(
                 rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=below, range_end=end))
             )
-        self._txn(f"delete {path}", success=ops)
+        self._transport.txn(f"delete {path}", success=ops)
 
     def commit(self, ops: Sequence[Op]) -> CommitResult:
         """Apply ``ops`` as one etcd transaction (checks: see ``conditions.py``).
@@ -298,10 +422,52 @@ class EtcdStore(SessionMixin, GroupsMixin):
                 "(--max-request-bytes, 1.5 MiB by default); split the work or write "
                 "fewer, smaller nodes"
             )
-        resp, failed_path = self._write(f"commit of {len(ops)} operations", ops)
+        resp, failed_path = self._commits.write(
+            f"commit of {len(ops)} operations", ops, self.max_ops_per_commit
+        )
         if resp is not None and resp.succeeded:
             return CommitResult(True, int(resp.header.revision))
         return CommitResult(False, 0, failed_path)
+
+    def commit_bytes(self, ops: Sequence[Op]) -> int:
+        """What a commit's transaction takes, generously, against ``max_commit_bytes``:
+        each operation's key (namespace included) nine times, its value and 32 bytes
+        of framing. An absence check is two compares, each with its failure-branch
+        read, and every written path's ancestors get guards: a registration-shaped
+        commit measured 7.5 key lengths an operation."""
+        root = len(self._keys.root)
+        return sum(
+            9 * (root + len(op.path)) + 32 + (len(op.value) if isinstance(op, Create | Put) else 0)
+            for op in ops
+        )
+
+    def group_bytes(self, group: Sequence[Op]) -> int:
+        """A group's nested transaction, generously (:func:`nesting.group_bytes`)."""
+        return nesting.group_bytes(group, len(self._keys.root))
+
+    def commit_groups(self, fixed: Sequence[Op], groups: Sequence[Sequence[Op]]) -> GroupsResult:
+        """``fixed`` as the outer transaction and each group nested in it, checked
+        apart (see ``nesting.py``); one request whatever the number of groups, within
+        :attr:`max_groups_per_commit` and the byte limit."""
+        if not any(groups) or self.max_groups_per_commit is None:
+            # nothing to nest, or nesting switched off: one plain commit
+            return plain_commit_groups(self, fixed, groups)
+        return nesting.commit_groups(self, self._commits, self.max_ops_per_commit, fixed, groups)
+
+    # -- internals --------------------------------------------------------------------
+
+    def _lease_for(self, ephemeral: bool) -> int:
+        """The lease a write is attached to: the session's for an ephemeral node."""
+        if not ephemeral:
+            return 0
+        self._require_started()
+        return self._session.lease_id
+
+    def _require_started(self) -> None:
+        if not self._started or self._closed:
+            raise StoreError(
+                "the etcd store is not started" if not self._closed else "the etcd store is closed"
+            )
 
     # -- fault hooks (registry.faults.SessionFaults), for tests ------------------------
 
@@ -313,17 +479,14 @@ class EtcdStore(SessionMixin, GroupsMixin):
         timeout and the TTL: etcd deletes its keys at once when it can be reached, and
         at the latest one TTL after the last keep-alive it received."""
         self._require_started()
-        old = self._lease
+        old = self._session.lease_id
         # LOST first: a keep-alive in flight may still land, none is sent after it
-        self._set_state(ConnectionState.LOST)
-        self._check_session_now = True
-        self._wake.set()
-        timeout = max(0.5, min(self.settings.operation_timeout, float(self._ttl)))
+        self._session.set_state(ConnectionState.LOST)
+        self._session.check_soon()
+        timeout = max(0.5, min(self.settings.operation_timeout, float(self._session.ttl)))
         try:
-            with self._translated("relinquish_session: revoke lease"):
-                self._send(
-                    "leasestub", "LeaseRevoke", rpc.LeaseRevokeRequest(ID=old), timeout=timeout
-                )
+            with self._transport.translated("relinquish_session: revoke lease"):
+                self._session.revoke(old, timeout=timeout)
         except StoreError as exc:
             _log.warning(
                 "etcd session lease %x could not be revoked now (%s): it runs out within its TTL",
@@ -336,12 +499,9 @@ class EtcdStore(SessionMixin, GroupsMixin):
         key attached to it at once). The session thread is woken to find the lease
         gone: LOST, then CONNECTED with a new lease."""
         self._require_started()
-        with self._translated("expire_session: revoke lease"):
-            self._send(
-                "leasestub", "LeaseRevoke", rpc.LeaseRevokeRequest(ID=self._lease), timeout=timeout
-            )
-        self._check_session_now = True
-        self._wake.set()
+        with self._transport.translated("expire_session: revoke lease"):
+            self._session.revoke(self._session.lease_id, timeout=timeout)
+        self._session.check_soon()
 
     def drop_connection(self) -> None:
         """Close the gRPC channel in use and put a new one in its place: requests and
@@ -349,13 +509,7 @@ class EtcdStore(SessionMixin, GroupsMixin):
         SUSPENDED now and RECONNECTED at its next keep-alive (the lease lives on, the
         watches resume from their last revision)."""
         self._require_started()
-        endpoint = self._client.endpoint_in_use
-        if endpoint is None:
-            raise StoreUnavailableError("drop_connection: the etcd store has no channel in use")
-        old = replace_channel(endpoint, CHANNEL_OPTIONS)
-        with contextlib.suppress(Exception):
-            old.close()
+        self._transport.drop_connection()
         if self._loop.state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
-            self._set_state(ConnectionState.SUSPENDED)
-        self._check_session_now = True
-        self._wake.set()
+            self._session.set_state(ConnectionState.SUSPENDED)
+        self._session.check_soon()

@@ -6,53 +6,58 @@ Threads
 Fixed per store, whatever the number of watches: the event thread (the registry's
 shared :class:`~shardkeeper.registry._events.EventLoop`: delivers watch and state
 events in order), the session thread (the lease keep-alive, and nothing else: see
-``session.py``), the watch-recovery thread (re-creates the watches whose stream broke;
-one attempt can wait up to the operation timeout) and, while any watch exists, the
-``etcd3`` watch-stream thread, whose callbacks only enqueue. Each watch remembers
-the last revision it received; after the stream breaks (or after a reconnect) it is
-re-created from ``last revision + 1``. If that revision was compacted, the listener
-gets RESYNC and CREATED for the current state.
+``session.py``), this part's watch-recovery thread (re-creates the watches whose
+stream broke; one attempt can wait up to the operation timeout) and, while any watch
+exists, the ``etcd3`` watch-stream thread (``transport.WatchStream``), whose callbacks
+only enqueue. Each watch remembers the last revision it received; after the stream
+breaks (or after a reconnect) it is re-created from ``last revision + 1``. If that
+revision was compacted, the listener gets RESYNC and CREATED for the current state.
 A watch's ``exclude`` filter is applied on the event thread to every event, the
 RESYNC replay included: the server still streams the excluded changes on the same
 stream (no request is added, and the watch's resume revision keeps moving with them).
 
+Parts
+-----
+:class:`TreeWatch` owns every watch, the stream and the recovery thread. It sends
+through the transport (which alone touches the client), maps keys with the store's
+:class:`~shardkeeper.registry.etcd.keys.Keyspace`, and asks the session through
+:class:`SessionCheck` to check the lease when a stream broke. The transport tells it
+of a member left (``member_left``), the session of a reconnect (``restart_stream``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
-
-import etcd3.etcdrpc as rpc
-import etcd3.events
-import etcd3.exceptions
-import etcd3.watch
-import grpc
+from typing import Any, Protocol
 
 from shardkeeper.errors import OperationTimeoutError, StoreError, StoreUnavailableError
-from shardkeeper.registry._events import WatchDelivery
+from shardkeeper.registry._events import EventLoop, WatchDelivery
 from shardkeeper.registry.base import (
     EventKind,
     PathFilter,
-    StateListener,
     Subscription,
     WatchEvent,
     WatchListener,
 )
-from shardkeeper.registry.etcd.client_private import WatchStub, open_watcher
 from shardkeeper.registry.etcd.core import RETRY_DELAY
-from shardkeeper.registry.etcd.keys import below_op, in_subtree, range_op, subtree
-from shardkeeper.registry.etcd.members import MembersMixin
+from shardkeeper.registry.etcd.keys import (
+    Keyspace,
+    below_op,
+    in_subtree,
+    own_range,
+    range_op,
+    subtree,
+)
+from shardkeeper.registry.etcd.transport import Change, StreamEnd, Transport, WatchStream
 from shardkeeper.registry.logthrottle import LogThrottle
 from shardkeeper.registry.url import RegistrySettings
 
-__all__ = ["Watch", "WatchMixin", "end_watcher"]
+__all__ = ["SessionCheck", "TreeWatch", "Watch"]
 
 _log = logging.getLogger(__name__)
 
@@ -69,7 +74,7 @@ class Watch(WatchDelivery):
     #: bumped on every (re)creation: responses of an older generation are ignored
     gen: int = 0
     watch_id: int | None = None
-    watcher: Any = None
+    stream: WatchStream | None = None
     #: the server reported our start revision compacted: resume needs a RESYNC
     compacted: bool = False
     subscription: Subscription | None = field(default=None, repr=False)
@@ -79,13 +84,11 @@ class Watch(WatchDelivery):
         return in_subtree(self.key, key, own=True)
 
 
-def end_watcher(watcher: Any, stub: WatchStub | None) -> None:
-    """Stop a watcher: no more requests, and its stream cancelled (its thread ends)."""
-    if watcher is not None:
-        with contextlib.suppress(Exception):
-            watcher.close()
-    if stub is not None:
-        stub.cancel()
+class SessionCheck(Protocol):
+    """What the watch part asks of the session: a broken stream usually means a lost
+    connection, so check the lease now."""
+
+    def check_soon(self) -> None: ...
 
 
 #: how often the watch-recovery thread looks for work while it has none (it is
@@ -93,11 +96,31 @@ def end_watcher(watcher: Any, stub: WatchStub | None) -> None:
 _IDLE_WAKE = 1.0
 
 
-class WatchMixin(MembersMixin):
-    """Watches and state listeners of :class:`EtcdStore` (see the module docstring)."""
+class TreeWatch:
+    """The watches of :class:`EtcdStore` on one shared stream, and their recovery
+    thread (see the module docstring)."""
 
-    def __init__(self, settings: RegistrySettings) -> None:
-        super().__init__(settings)
+    def __init__(
+        self,
+        settings: RegistrySettings,
+        transport: Transport,
+        keys: Keyspace,
+        loop: EventLoop,
+        session: SessionCheck,
+    ) -> None:
+        self.settings = settings
+        self._transport = transport
+        self._keys = keys
+        self._loop = loop
+        self._session = session
+        # guards the watch bookkeeping; never held while waiting on the server
+        self._wlock = threading.Lock()
+        self._watches: set[Watch] = set()
+        self._pending: set[Watch] = set()
+        self._stream: WatchStream | None = None
+        self._stream_broken = False
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
         # wakes the watch-recovery thread: a stream broke, or the store is closing
         self._restore_wake = threading.Event()
         #: paces the "not resumed yet" line of the watch recovery (per store)
@@ -106,16 +129,11 @@ class WatchMixin(MembersMixin):
     def watch(
         self, prefix: str, listener: WatchListener, *, exclude: PathFilter | None = None
     ) -> Subscription:
-        """Watch the key of ``prefix`` and its subtree on the store's shared stream.
-
-        Events are read from the revision current when this is called, so every later
-        change is delivered, except those ``exclude`` rejects (dropped on the event
-        thread). Raises StoreUnavailableError if the stream cannot be set up now.
-        """
-        key = self._key(prefix)
-        self._require_started()
-        req = rpc.RangeRequest(key=key, keys_only=True, limit=1)
-        rev = int(self._read(f"watch {prefix}", "Range", req).header.revision)
+        """:meth:`EtcdStore.watch`: the key of ``prefix`` and its subtree on the shared
+        stream, from the revision current now."""
+        key = self._keys.key(prefix)
+        req = own_range(key)
+        rev = int(self._transport.read(f"watch {prefix}", "Range", req).header.revision)
         w = Watch(
             prefix=prefix,
             key=key,
@@ -137,126 +155,161 @@ class WatchMixin(MembersMixin):
         w.subscription = Subscription(functools.partial(self._cancel_watch, w))
         return w.subscription
 
-    def add_state_listener(self, listener: StateListener) -> Subscription:
-        """Deliver connection-state changes to ``listener`` on the event thread."""
-        return self._loop.add_state_listener(listener)
+    # -- lifecycle --------------------------------------------------------------------
 
-    # -- internals: watches -----------------------------------------------------------
+    def start(self, name: str) -> None:
+        """Start the watch-recovery thread ``name``."""
+        self._thread = threading.Thread(target=self.run_recovery, name=name, daemon=True)
+        self._thread.start()
 
-    def _current_watcher(self) -> Any:
+    def stop(self, timeout: float) -> None:
+        """End the recovery thread (waiting up to ``timeout``)."""
+        self._stopping.set()
+        self._restore_wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def close(self) -> WatchStream | None:
+        """Cancel every watch and end the stream; return it (its thread ends once the
+        client's channel is closed)."""
         with self._wlock:
-            if self._watcher is not None and not self._watcher_broken:
-                return self._watcher
-            old, self._watcher = self._watcher, None
-            old_stub, self._watcher_stub = self._watcher_stub, None
-        end_watcher(old, old_stub)
-        with self._translated("open the watch stream"):
-            endpoint, channel = self._endpoint()
-        # built here rather than by the client, to send our metadata (require a
-        # leader, the token) and to keep the stream call (see client_private)
-        new, stub = open_watcher(channel, self.settings.operation_timeout, self._metadata())
+            stream, self._stream = self._stream, None
+            for w in self._watches:
+                w.cancelled = True
+            self._watches.clear()
+            self._pending.clear()
+        if stream is not None:
+            stream.close()
+        return stream
+
+    # -- what the other parts tell it -------------------------------------------------
+
+    def member_left(self, endpoint: Any) -> None:
+        """The transport left ``endpoint``'s member: a stream there is re-created on
+        the next one (by the recovery thread)."""
         with self._wlock:
-            if self._watcher is None:
-                self._watcher, self._watcher_broken = new, False
-                self._watcher_endpoint, self._watcher_stub = endpoint, stub
-            return self._watcher
+            stale = self._stream is not None and self._stream.endpoint is endpoint
+        if stale:
+            self.restart_stream()
+
+    def restart_stream(self) -> None:
+        """Re-create every watch on a new stream from its last revision."""
+        with self._wlock:
+            old, self._stream = self._stream, None
+            self._stream_broken = False
+            for w in self._watches:
+                w.gen += 1
+                w.watch_id = None
+                self._pending.add(w)
+        if old is not None:
+            old.close()
+        self._restore_wake.set()
+
+    # -- internals --------------------------------------------------------------------
+
+    def _current_stream(self) -> WatchStream:
+        with self._wlock:
+            if self._stream is not None and not self._stream_broken:
+                return self._stream
+            old, self._stream = self._stream, None
+        if old is not None:
+            old.close()
+        new = self._transport.open_watch_stream()
+        with self._wlock:
+            if self._stream is None:
+                self._stream, self._stream_broken = new, False
+            return self._stream
 
     def _establish(self, w: Watch, *, counted: bool = False) -> bool:
         """(Re)create ``w`` on the shared stream from ``w.last_rev + 1``.
 
         Returns False (and creates nothing) when that revision is compacted.
         """
-        watcher = self._current_watcher()
+        stream = self._current_stream()
         with self._wlock:
             w.gen += 1
             gen, start = w.gen, w.last_rev + 1
-        callback = functools.partial(self._on_watch_response, w, gen)
+        on_changes = functools.partial(self._on_changes, w, gen)
+        on_end = functools.partial(self._on_end, w, gen)
         if counted:
-            self._count()
+            self._transport.count()
         try:
-            with self._translated(f"watch {w.prefix}"):
-                try:
-                    wid = watcher.add_callback(
-                        w.key, callback, range_end=w.end, start_revision=start
-                    )
-                except etcd3.exceptions.RevisionCompactedError:
-                    return False
+            with self._transport.translated(f"watch {w.prefix}"):
+                wid = stream.add(w.key, w.end, start, on_changes, on_end)
+            if wid is None:
+                return False
         except StoreError as exc:
             # a stream that failed or hangs is replaced at the next attempt (its other
             # watches resume from their last revisions), on another member when this
             # one could not serve it
             with self._wlock:
-                endpoint = self._watcher_endpoint if self._watcher is watcher else None
+                endpoint = stream.endpoint if self._stream is stream else None
                 if endpoint is not None:
-                    self._watcher_broken = True
+                    self._stream_broken = True
             if endpoint is not None and isinstance(
                 exc, (StoreUnavailableError, OperationTimeoutError)
             ):
-                self._move_on(endpoint, f"watch {w.prefix}: {exc}")
+                self._transport.move_on(endpoint, f"watch {w.prefix}: {exc}")
             raise
         with self._wlock:
             current = w.gen == gen and not w.cancelled
             if current:
-                w.watch_id, w.watcher = wid, watcher
+                w.watch_id, w.stream = wid, stream
                 self._pending.discard(w)
         if not current:
-            with contextlib.suppress(Exception):
-                watcher.cancel(wid)
+            stream.cancel(wid)
         return True
 
-    def _on_watch_response(self, w: Watch, gen: int, resp: Any) -> None:
-        # Runs on the etcd3 stream thread: only record and enqueue, never block.
-        if isinstance(resp, etcd3.watch.WatchResponse):
-            with self._wlock:
-                if w.gen != gen or w.cancelled:
-                    return
-                for kv in resp.events:  # etcd3 events read through to the KeyValue
-                    w.last_rev = max(w.last_rev, int(kv.mod_revision))
-                    if not w.covers(kv.key):
-                        continue
-                    path = self._path(kv.key)
-                    if isinstance(kv, etcd3.events.DeleteEvent):
-                        event = WatchEvent(EventKind.DELETED, path, None, int(kv.mod_revision))
-                    else:
-                        kind = (
-                            EventKind.CREATED
-                            if kv.create_revision == kv.mod_revision
-                            else EventKind.CHANGED
-                        )
-                        event = WatchEvent(kind, path, bytes(kv.value), int(kv.mod_revision))
-                    self._loop.post_watch(w, event)
-            return
+    def _on_changes(self, w: Watch, gen: int, changes: list[Change]) -> None:
+        # Runs on the stream thread: only record and enqueue, never block.
+        with self._wlock:
+            if w.gen != gen or w.cancelled:
+                return
+            for c in changes:
+                w.last_rev = max(w.last_rev, c.mod_revision)
+                if not w.covers(c.key):
+                    continue
+                path = self._keys.path(c.key)
+                if c.deleted:
+                    event = WatchEvent(EventKind.DELETED, path, None, c.mod_revision)
+                else:
+                    kind = (
+                        EventKind.CREATED
+                        if c.create_revision == c.mod_revision
+                        else EventKind.CHANGED
+                    )
+                    event = WatchEvent(kind, path, c.value, c.mod_revision)
+                self._loop.post_watch(w, event)
+
+    def _on_end(self, w: Watch, gen: int, end: StreamEnd) -> None:
+        # Runs on the stream thread: only record and enqueue, never block.
         leave = None
         with self._wlock:
             if w.gen != gen or w.cancelled:
                 return
             w.watch_id = None
             self._pending.add(w)
-            if isinstance(resp, etcd3.exceptions.RevisionCompactedError):
+            if end.compacted:
                 # etcd confirms the watch first and reports the compaction after it
                 w.compacted = True
             else:
                 # the whole stream ended (error, server shutdown, or a member without
                 # a leader cancelling it)
-                if w.watcher is self._watcher:
-                    self._watcher_broken = True
-                    if isinstance(resp, grpc.RpcError) and resp.code() in (
-                        grpc.StatusCode.UNAVAILABLE,
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                    ):
-                        leave = self._watcher_endpoint
-                # a broken stream usually means a lost connection: check the session now
-                self._check_session_now = True
+                if w.stream is not None and w.stream is self._stream:
+                    self._stream_broken = True
+                    if end.leave:
+                        leave = self._stream.endpoint
         if leave is not None:
-            self._move_on(leave, f"watch stream ended: {resp}")
-        self._wake.set()
+            self._transport.move_on(leave, f"watch stream ended: {end.reason}")
+        if not end.compacted:
+            # a broken stream usually means a lost connection: check the session now
+            self._session.check_soon()
         self._restore_wake.set()
 
-    def _run_watch_recovery(self) -> None:
-        """The watch-recovery thread (started and ended by the session thread):
-        re-create the watches whose stream broke, every ``RETRY_DELAY`` while any is
-        pending. Apart from the session thread, so that a watch request a member
-        holds never delays a keep-alive."""
+    def run_recovery(self) -> None:
+        """The watch-recovery thread: re-create the watches whose stream broke, every
+        ``RETRY_DELAY`` while any is pending. Apart from the session thread, so that a
+        watch request a member holds never delays a keep-alive."""
         failed = False
         last_pass = -math.inf
         while not self._stopping.is_set():
@@ -313,7 +366,7 @@ class WatchMixin(MembersMixin):
 
     def _resync(self, w: Watch) -> None:
         """The history since ``w.last_rev`` is compacted: RESYNC, then the current state."""
-        resp = self._txn(
+        resp = self._transport.txn(
             f"resync watch {w.prefix}",
             success=[range_op(w.key), below_op(w.key)],
         )
@@ -328,30 +381,20 @@ class WatchMixin(MembersMixin):
             for r in resp.responses:
                 for kv in r.response_range.kvs:
                     event = WatchEvent(
-                        EventKind.CREATED, self._path(kv.key), bytes(kv.value), int(kv.mod_revision)
+                        EventKind.CREATED,
+                        self._keys.path(kv.key),
+                        bytes(kv.value),
+                        int(kv.mod_revision),
                     )
                     self._loop.post_watch(w, event)
         if not self._establish(w):
             raise StoreError(f"watch {w.prefix}: revision {rev + 1} compacted at once")
-
-    def _restart_watch_stream(self) -> None:
-        with self._wlock:
-            old, self._watcher = self._watcher, None
-            old_stub, self._watcher_stub = self._watcher_stub, None
-            self._watcher_broken = False
-            for w in self._watches:
-                w.gen += 1
-                w.watch_id = None
-                self._pending.add(w)
-        end_watcher(old, old_stub)
-        self._restore_wake.set()
 
     def _cancel_watch(self, w: Watch) -> None:
         with self._wlock:
             w.cancelled = True
             self._watches.discard(w)
             self._pending.discard(w)
-            watcher, wid = w.watcher, w.watch_id
-        if watcher is not None and wid is not None:
-            with contextlib.suppress(Exception):
-                watcher.cancel(wid)
+            stream, wid = w.stream, w.watch_id
+        if stream is not None and wid is not None:
+            stream.cancel(wid)
