@@ -82,7 +82,7 @@ def shown_write(op: Any) -> str:
 
 
 def shown_read(req: Any) -> str:
-    where = req.key.decode()
+    where: str = req.key.decode()
     if req.range_end:
         where = f"[{where},{req.range_end.decode()})"
     return where + (f" limit={req.limit}" if req.limit else "")
