@@ -100,7 +100,7 @@ actions. Then:
 
 * An interrupted (stopped) run is not done: its pair must run again or be named in a
   later run's ``covers``, else it is lost (finding 1); runs the final ``stop``
-  interrupted are listed only.
+  interrupted are listed only, and so are the fires those runs named in their covers.
 * A pair named in a done run's ``covers`` is excused as folded.
 * The operator's switches excuse their windows: ``op_disable_item`` ..
   ``op_enable_item`` of that item and ``op_disable_job`` .. ``op_enable_job`` of every
@@ -1042,6 +1042,16 @@ def _check_fired_work(
     }
     excused: dict[str, int] = defaultdict(int)
     covered = pairs = 0
+    # fires named in the covers of runs the driver's final stop interrupted: pending
+    # like those runs' own pairs (the item's next run after a restart covers them,
+    # counting from its last completed run), listed, not lost
+    stop = min(stops, default=math.inf)
+    pending = {
+        (round(ft, 3), e.item)
+        for e in history.executions
+        if e.stopped and (e.end or 0.0) >= stop
+        for ft in e.covers
+    }
     for t in fires:
         count = ops.count_at(p.count, t)
         for item in range(items):
@@ -1058,6 +1068,11 @@ def _check_fired_work(
                 continue
             if runs:
                 continue  # started: judged by _check_started_work
+            if (t, item) in pending:
+                report.stopped_at_end.append(
+                    f"fire {t:.3f} item {item}: covered by a run the final stop interrupted"
+                )
+                continue
             owner = _owner_at(by_item.get(item, []), t)
             if p.strict and (why := _strict_excuse(p, t, item, nobody, leaderless, ops)):
                 excused[why] += 1

@@ -705,6 +705,26 @@ def test_interrupted_by_the_final_stop_is_listed_not_lost() -> None:
     assert len(report.stopped_at_end) == 1
 
 
+def test_fires_covered_by_a_run_the_final_stop_interrupted_are_listed_not_lost() -> None:
+    """Strict: a fire whose covering run the driver's final stop interrupted is as
+    pending as that run's own pair (the item's next run after a restart covers it):
+    listed, not lost. The same fire covered by nothing is lost."""
+    b = Builder()
+    b.steady(skip={(T0 + k, 0) for k in range(30, END)})
+    b.run(A, 0, T0 + 30, end=T0 + 31)
+    run = b.run(A, 0, T0 + 32, start=T0 + END - 0.2, end=T0 + END + 0.5)
+    run.stopped = True
+    run.covers = (T0 + 31.0, *(T0 + k for k in range(33, END)))
+    b.frame()
+    history = b.history()
+    strict = dataclasses.replace(history, params=dataclasses.replace(history.params, strict=True))
+    report = check(strict)
+    assert report.ok, report.render()
+    assert any("covered by a run the final stop interrupted" in x for x in report.stopped_at_end)
+    run.covers = ()
+    assert any(f"fire {T0 + 31:.3f} item 0" in x for x in check(strict).lost)
+
+
 def test_a_pair_folded_into_a_later_run_by_covers_is_excused_as_folded() -> None:
     """A fire that never ran itself but that a later done run names in ctx.covers is
     folded, not lost; the same fire without the covers is lost."""
