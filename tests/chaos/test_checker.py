@@ -473,6 +473,32 @@ def test_a_mark_may_precede_its_execution_by_the_operation_timeout(
     assert bool(phantom) is not ok, report.render()
 
 
+@pytest.mark.parametrize(
+    ("marked", "ok"),
+    [((29.5, 35.0), True), ((35.0, 40.5), True), ((27.5, 35.0), False), ((35.0, 42.0), False)],
+)
+def test_a_start_or_clear_packed_into_several_commits_holds_marks_for_its_span(
+    marked: tuple[float, float], ok: bool
+) -> None:
+    """A job whose start spans several commits (``pre`` 3 s, the bulk job's) holds its
+    first marks until the last commit is answered, and clears them in commits of their
+    own after the batch: a mark up to operation timeout + slack + pre (6 s) before its
+    run or after its end is no leak (600 s etcd seed 20261208); one beyond is."""
+    b = Builder()
+    b.steady(skip={(T0 + 30, 1)})
+    b.run(A, 1, T0 + 30, start=T0 + 35.0, end=T0 + 35.3)
+    b.frame()
+    b.snapshots = []
+    for n in range(40):
+        t = T0 + 24 + n * 0.5
+        b.snap(t, running={1: A} if T0 + marked[0] <= t < T0 + marked[1] else None)
+    history = b.history()
+    bulk = dataclasses.replace(history, params=dataclasses.replace(history.params, pre=3.0))
+    report = check(bulk)
+    phantom = [s for s in report.stuck if "phantom running marks" in s]
+    assert bool(phantom) is not ok, report.render()
+
+
 def test_repair_must_come_within_the_quiet_deadline() -> None:
     """A dead instance's mark that goes at +6 s passes (3 st + 2 P + slack = 9 s);
     one that stays past the deadline fails."""
