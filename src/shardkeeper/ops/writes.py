@@ -9,7 +9,7 @@ from typing import Any
 from shardkeeper.config import JobConfig
 from shardkeeper.config.secrets import mask_config_data
 from shardkeeper.coordination.config_service import ConfigService
-from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.coordination.paths import JobPaths, checkpoint_job_root
 from shardkeeper.errors import ConfigError, OperationRefusedError
 from shardkeeper.ops.base import OperationsBase, operator, stamp
 
@@ -93,7 +93,8 @@ class Writes(OperationsBase):
         return ConfigService(self.store, paths).replace(config, by=by or operator())
 
     def remove_job(self, job: str, *, force: bool = False) -> list[str]:
-        """Delete everything stored for ``job``. Refused (OperationRefusedError) while
+        """Delete everything stored for ``job``: ``/jobs/{job}`` and its items'
+        checkpoints (``/checkpoints/{job}``). Refused (OperationRefusedError) while
         live instances run it, unless ``force``; returns the instances that were
         still members. Forcing it does not stop them: they keep running the job
         from memory and write some of its nodes again, so stop them first."""
@@ -105,6 +106,11 @@ class Writes(OperationsBase):
                 f"job {job!r} is run by {len(members)} live instance(s) "
                 f"({', '.join(members)}); stop them first or use force"
             )
+        # the checkpoints first: the job's root (its config) is what makes a second
+        # `remove` find the job, so a failure in between can still be finished with it;
+        # left behind, a new job of the same name with checkpoint_carry would get
+        # them as its first runs' ctx.last_state
+        self.store.delete(checkpoint_job_root(job), recursive=True)
         self.store.delete(paths.root, recursive=True)
         return members
 
