@@ -116,6 +116,32 @@ actions. Then:
 * The excused pairs are also grouped (:func:`excuse_category`) so that "owner
   dead/frozen before start" is counted apart from folding and no healthy instance.
 
+Checkpoints (issue 28 section 5: the ``stateful`` kind of tests/chaos/worker.py, whose
+runs checkpoint every step, records ``resume``, ``ckpt`` and ``ckpt_error`` lines).
+A call "accepted" is one that returned True with no ``ckpt_error`` of its instance and
+item inside it (a call whose commit met a store error returns True too: its state is
+held and sent again, so whether the store took it is unknown). Runs of one fire and
+item are "earlier" by start time, and one execution's attempts (one fencing token)
+count as one run. Then:
+
+9. Resumed from an older checkpoint: a run of a fire that earlier runs checkpointed
+   must start from the last checkpoint accepted before it started (one whose call
+   returned before the successor's start record: the successor reads its resume state
+   after that), or a newer one: a resume step lower than that, or none, is a finding;
+   so is a resume step that no earlier run of the fire ever had accepted (a state from
+   nowhere; a run killed between a commit and its ``ckpt`` line may have written the
+   step after its last recorded one). Excused, and counted: the fire's node may have
+   been pruned (``KEEP_FIRES``: that many other fires of the item written since).
+10. Zombie writes: a checkpoint accepted from a run whose call began after a later run
+   of the same fire and item had started (the successor's claim comes after the
+   requeue that deleted the zombie's fence: the store must refuse every such write).
+   Refused calls after a successor's start are counted (the refusals that worked).
+11. Crashes (``crashed`` end records: the item ended its worker process with
+   ``os._exit``): its instance must not stop (an exit or ``self_exit`` within the
+   quiet deadline after the crash), and must start an execution (of any job) within
+   the quiet deadline, unless it was faulted, stopped or the run ended meanwhile.
+   A crashed run is not done (``valid`` false): its pair must run again (finding 1).
+
 Reported, counted and listed but not failing the run: sessions lost by instances that
 were neither frozen nor partitioned then (a store member's kill or isolation, a slow
 link: the client did not move on in time, and its items failed over needlessly).
@@ -136,7 +162,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shardkeeper.coordination.checkpoints import KEEP_FIRES
+
 __all__ = [
+    "Checkpoint",
     "Event",
     "Execution",
     "History",
@@ -157,6 +186,8 @@ HEALTHY = ("up", "thaw", "heal", "gray_end")
 #: the end of each instance fault that leaves the process running
 FAULT_ENDS = {"freeze": "thaw", "partition": "heal", "gray": "gray_end"}
 DISCONNECTED = ("suspended", "lost")
+#: the record phases that belong to one job (the others are the instance's)
+JOB_PHASES = ("start", "end", "resume", "ckpt", "ckpt_error")
 
 
 @dataclass(frozen=True)
@@ -231,11 +262,21 @@ class Execution:
     params: dict[str, str] | None = None
     #: earlier fire times this run covers (ctx.covers: misfire folding)
     covers: tuple[float, ...] = ()
+    #: a stateful run's resume record: the step it resumed from (None: none)
+    resume_step: int | None = None
+    #: whether it said it resumed (None: no resume record, not a stateful run)
+    resumed: bool | None = None
+    #: its ctx.checkpoint calls, in order
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    #: it stopped because a checkpoint was refused (taken over): not done
+    refused: bool = False
+    #: it ended its worker process itself (os._exit): not done
+    crashed: bool = False
 
     @property
     def done(self) -> bool:
         """It ran to its end while valid (an interrupted run is not done)."""
-        return self.valid is True and not self.stopped
+        return self.valid is True and not self.stopped and not self.refused
 
     @property
     def key(self) -> tuple[float, int]:
@@ -259,10 +300,28 @@ class Execution:
         fenced = f" invalid_at {self.invalid_at:.3f}" if self.invalid_at is not None else ""
         if self.stopped:
             fenced += f" STOPPED({self.stop_reason or 'should_stop'})"
+        if self.crashed:
+            fenced += " CRASHED"
+        if self.refused:
+            fenced += " REFUSED"
+        if self.resumed is not None:
+            fenced += f" resumed from step {self.resume_step}"
         return (
             f"item {self.item} fire {self.fire:.3f} on {self.instance} [{kind}] "
             f"{self.start:.3f}..{end} token {self.token} valid={self.valid}{fenced}"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """One ``ctx.checkpoint({"step": step})`` call of a stateful run."""
+
+    step: int
+    #: what the call returned
+    accepted: bool
+    #: when the call began and when it returned
+    t: float
+    t_end: float
 
 
 @dataclass(frozen=True)
@@ -308,6 +367,11 @@ class History:
     )
     #: (time, error) of every registry read of the observer that failed
     snapshot_errors: list[tuple[float, str]] = field(default_factory=list)
+    #: per (instance, item): times of the checkpoint commits that met a store error
+    checkpoint_errors: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    #: per instance: start times of its executions of every job of the run (None:
+    #: this history's executions only)
+    activity: dict[str, list[float]] | None = None
 
 
 @dataclass
@@ -339,6 +403,12 @@ class Report:
     params_unknown: list[str] = field(default_factory=list)
     #: interrupted (should_stop) and never run again, at the final stop (not failed)
     stopped_at_end: list[str] = field(default_factory=list)
+    #: runs that resumed from an older checkpoint than the last accepted (or none)
+    resumed_older: list[str] = field(default_factory=list)
+    #: checkpoints accepted from a run after a later run of its fire had started
+    zombie_writes: list[str] = field(default_factory=list)
+    #: crashed worker processes that took their instance down
+    crash_down: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -354,6 +424,9 @@ class Report:
             or self.not_rejoined
             or self.params_lost
             or self.params_unknown
+            or self.resumed_older
+            or self.zombie_writes
+            or self.crash_down
         )
 
     def verdict(self, limit: int = 5) -> str:
@@ -369,6 +442,9 @@ class Report:
             "not rejoined": self.not_rejoined,
             "params lost": self.params_lost,
             "params unknown": self.params_unknown,
+            "resumed from an older checkpoint": self.resumed_older,
+            "zombie checkpoints accepted": self.zombie_writes,
+            "crashes that took the instance down": self.crash_down,
         }
         lines = [
             f"FAILED {name} ({len(found)}): " + "; ".join(str(f) for f in found[:limit])
@@ -439,6 +515,17 @@ class Report:
             f"fenced without takeover (store disconnected during the run): "
             f"{len(self.fenced_no_takeover)}",
         ]
+        if s.get("ckpt_calls"):
+            lines.append(
+                f"checkpoints: {s['ckpt_calls']} calls, {s.get('ckpt_accepted', 0)} accepted, "
+                f"{s.get('ckpt_refused', 0)} refused ({s.get('zombie_refused', 0)} after a "
+                f"successor started), {s.get('ckpt_held', 0)} held on a store error; "
+                f"resumed runs: {s.get('resumes', 0)} (checked against an earlier run's "
+                f"checkpoint: {s.get('resumes_checked', 0)}, pruned: "
+                f"{s.get('resumes_pruned', 0)}); older resumes: {len(self.resumed_older)}, "
+                f"zombie writes accepted: {len(self.zombie_writes)}; crashes: "
+                f"{s.get('crashes', 0)} (instance down: {len(self.crash_down)})"
+            )
         if s.get("stuck_clean_after") is not None:
             lines.append(f"registry clean {s['stuck_clean_after']:.2f}s after quiet")
         sections = [
@@ -451,6 +538,9 @@ class Report:
             ("NOT REJOINED AFTER HEAL", self.not_rejoined),
             ("RUN-NOW PARAMS LOST", self.params_lost),
             ("PARAMS FROM NO RUN-NOW", self.params_unknown),
+            ("RESUMED FROM AN OLDER CHECKPOINT", self.resumed_older),
+            ("ZOMBIE CHECKPOINTS ACCEPTED", self.zombie_writes),
+            ("CRASHES THAT TOOK THE INSTANCE DOWN", self.crash_down),
             ("interrupted at the final stop (not failed)", self.stopped_at_end),
             (
                 "sessions lost without an instance fault (reported, not failed)",
@@ -599,18 +689,25 @@ def _history(raw: _Raw, params: Params, job: str | None) -> History:
     def mine(name: str) -> bool:
         return job is None or name == job
 
-    records = [
-        r for r in raw.records if r.get("phase") not in ("start", "end") or mine(r.get("job", ""))
-    ]
+    records = [r for r in raw.records if r.get("phase") not in JOB_PHASES or mine(r.get("job", ""))]
     states: dict[str, list[tuple[float, str]]] = defaultdict(list)
     exits: list[tuple[str, float]] = []
+    errors: dict[tuple[str, int], list[float]] = defaultdict(list)
     for rec in records:
         if rec.get("phase") == "state":
             states[str(rec["instance"])].append((float(rec["t"]), str(rec["state"])))
         elif rec.get("phase") == "exit":
             exits.append((str(rec["instance"]), float(rec["t"])))
+        elif rec.get("phase") == "ckpt_error":
+            errors[(str(rec["instance"]), int(rec["item"]))].append(float(rec["t"]))
     for seq in states.values():
         seq.sort()
+    activity: dict[str, list[float]] = defaultdict(list)
+    for rec in raw.records:  # every job's: is an instance still at work at all
+        if rec.get("phase") == "start":
+            activity[str(rec["instance"])].append(float(rec["start"]))
+    for starts in activity.values():
+        starts.sort()
     return History(
         params,
         executions_from_records(records, raw.events),
@@ -620,6 +717,8 @@ def _history(raw: _Raw, params: Params, job: str | None) -> History:
         exits=exits,
         snapshot_errors=raw.snapshot_errors,
         assignments=[(t, levels) for name, t, levels in raw.assignments if mine(name)],
+        checkpoint_errors={k: sorted(v) for k, v in errors.items()},
+        activity=dict(activity),
     )
 
 
@@ -676,8 +775,11 @@ def executions_from_records(
     down = _first_down(events)
     out: dict[tuple[str, str, float], Execution] = {}
     ends: list[dict[str, Any]] = []
+    stateful: list[dict[str, Any]] = []
     for rec in records:
-        if rec.get("phase") == "start":
+        if rec.get("phase") in ("resume", "ckpt"):
+            stateful.append(rec)
+        elif rec.get("phase") == "start":
             ex = Execution(
                 instance=str(rec["instance"]),
                 item=int(rec["item"]),
@@ -719,7 +821,28 @@ def executions_from_records(
         found.stopped = bool(rec.get("stopped", False))
         reason = rec.get("stop_reason")
         found.stop_reason = None if reason is None else str(reason)
+        found.refused = bool(rec.get("refused", False))
+        found.crashed = bool(rec.get("crashed", False))
+    for rec in stateful:
+        k = (str(rec["instance"]), str(rec.get("execution_id", "")), float(rec["start"]))
+        found = out.get(k)
+        if found is None:
+            continue  # its start line was torn (a kill mid-write): nothing to pair with
+        if rec["phase"] == "resume":
+            step = rec.get("resume_step")
+            found.resume_step = None if step is None else int(step)
+            found.resumed = bool(rec.get("resumed", False))
+        else:
+            found.checkpoints.append(
+                Checkpoint(
+                    step=int(rec["step"]),
+                    accepted=bool(rec["accepted"]),
+                    t=float(rec["t"]),
+                    t_end=float(rec["t_end"]),
+                )
+            )
     for ex in out.values():
+        ex.checkpoints.sort(key=lambda c: c.t)
         ex.until = ex.end if ex.end is not None else down.get(ex.instance, math.inf)
     return sorted(out.values(), key=lambda e: (e.start, e.instance))
 
@@ -784,6 +907,8 @@ def check(history: History) -> Report:
     _spurious_session_losses(report, p, history, events)
     _latencies(report, events, execs, by_key)
     _check_run_now(report, history, events, by_item, disconnected, leaderless, ops)
+    _check_checkpoints(report, history, by_key)
+    _check_crashes(report, history, events)
     _figures(report, execs)
 
     ended = [e for e in execs if e.end is not None]
@@ -1569,6 +1694,147 @@ def _check_run_now(
     report.stats.update(run_now=len(triggers), run_now_delivered=delivered, run_now_excused=excused)
 
 
+# ---- checkpoints and crashes (issue 28 section 5) -----------------------------------
+
+
+def _check_checkpoints(
+    report: Report, history: History, by_key: dict[tuple[float, int], list[Execution]]
+) -> None:
+    """Findings 9 and 10 of the module docstring, and the checkpoint figures."""
+    errors = history.checkpoint_errors
+
+    def accepted(e: Execution, c: Checkpoint) -> bool:
+        # True with no store error inside the call: the store took the write
+        return c.accepted and not any(
+            c.t <= x <= c.t_end for x in errors.get((e.instance, e.item), [])
+        )
+
+    calls = [(e, c) for e in history.executions for c in e.checkpoints]
+    if not calls and not any(e.resumed is not None for e in history.executions):
+        return
+    # per item: (time the call began, fire) of every write that may have reached the
+    # store: a run's first write prunes the item's older fires (KEEP_FIRES kept)
+    writes: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for e, c in calls:
+        if c.accepted:
+            writes[e.item].append((c.t, e.key[0]))
+    resumes = checked = pruned = zombie_refused = 0
+    for key, runs in sorted(by_key.items()):
+        for y in runs:
+            # another run of the fire (an attempt of the same execution shares its token)
+            later = [x for x in runs if x.token != y.token and x.start > y.start]
+            for c in y.checkpoints:
+                successor = next((x for x in later if x.start < c.t), None)
+                if successor is None:
+                    continue
+                if not c.accepted:
+                    zombie_refused += 1
+                elif accepted(y, c):
+                    report.zombie_writes.append(
+                        f"step {c.step} accepted at {c.t:.3f}..{c.t_end:.3f} from "
+                        f"{y.describe()}, after {successor.describe()} had started"
+                    )
+            if y.resumed is None:
+                continue
+            resumes += bool(y.resumed)
+            earlier = [x for x in runs if x.token != y.token and x.start < y.start]
+            # accepted, and returned before y started: y's resume read comes after that
+            before = sorted(
+                (c.t_end, c.step)
+                for x in earlier
+                for c in x.checkpoints
+                if accepted(x, c) and c.t_end < y.start
+            )
+            known = {c.step for x in earlier for c in x.checkpoints if c.accepted}
+            # a run killed between a commit and its ckpt line: the next step may be stored
+            known |= {_last_step(x) + 1 for x in earlier if x.end is None}
+            newer = {fire for t, fire in writes[key[1]] if fire > key[0] and t < y.start}
+            if len(newer) >= KEEP_FIRES - 1:
+                pruned += bool(before)
+                continue
+            if y.resume_step is not None and y.resume_step not in known:
+                report.resumed_older.append(
+                    f"resumed from step {y.resume_step}, which no earlier run of the fire "
+                    f"had accepted: {y.describe()}"
+                )
+            if not before:
+                continue
+            checked += 1
+            last_t, last_step = before[-1]
+            if y.resume_step is None or y.resume_step < last_step:
+                report.resumed_older.append(
+                    f"resumed from step {y.resume_step}, older than step {last_step} "
+                    f"accepted at {last_t:.3f}: {y.describe()} (earlier runs: "
+                    + "; ".join(x.describe() for x in earlier)
+                    + ")"
+                )
+    report.stats.update(
+        ckpt_calls=len(calls),
+        ckpt_accepted=sum(1 for e, c in calls if accepted(e, c)),
+        ckpt_refused=sum(1 for _e, c in calls if not c.accepted),
+        ckpt_held=sum(1 for e, c in calls if c.accepted and not accepted(e, c)),
+        zombie_refused=zombie_refused,
+        resumes=resumes,
+        resumes_checked=checked,
+        resumes_pruned=pruned,
+    )
+
+
+def _last_step(e: Execution) -> int:
+    """The last step a stateful run recorded (its resume step before any call)."""
+    if e.checkpoints:
+        return max(c.step for c in e.checkpoints)
+    return e.resume_step or 0
+
+
+def _check_crashes(report: Report, history: History, events: list[Event]) -> None:
+    """Finding 11: a worker process that a stateful item ended (``crashed``) must
+    leave its instance running and at work."""
+    p = history.params
+    crashed = [e for e in history.executions if e.crashed and e.end is not None]
+    report.stats["crashes"] = len(crashed)
+    if not crashed:
+        return
+    stop = min((ev.t for ev in events if ev.kind == "stop"), default=math.inf)
+    activity = history.activity
+    if activity is None:
+        activity = defaultdict(list)
+        for e in history.executions:
+            activity[e.instance].append(e.start)
+    for e in crashed:
+        t = e.end or 0.0
+        deadline = t + p.quiet_deadline
+        asked = min(
+            (ev.t for ev in events if ev.instance == e.instance and ev.kind in ("term", "kill")),
+            default=math.inf,
+        )
+        gone = [x for inst, x in history.exits if inst == e.instance and t <= x <= deadline]
+        gone += [
+            ev.t
+            for ev in events
+            if ev.kind == "self_exit" and ev.instance == e.instance and t <= ev.t <= deadline
+        ]
+        if any(x < asked and x < stop for x in gone):  # not asked to stop
+            report.crash_down.append(
+                f"{e.instance} stopped at {min(gone):.3f} after its worker process crashed "
+                f"under {e.describe()}"
+            )
+            continue
+        interrupted = any(
+            t < ev.t <= deadline
+            and ev.instance == e.instance
+            and ev.kind in (*INSTANCE_FAULTS, "down", "self_exit")
+            for ev in events
+        )
+        if interrupted or deadline > stop:
+            continue
+        if not any(t < x <= deadline for x in activity.get(e.instance, [])):
+            report.crash_down.append(
+                f"{e.instance} started nothing within {p.quiet_deadline:g}s after its "
+                f"worker process crashed under {e.describe()}"
+            )
+
+
 def _figures(report: Report, execs: list[Execution]) -> None:
     """Start delays of normal runs, and start commits per (instance, fire): the
     distinct fencing tokens of one instance's normal runs of one fire."""
@@ -1649,7 +1915,8 @@ class JobsReport:
         )
 
     def table(self) -> str:
-        """One line of figures per job."""
+        """One line of figures per job, then one line of checkpoint figures per job
+        that checkpointed (the stateful kind)."""
         head = (
             f"{'job':<8} {'pairs':>7} {'covered':>7} {'lost':>5} {'folded':>6} "
             f"{'operator':>8} {'nobody':>6} {'leaderless':>10} {'dead/frozen':>11} "
@@ -1675,6 +1942,23 @@ class JobsReport:
                 f"{(percentile(delay, 0.95) if delay else math.nan):>9.2f} "
                 f"{_p50_max(r.failover_latency):>16} "
                 f"{_p50_max(r.takeover_latency + r.partition_latency + r.gray_latency):>16}"
+            )
+        stateful = [(n, r) for n, r in self.reports.items() if r.stats.get("ckpt_calls")]
+        if stateful:
+            lines.append(
+                f"{'job':<8} {'ckpts':>6} {'accepted':>8} {'refused':>7} {'zombie':>6} "
+                f"{'held':>5} {'resumed':>7} {'checked':>7} {'pruned':>6} {'older':>5} "
+                f"{'zombie-ok':>9} {'crashes':>7} {'crash-down':>10}"
+            )
+        for name, r in stateful:
+            s = r.stats
+            lines.append(
+                f"{name:<8} {s.get('ckpt_calls', 0):>6} {s.get('ckpt_accepted', 0):>8} "
+                f"{s.get('ckpt_refused', 0):>7} {s.get('zombie_refused', 0):>6} "
+                f"{s.get('ckpt_held', 0):>5} {s.get('resumes', 0):>7} "
+                f"{s.get('resumes_checked', 0):>7} {s.get('resumes_pruned', 0):>6} "
+                f"{len(r.resumed_older):>5} {len(r.zombie_writes):>9} "
+                f"{s.get('crashes', 0):>7} {len(r.crash_down):>10}"
             )
         lines.append(
             "RESULT: "

@@ -25,7 +25,11 @@ the default test run; the long ones are marked ``chaos`` and only run with
 :func:`production_jobs` (every instance runs four jobs: tests/chaos/worker.py), an
 operator acting through the CLI during the faults (tests/chaos/operators.py) and,
 on ZooKeeper, gray links (the proxy holds requests, lets pings through); the checker
-judges every job apart.
+judges every job apart. ``test_chaos_stateful`` (also ``-m chaos``) runs the same
+faults on a workload with state (:func:`stateful_jobs`): items that checkpoint every
+step and resume after a kill, freeze, partition or graceful stop, some of them in
+worker processes that crash; the checker also judges the resumes, the zombies'
+checkpoint writes and the crashes (tests/chaos/checker.py, findings 9-11).
 """
 
 from __future__ import annotations
@@ -114,6 +118,34 @@ def production_jobs(instances: int) -> tuple[JobSpec, ...]:
         JobSpec("long", "long", 2.0, 6, 5.0),
         # 1.5 M pure-Python iterations an item (about 0.3 s on an idle core)
         JobSpec("cpu", "cpu", 2.0, 4, 1.5),
+    )
+
+
+#: the stateful jobs: items of STATEFUL_WORK seconds (2.5 intervals), a checkpoint
+#: every 0.25 s step (tests/chaos/worker.py); the crashing job's runs (failover runs
+#: excepted) end their worker process with this chance
+STATEFUL_INTERVAL = 2.0
+STATEFUL_WORK = 5.0
+CRASH_CHANCE = 0.3
+
+
+def stateful_jobs() -> tuple[JobSpec, ...]:
+    """The workload of ``test_chaos_stateful``: today's job beside two stateful ones
+    (issue 28 section 5), one in threads and one in worker processes whose runs
+    sometimes crash. The production-like workload (:func:`production_jobs`) stays as
+    it is, so that its runs stay comparable."""
+    return (
+        JobSpec(JOB, "sleep", PERIOD, ITEMS, WORK),
+        JobSpec("stateful", "stateful", STATEFUL_INTERVAL, 4, STATEFUL_WORK),
+        JobSpec(
+            "crashing",
+            "stateful",
+            STATEFUL_INTERVAL,
+            2,
+            STATEFUL_WORK,
+            executor="process",
+            crash=CRASH_CHANCE,
+        ),
     )
 
 
@@ -877,7 +909,7 @@ def job_params(spec: JobSpec, plan: Plan) -> Params:
         wait_timeout=spec.sharding_wait,
         pre=pre,
         name=spec.name,
-        work=spec.work if spec.kind in ("sleep", "long") else 0.0,
+        work=spec.work if spec.kind in ("sleep", "long", "stateful") else 0.0,
         # every job of the workload runs with misfire on: a fire its owner never
         # started must run later or be named in a later run's covers (issue 25, 4)
         strict=True,
@@ -982,6 +1014,41 @@ def test_chaos_long(
     )
     report, text = run_chaos(plan, servers, namespace, chaos_dir, net)
     assert report.ok, text + "\n" + _worker_logs(chaos_dir) + "\n" + report.verdict()
+
+
+@pytest.mark.chaos
+@pytest.mark.cluster
+def test_chaos_stateful(
+    backend: str,
+    chaos_store: tuple[ServerCluster, Network | None],
+    namespace: str,
+    chaos_dir: Path,
+    chaos_duration: int,
+) -> None:
+    """``--chaos-duration`` seconds of random faults with 3 instances running
+    :func:`stateful_jobs`: besides the checks of every job, no resumed run starts
+    from an older checkpoint than the last accepted one of its fire, every zombie's
+    checkpoint after a takeover was refused, no crashed worker process took its
+    instance down; and the faults made runs resume."""
+    servers, net = chaos_store
+    plan = Plan(
+        duration=chaos_duration,
+        instances=3,
+        seed=chaos_seed(),
+        jobs=stateful_jobs(),
+        # the product's default timings, as the production-like run (etcd runs with
+        # its own there: a lease of 2 s is too close to its 1 s election timeout)
+        session_timeout=DEFAULT_SESSION_TIMEOUT,
+        operation_timeout=DEFAULT_OPERATION_TIMEOUT,
+    )
+    report, text = run_chaos(plan, servers, namespace, chaos_dir, net)
+    assert report.ok, text + "\n" + _worker_logs(chaos_dir) + "\n" + report.verdict()
+    assert isinstance(report, JobsReport)
+    stats = report.reports["stateful"].stats
+    crashes = report.reports["crashing"].stats.get("crashes", 0)
+    # without resumes and crashes the run checked nothing of what it is for
+    assert stats.get("ckpt_accepted", 0) > 0 and stats.get("resumes", 0) > 0, text
+    assert crashes > 0, text
 
 
 def _worker_logs(workdir: Path, lines: int = 30) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.checker import (
+    Checkpoint,
     Event,
     Execution,
     History,
@@ -985,3 +986,174 @@ def test_strict_checking_counts_an_uncovered_owner_fault_before_start_as_lost() 
     assert report.excused_by_category == {"folded": 2}
     first.covers = ()
     assert check(history).excused.get("kill of owner") == 2
+
+
+# ---- checkpoints and crashes (issue 28 section 5) -----------------------------------
+
+
+def _ckpt(step: int, t: float, accepted: bool = True) -> Checkpoint:
+    """One checkpoint call that took 10 ms."""
+    return Checkpoint(step=step, accepted=accepted, t=t, t_end=t + 0.01)
+
+
+def _stateful_partition(
+    *,
+    zombie_accepted: bool = False,
+    resume_step: int | None = 1,
+    store_error: bool = True,
+) -> History:
+    """The partition history with checkpoints: A checkpoints step 1 (T0+10.05), is
+    cut off at T0+10.1, its step 2 (T0+10.3) meets a store error (held: True), B takes
+    (T0+10, item 0) over at T0+12.4 resuming from ``resume_step``, and A's step 3 at
+    T0+12.8, after B started, is refused (accepted with ``zombie_accepted``)."""
+    b = _partition_history(T0 + 12.0)
+    zombie = next(e for e in b.executions if e.instance == A and e.key == (T0 + 10, 0))
+    taker = next(e for e in b.executions if e.failover)
+    zombie.resumed, zombie.resume_step = False, None
+    zombie.checkpoints = [
+        _ckpt(1, T0 + 10.05),
+        _ckpt(2, T0 + 10.3),
+        _ckpt(3, T0 + 12.8, accepted=zombie_accepted),
+    ]
+    zombie.refused = not zombie_accepted
+    taker.resumed, taker.resume_step = resume_step is not None, resume_step
+    taker.checkpoints = [_ckpt(2, T0 + 12.45), _ckpt(3, T0 + 12.6)]
+    history = b.history()
+    if store_error:  # inside step 2's call: the store may not have taken it
+        history.checkpoint_errors = {(A, 0): [T0 + 10.305]}
+    return history
+
+
+def test_resume_from_the_last_accepted_checkpoint_and_refused_zombie_pass() -> None:
+    """The taker resumes from step 1, the last checkpoint the store took before it
+    started (step 2 met a store error); the zombie's write after the takeover was
+    refused: counted, not a finding."""
+    report = check(_stateful_partition())
+    assert report.ok, report.render()
+    s = report.stats
+    assert (s["ckpt_calls"], s["ckpt_accepted"], s["ckpt_refused"], s["ckpt_held"]) == (5, 3, 1, 1)
+    assert (s["zombie_refused"], s["resumes"], s["resumes_checked"]) == (1, 1, 1)
+    assert "checkpoints: 5 calls, 3 accepted, 1 refused (1 after a successor" in report.render()
+
+
+def test_resume_from_an_older_checkpoint_or_none_is_a_finding() -> None:
+    """Starting afresh, or from step 1 when step 2 was accepted (no store error in
+    its call) before the taker started, is resuming from an older checkpoint."""
+    report = check(_stateful_partition(resume_step=None))
+    assert not report.ok and len(report.resumed_older) == 1
+    assert "resumed from step None, older than step 1" in report.resumed_older[0]
+    report = check(_stateful_partition(store_error=False))
+    assert not report.ok and "older than step 2" in report.resumed_older[0]
+    assert "RESUMED FROM AN OLDER CHECKPOINT" in report.render()
+    assert "FAILED resumed from an older checkpoint (1)" in report.verdict()
+
+
+def test_resume_from_a_state_no_run_had_accepted_is_a_finding() -> None:
+    """The taker resumes from step 5, which no earlier run of the fire checkpointed
+    (the zombie ended: it recorded every call it made)."""
+    report = check(_stateful_partition(resume_step=5))
+    assert not report.ok and len(report.resumed_older) == 1
+    assert "which no earlier run of the fire had accepted" in report.resumed_older[0]
+
+
+def test_zombie_checkpoint_accepted_after_the_takeover_is_a_finding() -> None:
+    """The zombie's step 3, called after B had started (T0+12.8 > T0+12.4), was
+    accepted: the store did not fence it."""
+    report = check(_stateful_partition(zombie_accepted=True))
+    assert not report.ok and len(report.zombie_writes) == 1
+    assert "step 3 accepted" in report.zombie_writes[0] and "had started" in report.zombie_writes[0]
+    assert not report.resumed_older
+
+
+def test_killed_run_may_have_written_the_step_after_its_last_record() -> None:
+    """A run killed -9 between a commit and its ckpt line: its successor may resume
+    from the step after its last recorded one, not from any later one."""
+    b = _killed_history(with_failover=True)
+    killed = next(e for e in b.executions if e.instance == A and e.key == (T0 + 10, 0))
+    killed.resumed = False
+    killed.checkpoints = [_ckpt(1, T0 + 10.05), _ckpt(2, T0 + 10.1)]
+    taker = next(e for e in b.executions if e.failover)
+    taker.resumed = True
+    for step, ok in ((2, True), (3, True), (4, False)):
+        taker.resume_step = step
+        report = check(b.history())
+        assert report.ok is ok, report.render()
+
+
+def test_pruned_fire_excuses_a_fresh_start() -> None:
+    """KEEP_FIRES - 1 newer fires of the item written before the taker started: the
+    fire's checkpoint may have been pruned, so a fresh start is excused and counted."""
+    b = _killed_history(with_failover=True)
+    killed = next(e for e in b.executions if e.instance == A and e.key == (T0 + 10, 0))
+    killed.resumed, killed.checkpoints = False, [_ckpt(1, T0 + 10.05)]
+    taker = next(e for e in b.executions if e.failover)
+    taker.resumed, taker.resume_step = False, None
+    assert not check(b.history()).ok
+    for k in (13, 14, 15):  # runs of later fires, written before T0+12.3 (synthetic)
+        newer = b.run(B, 0, T0 + k, start=T0 + 11.0 + k / 100, end=T0 + 11.2 + k / 100)
+        newer.resumed, newer.checkpoints = False, [_ckpt(1, T0 + 11.1 + k / 100)]
+    report = check(b.history())
+    assert not report.resumed_older and report.stats["resumes_pruned"] == 1
+
+
+def _crash_history() -> Builder:
+    """A's worker process crashes under (T0+10, item 0) at T0+10.2; B runs that fire
+    over at T0+10.5 (resuming from A's step 2); A runs its next fires as before."""
+    b = Builder()
+    b.steady(skip={(T0 + 10, 0)})
+    crashed = b.run(A, 0, T0 + 10, end=T0 + 10.2, valid=False, valid_through=T0 + 10.15)
+    crashed.crashed, crashed.resumed = True, False
+    crashed.checkpoints = [_ckpt(1, T0 + 10.05), _ckpt(2, T0 + 10.15)]
+    taker = b.run(B, 0, T0 + 10, start=T0 + 10.5, end=T0 + 10.8, failover=True)
+    taker.resumed, taker.resume_step = True, 2
+    b.frame()
+    return b
+
+
+def test_crash_that_leaves_the_instance_at_work_passes() -> None:
+    """The crashed run is not done, its successor is; the instance goes on."""
+    report = check(_crash_history().history())
+    assert report.ok, report.render()
+    assert report.stats["crashes"] == 1 and not report.crash_down
+    b = _crash_history()
+    assert "CRASHED" in next(e for e in b.executions if e.crashed).describe()
+
+
+def test_crash_that_took_the_instance_down_is_a_finding() -> None:
+    """The instance stopped by itself after the crash; or it started nothing of any
+    job afterwards (another job's run after the crash clears it)."""
+    b = _crash_history()
+    b.exits = [(A, T0 + 11.5)]
+    report = check(b.history())
+    assert not report.ok and len(report.crash_down) == 1 and "stopped at" in report.crash_down[0]
+    b = _crash_history()
+    history = b.history()
+    history.activity = {A: [T0 + 1.0], B: [T0 + 11.0]}  # A's starts: none after the crash
+    report = check(history)
+    assert not report.ok and "started nothing within" in report.crash_down[0]
+    history.activity = {A: [T0 + 1.0, T0 + 12.0]}
+    assert check(history).ok
+
+
+def test_load_history_reads_checkpoint_records(tmp_path: Path) -> None:
+    """resume and ckpt lines are paired with their execution, ckpt_error lines are
+    kept per (instance, item) for the job named, and a crashed end record is read."""
+    from tests.chaos.checker import load_histories
+
+    base = {"job": "s", "instance": A, "item": 0, "fire": T0, "token": 7,
+            "execution_id": "s@1#0", "start": T0 + 0.01}  # fmt: skip
+    lines = [
+        {**base, "phase": "start", "failover": False, "misfire": False},
+        {**base, "phase": "resume", "resume_step": None, "resumed": False, "t": T0 + 0.02},
+        {**base, "phase": "ckpt", "step": 1, "accepted": True, "t": T0 + 0.3, "t_end": T0 + 0.31},
+        {"phase": "ckpt_error", "job": "s", "instance": A, "item": 0, "t": T0 + 0.305},
+        {"phase": "ckpt_error", "job": "other", "instance": A, "item": 0, "t": T0 + 0.4},
+        {**base, "phase": "end", "end": T0 + 0.5, "valid": False, "crashed": True},
+    ]
+    (tmp_path / "exec-0.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    history = load_histories(tmp_path, {"s": Params(count=1, name="s")})["s"]
+    (ex,) = history.executions
+    assert (ex.resumed, ex.resume_step, ex.crashed, ex.done) == (False, None, True, False)
+    assert ex.checkpoints == [Checkpoint(1, True, T0 + 0.3, T0 + 0.31)]
+    assert history.checkpoint_errors == {(A, 0): [T0 + 0.305]}
+    assert history.activity == {A: [T0 + 0.01]}

@@ -11,7 +11,16 @@ of the workload kinds of :data:`KINDS`:
   that it did (``stopped`` and the reason if the context gives one): the checker
   counts such an execution as not done;
 * ``cpu``: ``work`` million iterations of pure-Python arithmetic (holds the GIL; the
-  time it takes grows with the machine's load, as real CPU-bound items do).
+  time it takes grows with the machine's load, as real CPU-bound items do);
+* ``stateful``: ``work`` seconds in steps of :data:`STEP` seconds, each followed by
+  ``ctx.checkpoint({"step": n})``; a resumed run starts after ``ctx.resume_state``'s
+  step. Like the example of docs/concepts.md it stops when a checkpoint is refused
+  (taken over) and not on a mere ``ctx.is_valid()`` false, so a zombie that wakes up
+  writes, and the store must refuse it; it returns early on a graceful stop
+  (``stop_reason() == "shutdown"``: its successor resumes). With ``crash`` (the
+  process executor only) a run that is not a failover run may end its worker
+  process with ``os._exit`` after an accepted checkpoint: the item is handed to
+  failover, the instance must go on.
 
 Each execution appends a ``start`` and an ``end`` JSON line (job, instance, item,
 fire time, token, execution id, failover/misfire flags, ``params`` of a run-now,
@@ -21,6 +30,18 @@ kernel already has, so no fsync (which would cost thousands of disk flushes a fi
 for the bulk job). ``state`` lines record every connection-state change of the
 store, an ``exit`` line the end of the runtime. The record format is the one
 tests/jobs/worker.py writes, plus ``job``.
+
+A ``stateful`` execution also appends, keyed like its ``end`` record (instance,
+execution id, start): a ``resume`` line (``resume_step``: the step of
+``ctx.resume_state``, None for none; ``resumed``; ``t``), then one ``ckpt`` line per
+call (``step``, ``accepted``: what ``ctx.checkpoint`` returned, ``t`` when the call
+began and ``t_end`` when it returned); its ``end`` line adds ``steps`` (the last
+accepted step), ``refused`` (it stopped on a refused checkpoint) and ``crashed`` (it
+ended its worker process itself; ``valid`` false: not done). A checkpoint call whose
+commit met a store error still returns True (the state is held and sent again): the
+instance appends a ``ckpt_error`` line (instance, job, item, ``t``) from the
+runtime's log record of it, made inside that call, so that the checker does not
+count such a call as a write the store accepted.
 """
 
 from __future__ import annotations
@@ -29,6 +50,7 @@ import argparse
 import json
 import logging
 import os
+import random
 import sys
 import threading
 import time
@@ -40,7 +62,15 @@ from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry import ConnectionState
 from shardkeeper.runtime import Runtime
 
-KINDS = ("sleep", "bulk", "long", "cpu")
+KINDS = ("sleep", "bulk", "long", "cpu", "stateful")
+EXECUTORS = ("thread", "process")
+#: seconds of work between two checkpoints of a ``stateful`` item
+STEP = 0.25
+#: the exit status of a worker process that a ``stateful`` item ends itself
+CRASH_STATUS = 3
+#: the runtime's log message (runtime/checkpoints.py) for a checkpoint whose commit met
+#: a store error; its arguments are (job, item, error)
+NOT_WRITTEN = "checkpoint of item %d not written"
 
 
 @dataclass(frozen=True)
@@ -51,13 +81,25 @@ class JobSpec:
     kind: str
     interval: float
     count: int
-    #: seconds (sleep, long) or million iterations (cpu); unused for bulk
+    #: seconds (sleep, long, stateful) or million iterations (cpu); unused for bulk
     work: float = 0.0
     sharding_wait: float = 5.0
+    #: where the items run (the job's ``executor``)
+    executor: str = "thread"
+    #: stateful: the chance that a first run ends its worker process (process only)
+    crash: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"job {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"job {self.name!r}: executor {self.executor!r} not in {EXECUTORS}")
+        if not 0.0 <= self.crash <= 1.0 or (self.crash and self.executor != "process"):
+            # os._exit in a thread would end the instance itself, not a worker process
+            raise ValueError(
+                f"job {self.name!r}: crash {self.crash} must be in [0, 1], and only with "
+                "executor='process'"
+            )
         if self.count < 1 or self.interval <= 0 or self.work < 0:
             raise ValueError(
                 f"job {self.name!r}: count {self.count}, interval {self.interval} and work "
@@ -73,6 +115,8 @@ class JobSpec:
             "count": self.count,
             "work": self.work,
             "sharding_wait": self.sharding_wait,
+            "executor": self.executor,
+            "crash": self.crash,
         }
 
 
@@ -80,8 +124,20 @@ class Recorder:
     """Appends JSON lines to one file, one ``write`` each (see the module docstring)."""
 
     def __init__(self, path: str) -> None:
+        self._open(path)
+
+    def _open(self, path: str) -> None:
+        self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the process executor pickles the job: a worker process opens the file anew
+        # (O_APPEND: its lines and the instance's never overwrite each other)
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._open(str(state["path"]))
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one record."""
@@ -116,18 +172,18 @@ class ChaosJob(ShardedJob):
         if covers:
             base["covers"] = [_timestamp(x) for x in covers]
         self.rec.write({**base, "phase": "start"})
-        outcome = getattr(self, f"_{self.spec.kind}")(ctx)
+        outcome = getattr(self, f"_{self.spec.kind}")(ctx, base)
         self.rec.write({**base, "phase": "end", "end": time.time(), **outcome})
 
     # -- the workload kinds: each returns the end record's verdict fields --------------
 
-    def _sleep(self, ctx: ShardingContext) -> dict[str, Any]:
+    def _sleep(self, ctx: ShardingContext, base: dict[str, Any]) -> dict[str, Any]:
         return _poll(ctx, time.time() + self.spec.work, 0.05, stop=False)
 
-    def _long(self, ctx: ShardingContext) -> dict[str, Any]:
+    def _long(self, ctx: ShardingContext, base: dict[str, Any]) -> dict[str, Any]:
         return _poll(ctx, time.time() + self.spec.work, 0.1, stop=True)
 
-    def _bulk(self, ctx: ShardingContext) -> dict[str, Any]:
+    def _bulk(self, ctx: ShardingContext, base: dict[str, Any]) -> dict[str, Any]:
         before = time.time()
         valid = ctx.is_valid()
         return {
@@ -136,7 +192,7 @@ class ChaosJob(ShardedJob):
             "invalid_at": None if valid else before,
         }
 
-    def _cpu(self, ctx: ShardingContext) -> dict[str, Any]:
+    def _cpu(self, ctx: ShardingContext, base: dict[str, Any]) -> dict[str, Any]:
         valid_through: float | None = None
         invalid_at: float | None = None
         acc = 0
@@ -159,6 +215,98 @@ class ChaosJob(ShardedJob):
             "invalid_at": invalid_at,
             "acc": acc,
         }
+
+    def _stateful(self, ctx: ShardingContext, base: dict[str, Any]) -> dict[str, Any]:
+        steps = max(1, round(self.spec.work / STEP))
+        resume = ctx.resume_state  # the store read comes first, as a real job's would
+        first = int(resume["step"]) if isinstance(resume, dict) and "step" in resume else 0
+        self.rec.write(
+            {
+                **base,
+                "phase": "resume",
+                "resume_step": None if resume is None else first,
+                "resumed": ctx.resumed,
+                "t": time.time(),
+            }
+        )
+        crash_at = self._crash_step(ctx, first, steps)
+        valid_through: float | None = None
+        invalid_at: float | None = None
+        done, refused, stopped = first, False, False
+        acc = 0
+        for n in range(first + 1, steps + 1):
+            before = time.time()
+            if ctx.is_valid():
+                valid_through = before
+            elif invalid_at is None:
+                invalid_at = before
+            if ctx.stop_reason() == "shutdown":
+                stopped = True  # a graceful stop: hand the item over, the successor resumes
+                break
+            # the step's work: a little arithmetic, then the rest of the step waiting
+            # (as on I/O); a fenced run goes on until its checkpoint is refused
+            for k in range(10_000):
+                acc = (acc * 31 + k) % 1_000_003
+            time.sleep(max(0.0, STEP - (time.time() - before)))
+            t = time.time()
+            accepted = ctx.checkpoint({"step": n})
+            self.rec.write(
+                {
+                    **base,
+                    "phase": "ckpt",
+                    "step": n,
+                    "accepted": accepted,
+                    "t": t,
+                    "t_end": time.time(),
+                }
+            )
+            if not accepted:
+                refused = True  # taken over: the successor's state is kept, stop writing
+                break
+            done = n
+            if n == crash_at:
+                self.rec.write(
+                    {
+                        **base,
+                        "phase": "end",
+                        "end": time.time(),
+                        "valid": False,
+                        "valid_through": valid_through,
+                        "invalid_at": invalid_at,
+                        "steps": done,
+                        "crashed": True,
+                    }
+                )
+                os._exit(CRASH_STATUS)  # the worker process dies under the item
+        before = time.time()
+        if ctx.is_valid():
+            valid_through = before
+        elif invalid_at is None:
+            invalid_at = before
+        out: dict[str, Any] = {
+            "valid": invalid_at is None,
+            "valid_through": valid_through,
+            "invalid_at": invalid_at,
+            "steps": done,
+            "refused": refused,
+            "acc": acc,
+        }
+        if stopped:
+            out.update(stopped=True, stop_reason="shutdown")
+        return out
+
+    def _crash_step(self, ctx: ShardingContext, first: int, steps: int) -> int | None:
+        """The step after whose checkpoint this run ends its worker process, or None.
+        A failover run never crashes (one that crashed too would be done for that
+        fire: docs/failover.md); the others with the spec's chance (misfire re-runs
+        included: with items longer than the interval most runs are), chosen from the
+        execution's ids and token."""
+        if not self.spec.crash or ctx.is_failover or first + 1 >= steps:
+            return None
+        rng = random.Random(f"{ctx.execution_id}:{ctx.fencing_token}")
+        if rng.random() >= self.spec.crash:
+            return None
+        return rng.randint(first + 1, steps - 1)
 
 
 def _poll(ctx: ShardingContext, deadline: float, step: float, *, stop: bool) -> dict[str, Any]:
@@ -193,6 +341,32 @@ def _poll(ctx: ShardingContext, deadline: float, step: float, *, stop: bool) -> 
     return out
 
 
+class CheckpointErrors(logging.Handler):
+    """Appends a ``ckpt_error`` line for each checkpoint whose commit met a store
+    error (the runtime logs it in the thread that makes the call, or, for the process
+    executor, in the instance's thread that answers the worker process's call: inside
+    the call either way)."""
+
+    def __init__(self, recorder: Recorder, instance: str) -> None:
+        super().__init__(logging.WARNING)
+        self.rec = recorder
+        self.instance = instance
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if NOT_WRITTEN not in str(record.msg) or len(args) < 2:
+            return
+        self.rec.write(
+            {
+                "phase": "ckpt_error",
+                "instance": self.instance,
+                "job": str(args[0]),
+                "item": int(str(args[1])),
+                "t": record.created,
+            }
+        )
+
+
 def _timestamp(value: Any) -> float:
     """A fire time (datetime or number) as epoch seconds."""
     return float(value.timestamp()) if hasattr(value, "timestamp") else float(value)
@@ -223,8 +397,15 @@ def main(argv: list[str] | None = None) -> int:
             sharding_total_count=spec.count,
             failover=True,
             misfire=True,
+            executor=spec.executor,
+            # every call written at once: a True answer is a write the store accepted
+            # (or one whose commit met a store error: the ckpt_error line says so)
+            checkpoint_interval=0.0,
         )
         rt.add_job(ChaosJob(spec, rec), cfg)
+    logging.getLogger("shardkeeper.runtime.checkpoints").addHandler(
+        CheckpointErrors(rec, rt.instance_id)
+    )
 
     def on_state(state: ConnectionState) -> None:
         rec.write(
@@ -245,4 +426,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run as a script: run the module's own main, so that the job class is
+    # tests.chaos.worker.ChaosJob, which the process executor's workers import by name
+    # (the launcher puts the repository root on PYTHONPATH)
+    from tests.chaos.worker import main as _main
+
+    sys.exit(_main())
