@@ -46,6 +46,7 @@ __all__ = [
     "FIRE_SPAN",
     "ITEM_SPAN",
     "TRACER",
+    "attached",
     "current_ids",
     "enabled",
     "end_fire",
@@ -229,6 +230,25 @@ def using(span: Span | None) -> Iterator[None]:
         span, end_on_exit=False, record_exception=False, set_status_on_exception=False
     ):
         yield
+
+
+@contextmanager
+def attached(traceparent: str) -> Iterator[None]:
+    """Make the span named by a W3C ``traceparent`` current in this context for the
+    block: a worker process of the process executor (runtime/child.py) runs its item
+    under the parent's item span this way. The span object stays in the parent (it
+    is recorded and ended there); here it is a non-recording stand-in with its
+    context, so log records, ``inject`` and the job's own spans are under it. A
+    no-op without OpenTelemetry or without a valid ``traceparent``."""
+    api = _api()
+    if not traceparent or api is None:
+        yield
+        return
+    token = api.context.attach(api.w3c.extract({"traceparent": traceparent}))
+    try:
+        yield
+    finally:
+        api.context.detach(token)
 
 
 def traceparent(span: Span | None) -> str:

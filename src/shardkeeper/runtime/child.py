@@ -7,11 +7,13 @@ else: the coordination (marks, fencing, completion commits) stays in the parent.
 
 The pipe to the parent carries tuples:
 
-* parent -> child: ``("run", ref, fields)`` (run one item), ``("reply", value)`` or
+* parent -> child: ``("run", ref, fields, traceparent)`` (run one item, under the
+  parent's item span when ``traceparent`` is not ""), ``("reply", value)`` or
   ``("raise", exc)`` (the answer to a call), ``("exit",)``;
 * child -> parent: ``("ready", pid)`` once at its start, ``("call", name, args,
   kwargs)`` (a request: the parent makes the call ``name`` on the item's context there
-  and answers), ``("log", record)`` (a log record, handled by the parent's logging),
+  and answers), ``("log", record)`` (a log record, handled by the parent's logging,
+  stamped here with the item's fields: logcontext.ItemContextFilter),
   ``("done", outcome, error, rss)``.
 
 The context the item gets is rebuilt here from its plain fields; each of its
@@ -39,9 +41,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from shardkeeper import tracing
 from shardkeeper._imports import import_object
 from shardkeeper.job import ShardedJob, ShardingContext
-from shardkeeper.logcontext import item_context
+from shardkeeper.logcontext import ItemContextFilter, item_context
 
 __all__ = ["FORWARDED", "JobRef", "RemoteTraceback", "context_fields", "serve"]
 
@@ -168,14 +171,19 @@ class _Forwarded:
 
 class _LogForwarder(logging.Handler):
     """Sends the child's log records to the parent, whose handlers format and write
-    them (the child has none of its own: the parent's logging is the configured one)."""
+    them (the child has none of its own: the parent's logging is the configured one).
+    Each record is stamped with the item's fields here, where the item runs: in the
+    parent it is handled by a thread whose context knows no item, and the parent's
+    ItemContextFilter keeps the attributes a record already has."""
 
     def __init__(self, channel: _Channel) -> None:
         super().__init__()
         self._channel = channel
+        self._stamp = ItemContextFilter()
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
+            self._stamp.filter(record)
             data = dict(record.__dict__)
             # rendered here: the arguments may not pickle, the message always does
             data["msg"] = record.getMessage()
@@ -249,7 +257,7 @@ def serve(conn: Connection) -> None:
             return
         if message[0] != "run":
             continue
-        _kind, ref, fields = message
+        _kind, ref, fields, parent_span = message
         error: tuple[BaseException | None, str, str, str] | None = None
         try:
             known = jobs.get(ref.name)
@@ -257,7 +265,7 @@ def serve(conn: Connection) -> None:
                 jobs[ref.name] = (ref, ref.build())
             job = jobs[ref.name][1]
             ctx = ShardingContext(**fields, **proxies)
-            with item_context(ctx):
+            with item_context(ctx), tracing.attached(parent_span):
                 job.run_item(ctx)
         except BaseException as exc:  # user code: reported to the parent
             error = _error_payload(exc)

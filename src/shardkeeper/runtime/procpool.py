@@ -43,11 +43,13 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from typing import TYPE_CHECKING, Any, Protocol
 
+from shardkeeper import tracing
 from shardkeeper._imports import import_object
 from shardkeeper.config import JobConfig
 from shardkeeper.config.model import EXECUTORS
 from shardkeeper.errors import ConfigError, ShardkeeperError
 from shardkeeper.job import ShardedJob, ShardingContext
+from shardkeeper.logcontext import item_context
 from shardkeeper.runtime.attempts import Attempt
 from shardkeeper.runtime.batch import CRASHED
 from shardkeeper.runtime.child import FORWARDED, JobRef, RemoteTraceback, context_fields, serve
@@ -377,7 +379,7 @@ class ProcessPool:
             on_timeout: Callable[[], None],
             span: Span | None = None,
         ) -> Attempt:
-            return self.run(ref, ctx, timeout, on_timeout)
+            return self.run(ref, ctx, timeout, on_timeout, span)
 
         return run_once
 
@@ -387,16 +389,18 @@ class ProcessPool:
         ctx: ShardingContext,
         timeout: float | None,
         on_timeout: Callable[[], None],
+        span: Span | None = None,
     ) -> Attempt:
-        """Run ``ctx``'s item once in a child, within ``timeout`` seconds when given;
-        this thread answers the child's requests meanwhile."""
+        """Run ``ctx``'s item once in a child, within ``timeout`` seconds when given,
+        under ``span`` (its execution's: its W3C traceparent is made current in the
+        child); this thread answers the child's requests meanwhile."""
         started = time.time()
         try:
             child = self._acquire()
             # counted from here: a new child's start (a loaded machine, a spawn) is
             # the pool's time, not the item's
             deadline = None if timeout is None else time.monotonic() + timeout
-            child.conn.send(("run", ref, context_fields(ctx)))
+            child.conn.send(("run", ref, context_fields(ctx), tracing.traceparent(span)))
         except (OSError, ValueError, ShardkeeperError, pickle.PicklingError) as exc:
             # no child could be started or reached: the attempt failed, the instance
             # goes on (the next attempt starts a new child)
@@ -453,7 +457,10 @@ class ProcessPool:
             target: Any = ctx
             for part in name.split("."):
                 target = getattr(target, part)
-            reply: tuple[str, Any] = ("reply", target(*args, **kwargs))
+            # what the call logs here (a checkpoint's store error) names the item, as
+            # it does when the item runs in a thread of this process
+            with item_context(ctx):
+                reply: tuple[str, Any] = ("reply", target(*args, **kwargs))
         except Exception as exc:  # the child raises it in the item's code
             reply = ("raise", exc)
         try:
