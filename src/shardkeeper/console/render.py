@@ -8,6 +8,7 @@ Jinja2 autoescaping is on: every value is HTML-escaped.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,47 @@ def _seconds(value: float | None) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
 
 
+def _count(value: Any) -> str:
+    """A count without a needless ``.0`` (``500``, ``2.5``)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _eta(value: float | None) -> str:
+    """Seconds left as ``45s``, ``1m05s`` or ``2h03m`` ("-" when unknown)."""
+    if value is None:
+        return "-"
+    minutes, seconds = divmod(round(value), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+
+
+def _progress(report: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A running item's last progress report (``ItemView.progress``) as the item
+    table shows it: ``percent`` (a number or None, for the bar), ``amount``
+    (``50.0% (500/1000)``, or ``500`` without a total), ``note``, ``rate``
+    (``12.5/s``) and ``eta`` (``1m05s``), "-" for what is unknown; None without a
+    report (the same cells as ``shardkeeper shards``' PROGRESS, RATE and ETA)."""
+    if not report:
+        return None
+    done, total, percent = report.get("done"), report.get("total"), report.get("percent")
+    amount = f"{_count(done)}/{_count(total)}" if total is not None else _count(done)
+    rate = report.get("rate")
+    return {
+        "percent": percent,
+        "amount": f"{percent:.1f}% ({amount})" if percent is not None else amount,
+        "note": str(report.get("note") or ""),
+        "rate": f"{rate:.3g}/s" if rate is not None else "-",
+        "eta": _eta(report.get("eta")),
+    }
+
+
 TEMPLATES.env.filters["time"] = _time
 TEMPLATES.env.filters["seconds"] = _seconds
+TEMPLATES.env.filters["progress"] = _progress
 # item lists as ranges ("0-999,1500"): a big job's share stays one short line
 TEMPLATES.env.filters["ranges"] = item_ranges
 
