@@ -140,7 +140,11 @@ count as one run. Then:
    ``os._exit``): its instance must not stop (an exit or ``self_exit`` within the
    quiet deadline after the crash), and must start an execution (of any job) within
    the quiet deadline, unless it was faulted, stopped or the run ended meanwhile.
-   A crashed run is not done (``valid`` false): its pair must run again (finding 1).
+   A crashed run is not done (``valid`` false): its pair must run again (finding 1),
+   unless its failover was still pending at the final stop (the crash came within a
+   period and slack of it, or a later run of the item ran from after the crash to
+   the stop: a claim waits until the item is free): listed then, like the runs the
+   final stop interrupted.
 
 Reported, counted and listed but not failing the run: sessions lost by instances that
 were neither frozen nor partitioned then (a store member's kill or isolation, a slow
@@ -1011,6 +1015,10 @@ def _check_started_work(
     interrupted it (listed, not failed)."""
     stop = min((ev.t for ev in events if ev.kind == "stop"), default=math.inf)
     stopped = rerun = 0
+    by_item: dict[int, list[Execution]] = defaultdict(list)
+    for runs in by_key.values():
+        for e in runs:
+            by_item[e.item].append(e)
     for key, runs in sorted(by_key.items()):
         interrupted = [e for e in runs if e.stopped]
         stopped += len(interrupted)
@@ -1023,6 +1031,9 @@ def _check_started_work(
             continue
         if interrupted and all(e.stopped and (e.end or 0.0) >= stop for e in runs):
             report.stopped_at_end += [e.describe() for e in runs]
+            continue
+        if _crash_pending_at_stop(p, runs, by_item[key[1]], stop):
+            report.stopped_at_end += [e.describe() + " (its failover pending)" for e in runs]
             continue
         fenced = [e for e in runs if e.valid is False]
         explained = [
@@ -1043,6 +1054,22 @@ def _check_started_work(
             + "; ".join(e.describe() for e in runs)
         )
     report.stats.update(stopped=stopped, stopped_rerun=rerun)
+
+
+def _crash_pending_at_stop(
+    p: Params, runs: list[Execution], item_runs: list[Execution], stop: float
+) -> bool:
+    """A pair whose runs crashed (or were interrupted by the final stop), whose
+    failover was still pending at the final stop: it came within a period and slack
+    of the stop (the claim's own latency), or a later run of the item started after
+    the crash and still ran at the stop (a claim waits until the item is free)."""
+    crashed = [e for e in runs if e.crashed]
+    if not crashed or not all(e.crashed or (e.stopped and (e.end or 0.0) >= stop) for e in runs):
+        return False
+    last = max(e.end or 0.0 for e in crashed)
+    if last >= stop - p.period - p.slack:
+        return True
+    return any(x.start > last and x.until >= stop for x in item_runs if x not in runs)
 
 
 def _owner_at(runs: list[Execution], t: float) -> str | None:

@@ -1157,3 +1157,23 @@ def test_load_history_reads_checkpoint_records(tmp_path: Path) -> None:
     assert ex.checkpoints == [Checkpoint(1, True, T0 + 0.3, T0 + 0.31)]
     assert history.checkpoint_errors == {(A, 0): [T0 + 0.305]}
     assert history.activity == {A: [T0 + 0.01]}
+
+
+def test_crash_whose_failover_waits_behind_a_run_at_the_final_stop_is_listed() -> None:
+    """The last crash of the run: the item's next run started right after it and the
+    final stop interrupted that run, so the crashed fire's failover claim (it waits
+    until the item is free) was still pending: listed, not lost. Without that run,
+    the crashed pair is lost."""
+    b = Builder()
+    b.steady(skip={(T0 + k, 0) for k in range(30, END)})
+    crashed = b.run(A, 0, T0 + 30, end=T0 + 30.2, valid=False, valid_through=T0 + 30.15)
+    crashed.crashed = True
+    b.frame()
+    report = check(b.history())
+    assert any("started but never completed validly" in x for x in report.lost)
+    behind = b.run(A, 0, T0 + 31, start=T0 + 30.3, end=T0 + END + 0.1)
+    behind.stopped, behind.stop_reason = True, "shutdown"
+    behind.covers = tuple(T0 + k for k in range(32, END))  # the fires it folded
+    report = check(b.history())
+    assert report.ok, report.render()
+    assert any("CRASHED" in x and "failover pending" in x for x in report.stopped_at_end)
