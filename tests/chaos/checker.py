@@ -1973,18 +1973,18 @@ class JobsReport:
         stateful = [(n, r) for n, r in self.reports.items() if r.stats.get("ckpt_calls")]
         if stateful:
             lines.append(
-                f"{'job':<8} {'ckpts':>6} {'accepted':>8} {'refused':>7} {'zombie':>6} "
+                f"{'job':<8} {'ckpts':>6} {'accepted':>8} {'refused':>7} {'of-zombies':>10} "
                 f"{'held':>5} {'resumed':>7} {'checked':>7} {'pruned':>6} {'older':>5} "
-                f"{'zombie-ok':>9} {'crashes':>7} {'crash-down':>10}"
+                f"{'zombie-accepted':>15} {'crashes':>7} {'crash-down':>10}"
             )
         for name, r in stateful:
             s = r.stats
             lines.append(
                 f"{name:<8} {s.get('ckpt_calls', 0):>6} {s.get('ckpt_accepted', 0):>8} "
-                f"{s.get('ckpt_refused', 0):>7} {s.get('zombie_refused', 0):>6} "
+                f"{s.get('ckpt_refused', 0):>7} {s.get('zombie_refused', 0):>10} "
                 f"{s.get('ckpt_held', 0):>5} {s.get('resumes', 0):>7} "
                 f"{s.get('resumes_checked', 0):>7} {s.get('resumes_pruned', 0):>6} "
-                f"{len(r.resumed_older):>5} {len(r.zombie_writes):>9} "
+                f"{len(r.resumed_older):>5} {len(r.zombie_writes):>15} "
                 f"{s.get('crashes', 0):>7} {len(r.crash_down):>10}"
             )
         lines.append(
