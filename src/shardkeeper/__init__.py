@@ -42,6 +42,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports
     from shardkeeper.config import JobConfig, load_job_configs
     from shardkeeper.errors import (
+        CheckpointError,
+        CheckpointFencedError,
+        CheckpointStateError,
+        CheckpointUnavailableError,
         ClockSkewError,
         ConfigError,
         InstanceLookupError,
@@ -81,6 +85,10 @@ _ORIGINS: dict[str, str] = {
     **dict.fromkeys(("JobConfig", "load_job_configs"), "shardkeeper.config"),
     **dict.fromkeys(
         (
+            "CheckpointError",
+            "CheckpointFencedError",
+            "CheckpointStateError",
+            "CheckpointUnavailableError",
             "ClockSkewError",
             "ConfigError",
             "InstanceLookupError",
@@ -135,6 +143,10 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "CheckpointError",
+    "CheckpointFencedError",
+    "CheckpointStateError",
+    "CheckpointUnavailableError",
     "ClockSkewError",
     "ClusterOnceListener",
     "ConfigError",

@@ -146,8 +146,10 @@ def test_leader_cost_once(zk_server: ZooKeeperCluster, tmp_path: Path) -> None:
     assert big["assignment_bytes"] > 0
     assert big["reshard_calls"]["commit"] == 1
     assert big["reshard_started_calls"]["commit"] == 1
-    # the path that knows the fire started reads no member node and no fired mark
-    assert "get_tree" not in big["reshard_started_calls"]
+    # the path that knows the fire started reads no member node; it reads the fired
+    # marks once (one listing), since a new assignment must take effect after the
+    # latest fire any instance started, however late this fire is decided
+    assert big["reshard_started_calls"].get("get_tree", 0) <= 1
     assert big["reshard_started_round_trips"]["median"] < big["reshard_round_trips"]["median"]
     parts = {k: v["median"] for k, v in big["parts_round_trips"].items()}
     # 100 member nodes and 100 fired marks are each read in one multiRead request

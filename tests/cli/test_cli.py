@@ -158,6 +158,7 @@ ITEM_KEYS = {
     "last_instance",
     "failures",
     "health",
+    "progress",
 }
 DETAIL_KEYS = {
     "name",

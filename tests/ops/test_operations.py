@@ -174,6 +174,7 @@ def test_jobs_summary_and_detail(ops: Operations, start: Start) -> None:
         "last_instance",
         "failures",
         "health",
+        "progress",
     }
 
 

@@ -169,13 +169,13 @@ def test_partitioned_client_goes_suspended_then_lost_and_reconnects_after_heal(
 
 def _endpoint(store: object) -> str:
     """``host:port`` of the member an etcd store sends its requests to now."""
-    return str(store._client.endpoint_in_use.netloc)  # type: ignore[attr-defined]
+    return str(store._transport.endpoint_in_use().netloc)  # type: ignore[attr-defined]
 
 
 def _steer(store: object, member: tuple[str, int]) -> None:
     """Make a started etcd store send its requests to ``member`` (its client starts on
     a random one), as a store that connected to it would."""
-    store._client._current_endpoint_label = "{}:{}".format(*member)  # type: ignore[attr-defined]
+    store._transport.use("{}:{}".format(*member))  # type: ignore[attr-defined]
     assert _endpoint(store) == "{}:{}".format(*member)
 
 

@@ -95,6 +95,9 @@ def jobs_cmd(registry: RegistryOpt = None, as_json: JsonOpt = False) -> None:
 
 
 def _items_table(items: list[ItemView]) -> Table:
+    # the progress columns only when some item reports progress: most jobs never do,
+    # and three empty columns wrapped every row of an 80-column terminal
+    shown = any(i.progress is not None for i in items)
     table = new_table(
         "ITEM",
         "PARAMETER",
@@ -107,12 +110,9 @@ def _items_table(items: list[ItemView]) -> Table:
         "DURATION",
         "LAST OK",
         "LAST ERROR",
-        "PROGRESS",
-        "RATE",
-        "ETA",
+        *(("PROGRESS", "RATE", "ETA") if shown else ()),
     )
     for i in items:
-        progress, rate, eta = fmt_progress(i.progress)
         failover = f"queued (from {i.failover_from})" if i.failover_queued else "-"
         if i.running_as_failover:
             failover = "running"
@@ -128,9 +128,7 @@ def _items_table(items: list[ItemView]) -> Table:
             fmt_seconds(i.last_duration),
             fmt_time(i.last_ok),
             fmt_short(i.last_error),
-            progress,
-            rate,
-            eta,
+            *(fmt_progress(i.progress) if shown else ()),
         )
     return table
 
