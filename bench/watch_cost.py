@@ -63,7 +63,7 @@ def measure(mode: str, items: int, rounds: int) -> dict[str, object]:
         raw.start(30)
         try:
             store.put("/jobs/bulk/config", b"{}")
-            # the store's namespace is a chroot of its name (registry/zookeeper/session.py)
+            # the store's namespace is a chroot of its name (registry/zookeeper/transport.py)
             root = "/bench"
             running = f"{root}/jobs/bulk/running"
             raw.ensure_path(running)

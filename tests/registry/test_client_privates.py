@@ -344,7 +344,7 @@ def test_kazoo_sets_last_zxid_before_deserializing_and_passes_a_pair_through(
     results, zxid = reply.get(timeout=1)
     assert (list(results), zxid) == ([], 42), (
         "kazoo's Transaction.unchroot no longer passes the (results, zxid) pair of "
-        "our multi through (session.py unpacks it)"
+        "our multi through (transport.py unpacks it)"
     )
 
 
@@ -443,6 +443,146 @@ def test_kazoo_dispatches_a_notification_only_to_one_shot_watchers(kazoo_client:
     assert len(dispatched) == 1, f"kazoo dispatched {dispatched} for one watched path"
     event = dispatched[0].args[0]
     assert (event.path, event.type) == ("/a", "CHANGED"), event
+
+
+#: what the ZooKeeper backend's modules other than the transport may import of kazoo:
+#: its exceptions (errors.py's one translation, and the per-operation results of a
+#: multi), its documented records (``ZnodeStat``, ``KazooState``, ACLs) and the
+#: threading handler (handler.py extends it; errors.py translates its timeout)
+KAZOO_OUTSIDE_TRANSPORT = {
+    "kazoo.exceptions",
+    "kazoo.protocol.states",
+    "kazoo.security",
+    "kazoo.handlers.threading",
+}
+#: what they may use of kazoo_private: its request records and their constants
+#: (building and reading a multi's operations, as etcd's parts build the generated
+#: messages); its client, its requests and its hooks are the transport's alone
+KAZOO_RECORDS = {
+    "create_op",
+    "check_op",
+    "delete_op",
+    "set_data_op",
+    "get_data_op",
+    "get_children_op",
+    "created",
+    "deleted",
+    "is_delete",
+    "is_ephemeral_create",
+    "CREATE_FRAMING",
+    "SMALL_OP_FRAMING",
+    "NODE_CREATED",
+    "NODE_DELETED",
+    "NODE_DATA_CHANGED",
+}
+#: the client, its requests and the session's identity: the transport's alone
+KAZOO_CLIENT_NAMES = {
+    "KazooClient",
+    "KazooRetry",
+    "Client",
+    "get_async",
+    "exists_async",
+    "get_children_async",
+    "create_async",
+    "set_async",
+    "delete_async",
+    "get_acls_async",
+    "set_acls_async",
+    "add_listener",
+    "start_async",
+    "client_id",
+    "last_zxid",
+    "submit_multi",
+    "submit_multi_read",
+    "submit_add_watch",
+    "connection_socket",
+    "forget_session",
+    "root_at",
+    "missing_hooks",
+}
+
+
+def test_only_the_transport_touches_the_kazoo_client() -> None:
+    """The ZooKeeper backend's transport (``transport.py``) is the one module that
+    builds the kazoo client, sends requests on it and uses kazoo_private's client
+    and requests; the other parts import at most kazoo's exceptions and documented
+    records, and build kazoo_private's request records (the multi's operations)."""
+    offenders: list[str] = []
+    for path in sorted(ZK.glob("*.py")):
+        if path.name in ("transport.py", "kazoo_private.py"):
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("kazoo") and alias.name not in KAZOO_OUTSIDE_TRANSPORT:
+                        offenders.append(f"{path.name}:{node.lineno} import {alias.name}")
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                names = [alias.name for alias in node.names]
+                if module == "kazoo":
+                    modules = [f"kazoo.{name}" for name in names]
+                    bad = [m for m in modules if m not in KAZOO_OUTSIDE_TRANSPORT]
+                    offenders.extend(
+                        f"{path.name}:{node.lineno} from kazoo import {m}" for m in bad
+                    )
+                elif module.startswith("kazoo") and module not in KAZOO_OUTSIDE_TRANSPORT:
+                    offenders.append(f"{path.name}:{node.lineno} from {module} import ...")
+                elif module.endswith("kazoo_private"):
+                    offenders.extend(
+                        f"{path.name}:{node.lineno} from kazoo_private import {name}"
+                        for name in names
+                        if name not in KAZOO_RECORDS
+                    )
+            elif isinstance(node, ast.Attribute):
+                if (
+                    isinstance(node.value, ast.Name)
+                    and node.value.id == "kazoo_private"
+                    and node.attr not in KAZOO_RECORDS
+                ):
+                    offenders.append(f"{path.name}:{node.lineno} kazoo_private.{node.attr}")
+                elif node.attr in KAZOO_CLIENT_NAMES:
+                    offenders.append(f"{path.name}:{node.lineno} .{node.attr}")
+    assert not offenders, (
+        f"only registry/zookeeper/transport.py may touch the kazoo client: {offenders}"
+    )
+    # and the transport does (the rule above is not satisfied by an empty backend)
+    transport = ZK / "transport.py"
+    used = _module_attributes(transport, "kazoo_private")
+    assert {"Client", "submit_multi", "submit_multi_read", "submit_add_watch"} <= used, used
+
+
+def test_the_zookeeper_store_is_composed_not_a_mixin_tower() -> None:
+    """``ZooKeeperStore`` derives from the contract alone and composes its parts: no
+    class of ``registry/zookeeper`` derives from another class of the package (a part
+    is never a base), none is named or documented as a mixin, and no method is an
+    abstract stub for a sibling to fill in."""
+    from shardkeeper.registry.base import CoordinationStore
+    from shardkeeper.registry.zookeeper import ZooKeeperStore
+
+    assert ZooKeeperStore.__bases__ == (CoordinationStore,)
+    own: set[str] = set()
+    trees = {path.name: ast.parse(path.read_text()) for path in sorted(ZK.glob("*.py"))}
+    for tree in trees.values():
+        own.update(n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef))
+    offenders: list[str] = []
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                bases = {b.id for b in node.bases if isinstance(b, ast.Name)}
+                if bases & own:
+                    offenders.append(f"{name}:{node.lineno} {node.name}{sorted(bases & own)}")
+                doc = ast.get_docstring(node) or ""
+                if "mixin" in node.name.lower() or "mixin" in doc.lower():
+                    offenders.append(f"{name}:{node.lineno} {node.name} is a mixin")
+            elif isinstance(node, ast.Name) and node.id in (
+                "abstractmethod",
+                "NotImplementedError",
+            ):
+                offenders.append(f"{name}:{node.lineno} {node.id}")
+            elif isinstance(node, ast.Attribute) and node.attr == "abstractmethod":
+                offenders.append(f"{name}:{node.lineno} abstractmethod")
+    assert not offenders, offenders
 
 
 # ---- cslab-etcd3 --------------------------------------------------------------------

@@ -154,13 +154,13 @@ def test_an_excluded_subtree_notification_is_dropped_on_the_connection_thread(
     seen = Events()
     store.watch("/", seen, exclude=is_high_churn)
     drains: list[str] = []
-    real_drain = store._drain
+    real_drain = store._watches._drain
 
     def counting_drain(w: Any) -> None:
         drains.append(w.prefix)
         real_drain(w)
 
-    monkeypatch.setattr(store, "_drain", counting_drain)
+    monkeypatch.setattr(store._watches, "_drain", counting_drain)
     writer.commit([Put(f"/jobs/j/running/{i}", b"x") for i in range(200)])
     writer.commit([Delete(f"/jobs/j/running/{i}") for i in range(200)])
     writer.put("/jobs/j/config", b"sentinel")
@@ -458,13 +458,13 @@ def test_an_absence_check_of_a_parent_the_multi_creates_is_that_create(
     the multi has no guard create+delete of it (two operations and two notifications
     to every watcher, per job). An existing job node still fails the commit, naming it."""
     sent: list[list[Any]] = []
-    real = store._multi
+    real = store._transport.multi
 
     def spy(deadline: float, ops: list[Any]) -> Any:
         sent.append(list(ops))
         return real(deadline, ops)
 
-    monkeypatch.setattr(store, "_multi", spy)
+    monkeypatch.setattr(store._transport, "multi", spy)
     store.put("/jobs/other/config", b"x")
     sent.clear()
     ok = store.commit([Check("/jobs/j", exists=False), Create("/jobs/j/config", b"doc")])

@@ -1,9 +1,10 @@
 """Review 2026-12 finding 9: an absence guard (create + delete of one node in our own
 multi) must never be adopted by the ZooKeeper watch as a created node.
 
-No server: the store's own tap, drain, ``_own_multi`` and ``_landed`` run in the order
-kazoo's connection thread and the event thread would run them, with the event loop's
-posts captured and run by hand, so each interleaving is forced exactly.
+No server: the tree watch's own tap (``notified``), drain, ``applied`` and ``landed``
+run in the order kazoo's connection thread and the event thread would run them, with
+the event loop's posts captured and run by hand, so each interleaving is forced
+exactly.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ import pytest
 
 from shardkeeper.registry.base import Check, Create, EventKind, Op, WatchEvent
 from shardkeeper.registry.url import RegistrySettings
-from shardkeeper.registry.zookeeper import ZooKeeperStore, kazoo_private
-from shardkeeper.registry.zookeeper.watch import _TreeWatch
+from shardkeeper.registry.zookeeper import kazoo_private
+from shardkeeper.registry.zookeeper.owned import OwnedEphemerals
+from shardkeeper.registry.zookeeper.planner import Commits
+from shardkeeper.registry.zookeeper.reads import Reads
+from shardkeeper.registry.zookeeper.transport import Flight, Transport
+from shardkeeper.registry.zookeeper.watch import TreeWatch, Watch
 
 NECESSARY = "/jobs/j/necessary"
 MARK = "/jobs/j/running/0"
@@ -44,48 +49,57 @@ class _Loop:
             self.posted.pop(0)()
 
 
-class _Harness(ZooKeeperStore):
-    """The store with its event loop captured and its re-reads recorded (no server)."""
+class _Harness(TreeWatch):
+    """The store's tree watch with its event loop captured and its re-reads recorded
+    (no server), and the store's commits over the same transport."""
 
     def __init__(self) -> None:
-        super().__init__(RegistrySettings.from_url("zk://127.0.0.1:1/phantom"))
+        self.transport = Transport(RegistrySettings.from_url("zk://127.0.0.1:1/phantom"))
         self.loop = _Loop()
-        self._loop = self.loop  # type: ignore[assignment]
+        self.reads = Reads(self.transport)
+        owned = OwnedEphemerals()
+        super().__init__(
+            self.transport.settings,
+            self.transport,
+            self.reads,
+            self.loop,  # type: ignore[arg-type]
+            owned,
+        )
+        self.commits = Commits(self.transport, self.reads, owned, self, None)
         self.reread: list[str] = []
-        self.w = _TreeWatch(prefix="/", listener=lambda event: None)
+        self.w = Watch(prefix="/", listener=lambda event: None)
         self._watches.append(self.w)
 
     def _sync(  # type: ignore[override]
-        self, w: _TreeWatch, paths: list[str], *, full: bool, **kwargs: Any
+        self, w: Watch, paths: list[str], *, full: bool, **kwargs: Any
     ) -> None:
         self.reread.extend(paths)
 
     def tap(self, etype: int, path: str) -> None:
         """A notification read on kazoo's connection thread."""
-        self._on_watch_tap(etype, path)
+        self.notified(etype, path)
 
     def reply(self, made: dict[str, bytes], zxid: int, paths: Iterable[str] = ()) -> None:
         """The multi's reply read on the connection thread (``made`` adopted), then
         its waiter woken (``paths``, or ``made``'s, no longer in flight)."""
-        self._own_multi(made, [], zxid)
-        self._landed(paths or list(made))
+        self.applied(made, [], zxid)
+        self.landed(paths or list(made))
 
 
-def _made(flight: Any) -> dict[str, bytes]:
-    """What a multi in flight makes (its ``made``; at 3005b15 ``_in_flight`` returned
-    that dict itself, so these tests also run against that code)."""
-    return dict(getattr(flight, "made", flight))
+def _made(flight: Flight) -> dict[str, bytes]:
+    """What a multi in flight makes."""
+    return dict(flight.made)
 
 
-def _flying(flight: Any) -> list[str]:
-    """Every path a multi in flight creates (at 3005b15: the keys of its dict)."""
-    return list(getattr(flight, "paths", flight))
+def _flying(flight: Flight) -> list[str]:
+    """Every path a multi in flight creates."""
+    return list(flight.paths)
 
 
-def _guarded_start_ops(store: ZooKeeperStore) -> list[Any]:
+def _guarded_start_ops(store: _Harness) -> list[Any]:
     """The multi of a start commit: the absence guard of ``necessary`` (create +
     delete, as planner.py builds it) and the running mark it creates."""
-    full = store._full
+    full = store.transport.full
     return [
         kazoo_private.create_op(full(NECESSARY), b"", [], False),
         kazoo_private.delete_op(full(NECESSARY), -1),
@@ -100,30 +114,30 @@ def store() -> _Harness:
 
 def test_a_guard_pair_is_not_counted_as_made(store: _Harness) -> None:
     """The paths a multi creates and then deletes are not in flight as made by it."""
-    flight = store._in_flight(_guarded_start_ops(store))
+    flight = store.in_flight(_guarded_start_ops(store))
     assert _made(flight) == {MARK: b"mark"}
     # still in flight: its CREATED is held until the reply, so it costs no read
-    assert store._inflight == {NECESSARY: 1, MARK: 1}
-    store._landed(_flying(flight))
-    assert store._inflight == {}
+    assert store.inflight == {NECESSARY: 1, MARK: 1}
+    store.landed(_flying(flight))
+    assert store.inflight == {}
 
 
 def test_the_planners_own_start_multi_leaves_the_guard_out(
     store: _Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The multi ``_plan`` builds for a start-shaped commit (an absence check of the
+    """The multi ``Commits.plan`` builds for a start-shaped commit (an absence check of the
     reshard flag, the running mark) makes only the mark."""
     # the planner reads the parents and the checked paths before it builds the multi:
     # every one of them is there except the flag (and the mark, which it creates)
-    monkeypatch.setattr(store, "_missing_ancestors", lambda deadline, path, seen: [])
-    monkeypatch.setattr(store, "_read_many", lambda deadline, paths: dict.fromkeys(paths))
+    monkeypatch.setattr(store.commits, "_missing_ancestors", lambda deadline, path, seen: [])
+    monkeypatch.setattr(store.reads, "read_many", lambda deadline, paths: dict.fromkeys(paths))
     ops: list[Op] = [Check(NECESSARY, exists=False), Create(MARK, b"mark")]
-    planned = store._plan(store._deadline(), ops, {}, set())
+    planned = store.commits.plan(store.transport.deadline(), ops, {}, set())
     assert isinstance(planned, tuple), planned
     multi, _origins = planned
     creates = [kazoo_private.created(op) for op in multi]
-    assert (store._full(NECESSARY), b"") in creates, "the guard is a create + delete"
-    assert _made(store._in_flight(multi)) == {MARK: b"mark"}
+    assert (store.transport.full(NECESSARY), b"") in creates, "the guard is a create + delete"
+    assert _made(store.in_flight(multi)) == {MARK: b"mark"}
 
 
 def test_a_held_guard_create_whose_delete_is_drained_apart_is_no_phantom(
@@ -132,7 +146,7 @@ def test_a_held_guard_create_whose_delete_is_drained_apart_is_no_phantom(
     """The review's interleaving: the guard's CREATED is held by one drain, its
     DELETED dropped by the next, then the multi's reply. Nothing may be adopted
     (even when the path is counted in flight, as another multi creating it would)."""
-    store._inflight[NECESSARY] = 1
+    store.inflight[NECESSARY] = 1
     made = {NECESSARY: b""}
     store.tap(CREATED, NECESSARY)
     store.loop.run()  # drain 1: holds it for the multi in flight
@@ -150,9 +164,9 @@ def test_a_held_guard_create_whose_delete_is_drained_apart_is_no_phantom(
 def test_a_start_multi_with_its_guard_drained_apart_adopts_only_the_mark(
     store: _Harness,
 ) -> None:
-    """The whole path: ``_in_flight`` of the real multi, the guard's notifications
+    """The whole path: ``in_flight`` of the real multi, the guard's notifications
     drained one by one, then the reply: the mark is adopted, the flag is not."""
-    flight = store._in_flight(_guarded_start_ops(store))
+    flight = store.in_flight(_guarded_start_ops(store))
     store.tap(CREATED, NECESSARY)
     store.loop.run()
     store.tap(DELETED, NECESSARY)
@@ -172,7 +186,9 @@ def test_a_start_multi_with_its_guard_drained_apart_adopts_only_the_mark(
 def test_a_held_create_outdated_by_a_change_is_read_not_adopted(store: _Harness) -> None:
     """A later CHANGED of a held path is handled as usual (re-read), and the reply no
     longer adopts the value the multi wrote, which is not the latest."""
-    flight = store._in_flight([kazoo_private.create_op(store._full(MARK), b"old", [], False)])
+    flight = store.in_flight(
+        [kazoo_private.create_op(store.transport.full(MARK), b"old", [], False)]
+    )
     store.tap(CREATED, MARK)
     store.loop.run()
     store.tap(CHANGED, MARK)
@@ -187,7 +203,7 @@ def test_a_held_create_outdated_by_a_change_is_read_not_adopted(store: _Harness)
 def test_the_guard_pair_in_one_drain_stays_silent(store: _Harness) -> None:
     """Both guard notifications coalesced into one drain: no event, no read (as
     before the fix)."""
-    flight = store._in_flight(_guarded_start_ops(store))
+    flight = store.in_flight(_guarded_start_ops(store))
     store.tap(CREATED, NECESSARY)
     store.tap(DELETED, NECESSARY)
     store.loop.run()

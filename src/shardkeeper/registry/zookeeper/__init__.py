@@ -4,20 +4,27 @@ Built on kazoo 2.11. The contract is documented once, in ``base.py``; this packa
 records how each part maps onto ZooKeeper and the choices that mapping forced, each
 part in the docstring of the module that does it:
 
-* ``store.py``: :class:`ZooKeeperStore`, the public methods (reads, writes);
-* ``planner.py``: commits, one ``multi`` each (the table of how each operation is sent);
-* ``session.py``: connecting, the namespace node, credentials, request plumbing;
-* ``events.py``: the event thread and connection states;
-* ``watch.py``: the tree watch behind :meth:`ZooKeeperStore.watch` (one persistent
-  recursive watch per prefix);
-* ``reads.py``: reads of many nodes in one ``multiRead``;
+* ``store.py``: :class:`ZooKeeperStore`, the public methods; it COMPOSES the parts
+  below (no mixin: each part owns its state, and they talk through small named
+  Protocols, drawn in its docstring);
+* ``transport.py``: ``Transport``, the one part that touches the kazoo client (every
+  request, the connection, the second clients that end a session);
+* ``session.py``: ``Session``, connection states, the session id, the namespace node,
+  credentials, relinquish;
+* ``watch.py``: ``TreeWatch``, the tree watch behind :meth:`ZooKeeperStore.watch`
+  (one persistent recursive watch per prefix; the drains and re-reads on the event
+  thread);
+* ``planner.py``: ``Commits``, one ``multi`` each (the table of how each operation is
+  sent), over the pure ``plan.py`` (operations and pre-reads in, the multi out);
+* ``reads.py``: ``Reads``, reads of many nodes in one ``multiRead``;
 * ``owned.py``: our own ephemeral nodes of known incarnation (checked with no pre-read);
 * ``handler.py``: kazoo's threading handler with a ``poll``-based ``select``;
 * ``errors.py``: the one translation of kazoo's exceptions, and timeouts;
 * ``security.py``: the credential filter on kazoo's logs, ACL checks and repair;
 * ``kazoo_private.py``: the adapter onto kazoo: a ``KazooClient`` subclass with its
-  connection-handler subclass, the hand-built requests, every use of kazoo's private
-  API (nothing else touches it);
+  connection-handler subclass, the hand-built requests and their records, every use
+  of kazoo's private API (nothing else touches it; only the transport uses its client
+  and requests, the other parts build its records);
 * ``nodes.py``: path helpers and the znode -> :class:`~shardkeeper.registry.base.Node` mapping.
 
 Namespace

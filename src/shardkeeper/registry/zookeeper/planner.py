@@ -1,5 +1,10 @@
 """Commits of the ZooKeeper backend: one ``multi`` each, planned from a pre-read.
 
+:class:`Commits` is the part that reads what a commit's conditions need, sends the
+multi the PURE planner (``plan.py``) builds, and retries; it sends through the
+transport and asks the tree watch through :class:`Coverage` whether a watch covers a
+node (our own ephemeral nodes of known incarnation: ``owned.py``).
+
 Commits
     A commit is one ZooKeeper ``multi``. ZooKeeper can only check a data *version*
     inside a multi, so the other conditions are derived from a pre-read:
@@ -59,14 +64,12 @@ Commits
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from kazoo import exceptions as kz
 from kazoo.security import OPEN_ACL_UNSAFE
 
-from shardkeeper.errors import (
-    StoreError,
-)
+from shardkeeper.errors import StoreError
 from shardkeeper.registry.base import (
     Check,
     CommitResult,
@@ -79,6 +82,7 @@ from shardkeeper.registry.base import (
 from shardkeeper.registry.zookeeper import kazoo_private
 from shardkeeper.registry.zookeeper.errors import _first_error
 from shardkeeper.registry.zookeeper.nodes import _node, _parent
+from shardkeeper.registry.zookeeper.owned import OwnedEphemerals, Ticket
 from shardkeeper.registry.zookeeper.plan import (
     Origin,
     PlanContext,
@@ -86,16 +90,51 @@ from shardkeeper.registry.zookeeper.plan import (
     reads_needed,
     revision_check,
 )
-from shardkeeper.registry.zookeeper.reads import _Reads
+from shardkeeper.registry.zookeeper.reads import Reads
+from shardkeeper.registry.zookeeper.transport import Transport
+
+__all__ = ["COMMIT_ATTEMPTS", "Commits", "Coverage"]
 
 #: how often a commit re-reads and retries when a pre-read node changed under it
-_COMMIT_ATTEMPTS = 8
+COMMIT_ATTEMPTS = 8
 
 
-class _Planner(_Reads):
-    """Commit planning: pre-reads, checks and guards, the multi, retries."""
+class Coverage(Protocol):
+    """What the commits ask of the tree watch: whether a recursive watch armed on the
+    current connection covers ``path`` (then every delete of it is heard: ``owned.py``)."""
 
-    # -- plumbing: writes --------------------------------------------------------------
+    def covered(self, path: str) -> bool: ...
+
+
+class Commits:
+    """Commit planning and sending: pre-reads, checks and guards, the multi, retries
+    (see the module docstring). Owns no state of its own beyond its collaborators."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        reads: Reads,
+        owned: OwnedEphemerals,
+        coverage: Coverage,
+        acl: list[Any] | None,
+    ) -> None:
+        self._transport = transport
+        self._reads = reads
+        #: our ephemeral nodes of known incarnation (records made and used here)
+        self._owned = owned
+        self._coverage = coverage
+        self._acl = acl or OPEN_ACL_UNSAFE
+
+    def context(self) -> PlanContext:
+        """What a plan needs of the session now: the namespace node, the ACL of new
+        nodes, the session id requests go on."""
+        t = self._transport
+        return PlanContext(t.chroot, self._acl, t.session())
+
+    def learn(self, paths: list[str]) -> Ticket:
+        """Start learning the incarnation of those ``paths`` a watch covers (see
+        ``owned.py``); hand the ticket to ``self._owned.end``."""
+        return self._owned.begin([p for p in paths if self._coverage.covered(p)])
 
     def _missing_ancestors(self, deadline: float, path: str, stop: set[str]) -> list[str]:
         """Ancestors of ``path`` that do not exist, top-down, up to the first one in
@@ -105,8 +144,9 @@ class _Planner(_Reads):
             if a in stop:
                 break
             todo.append(a)
-        sent = [self._send(self._zk.exists_async, a) for a in todo]
-        stats = [self._wait(ar, deadline) for ar in sent]
+        t = self._transport
+        sent = [t.send_exists(a) for a in todo]
+        stats = [t.wait(ar, deadline) for ar in sent]
         for i, st in enumerate(stats):
             if st is None:
                 return todo[i:]  # nothing exists below a missing node
@@ -120,16 +160,14 @@ class _Planner(_Reads):
         wanted = sorted({a for t in targets for a in ancestors(t)} - targets)
         if not wanted:
             return set()
-        return {p for p, got in self._read_many(deadline, wanted).items() if got is None}
+        return {p for p, got in self._reads.read_many(deadline, wanted).items() if got is None}
 
-    def _create_node(
-        self, deadline: float, path: str, value: bytes, ephemeral: bool
-    ) -> Node | None:
+    def create_node(self, deadline: float, path: str, value: bytes, ephemeral: bool) -> Node | None:
         """Create ``path`` (see ``_create_plain``); an ephemeral node created is
         recorded as ours (``owned.py``)."""
         if not ephemeral:
             return self._create_plain(deadline, path, value, ephemeral)
-        ticket = self._learn([path])
+        ticket = self.learn([path])
         node: Node | None = None
         try:
             node = self._create_plain(deadline, path, value, ephemeral)
@@ -146,19 +184,20 @@ class _Planner(_Reads):
         share its czxid: that is how watchers tell implicit parents from nodes written
         on purpose (see ``_sync_levels``)."""
         try:
-            _, stat = self._call(
-                deadline, self._zk.create_async, path, value, ephemeral=ephemeral, include_data=True
+            _, stat = self._transport.create(
+                deadline, path, value, ephemeral=ephemeral, include_data=True
             )
             return _node(path, value, stat)
         except kz.NodeExistsError:
             return None
         except kz.NoNodeError:
             pass  # parents usually exist, so only pay for them when they are missing
-        for _ in range(_COMMIT_ATTEMPTS):
+        for _ in range(COMMIT_ATTEMPTS):
             parents = self._missing_ancestors(deadline, path, set())
-            ops = [self._create_op(a, b"", False) for a in parents]
-            ops.append(self._create_op(path, value, ephemeral))
-            results, zxid = self._multi(deadline, ops)
+            ctx = self.context()
+            ops = [ctx.create(a, b"", False) for a in parents]
+            ops.append(ctx.create(path, value, ephemeral))
+            results, zxid = self._transport.multi(deadline, ops)
             failed = _first_error(results)
             if failed is None:
                 return Node(path, value, 0, zxid, zxid, ephemeral)
@@ -170,7 +209,8 @@ class _Planner(_Reads):
             # a parent appeared or vanished meanwhile: look again
         raise StoreError(f"create {path}: its parents kept changing concurrently; try again")
 
-    def _commit(self, deadline: float, ops: list[Op]) -> CommitResult:
+    def commit(self, deadline: float, ops: list[Op]) -> CommitResult:
+        """Apply ``ops`` in one multi (the table in the module docstring)."""
         targets = {op.path for op in ops if isinstance(op, Create | Put)}
         # path -> guard to use instead of create+delete of the path itself:
         # ("pair", first missing ancestor) or ("exists", ephemeral ancestor)
@@ -181,8 +221,8 @@ class _Planner(_Reads):
         # Put(existing=True) paths found missing: pre-read like any Put from now on
         reread: set[str] = set()
         last_contended = ops[0].path if ops else None
-        for _ in range(_COMMIT_ATTEMPTS):
-            plan = self._plan(deadline, ops, guards, parents, reread, fresh)
+        for _ in range(COMMIT_ATTEMPTS):
+            plan = self.plan(deadline, ops, guards, parents, reread, fresh)
             if isinstance(plan, CommitResult):
                 return plan
             zk_ops, origins = plan
@@ -219,7 +259,7 @@ class _Planner(_Reads):
                 if any(
                     isinstance(o, Check) and o.exists is False and o.path == zk_path for o in ops
                 ):
-                    # the create that stood for an absence check (see _plan: folded)
+                    # the create that stood for an absence check (see plan: folded)
                     return CommitResult(False, failed_path=zk_path)
                 parents.discard(zk_path)  # someone else made it meanwhile
                 continue
@@ -243,11 +283,11 @@ class _Planner(_Reads):
         """The pre-reads; a created-revision check's node found to be an ephemeral of
         our session is recorded as ours (the next check of it needs no pre-read)."""
         wanted = sorted({op.path for op in ops if revision_check(op)} & set(paths))
-        ticket = self._learn(wanted)
+        ticket = self.learn(wanted)
         learned: dict[str, int] | None = None
         try:
-            seen = self._read_many(deadline, paths)
-            sid = self._own_session()
+            seen = self._reads.read_many(deadline, paths)
+            sid = self._transport.session()
             learned = {}
             for p in wanted:
                 got = seen.get(p)
@@ -264,10 +304,10 @@ class _Planner(_Reads):
         ours (their czxid is the multi's zxid) and forget those it deleted."""
         pairs = list(zip(zk_ops, origins, strict=True))
         made = [o[2] for z, o in pairs if kazoo_private.is_ephemeral_create(z)]
-        ticket = self._learn(made)
+        ticket = self.learn(made)
         learned: dict[str, int] | None = None
         try:
-            results, zxid = self._multi(deadline, zk_ops)
+            results, zxid = self._transport.multi(deadline, zk_ops)
             if _first_error(results) is None:
                 learned = dict.fromkeys(made, zxid)
                 self._owned.forget(o[2] for z, o in pairs if kazoo_private.is_delete(z))
@@ -281,7 +321,7 @@ class _Planner(_Reads):
         missing = self._missing_ancestors(deadline, path, set())
         return missing[0] if missing else path
 
-    def _plan(
+    def plan(
         self,
         deadline: float,
         ops: list[Op],
@@ -305,15 +345,14 @@ class _Planner(_Reads):
             and revision_check(op)
             and op.created_revision is not None
             and self._owned.knows(op.path, op.created_revision)
-            and self._covered(op.path)
+            and self._coverage.covered(op.path)
         )
         need = reads_needed(ops, mine, reread, below_absent)
         # one request for all the pre-reads (a multiRead), whatever their number
         seen = self._read_many_learning(deadline, need, ops) if need else {}
-        ctx = PlanContext(self._chroot, self._acl or OPEN_ACL_UNSAFE, self._own_session())
         planned = build_multi(
             ops,
-            ctx,
+            self.context(),
             seen,
             mine=mine,
             guards=guards,

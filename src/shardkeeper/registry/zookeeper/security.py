@@ -31,10 +31,9 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from kazoo import exceptions as kz
-from kazoo.client import KazooClient
 
 from shardkeeper.errors import StoreAuthError
 from shardkeeper.secretref import mask_urls_in_text
@@ -141,6 +140,17 @@ def install_credential_filter() -> None:
 # -- ACLs ------------------------------------------------------------------------------
 
 
+class AclRequests(Protocol):
+    """The requests the ACL checks and repairs send (the store's transport): each
+    returns kazoo's async result, to ``get(timeout=...)``."""
+
+    def send_children(self, path: str) -> Any: ...
+
+    def send_get_acls(self, path: str) -> Any: ...
+
+    def send_set_acls(self, path: str, acl: list[Any]) -> Any: ...
+
+
 def describe_acl(acls: list[Any]) -> str:
     """``world:anyone=ALL, digest:alice=READ|WRITE``: an ACL list as an operator reads
     it (digest hashes left out)."""
@@ -179,7 +189,7 @@ def _gather(
 
 
 def find_open_nodes(
-    client: KazooClient, root: str, timeout: float
+    client: AclRequests, root: str, timeout: float
 ) -> tuple[list[tuple[str, list[Any]]], int]:
     """The nodes among ``root`` and its direct children whose ACL is open to any
     client, with their ACLs, and how many nodes were checked.
@@ -187,15 +197,15 @@ def find_open_nodes(
     A node whose ACL we may not read (neither READ nor ADMIN for us, so not for
     ``world:anyone`` either: another user's) is left out; a repair names it."""
     deadline = time.monotonic() + timeout
-    kids = client.get_children_async(root).get(timeout=timeout)
+    kids = client.send_children(root).get(timeout=timeout)
     paths = [root, *(_child(root, k) for k in sorted(kids))]
-    sent = [(p, client.get_acls_async(p)) for p in paths]
+    sent = [(p, client.send_get_acls(p)) for p in paths]
     found = _gather(sent, deadline, (kz.NoNodeError, kz.NoAuthError))
     return [(p, acls) for p, (acls, _stat) in found if is_open(acls)], len(found)
 
 
 def repair_acls(
-    client: KazooClient,
+    client: AclRequests,
     root: str,
     acl: list[Any],
     timeout: float,
@@ -216,7 +226,7 @@ def repair_acls(
         for i in range(0, len(level), _BATCH):
             batch = level[i : i + _BATCH]
             deadline = time.monotonic() + timeout
-            sent = [(p, client.set_acls_async(p, acl)) for p in batch]
+            sent = [(p, client.send_set_acls(p, acl)) for p in batch]
             try:
                 changed = _gather(sent, deadline)
             except kz.NoAuthError:
@@ -224,7 +234,7 @@ def repair_acls(
                 changed = []
                 for p in batch:
                     try:
-                        client.set_acls_async(p, acl).get(timeout=timeout)
+                        client.send_set_acls(p, acl).get(timeout=timeout)
                     except kz.NoNodeError:
                         continue
                     except kz.NoAuthError:
@@ -236,7 +246,7 @@ def repair_acls(
                     changed.append((p, None))
             done += len(changed)
             deadline = time.monotonic() + timeout
-            listed = _gather([(p, client.get_children_async(p)) for p, _ in changed], deadline)
+            listed = _gather([(p, client.send_children(p)) for p, _ in changed], deadline)
             for p, kids in listed:
                 next_level.extend(_child(p, k) for k in sorted(kids))
         level = next_level

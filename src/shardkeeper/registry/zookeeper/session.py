@@ -1,4 +1,16 @@
-"""The ZooKeeper session of a store: connecting, the namespace node, credentials, requests.
+"""The session of a ZooKeeper store: connection states, the session id, the namespace
+node, credentials, and giving the session up.
+
+Connection states
+    kazoo CONNECTED on the first session -> CONNECTED; SUSPENDED -> SUSPENDED;
+    CONNECTED with the same session id -> RECONNECTED; LOST -> LOST, and kazoo's next
+    session -> CONNECTED. kazoo's listener (:meth:`Session.kazoo_state`, on kazoo's
+    connection thread) only posts to the store's event thread (the registry's shared
+    :class:`~shardkeeper.registry._events.EventLoop`); the states are delivered there,
+    followed, after a reconnect or a new session, by the re-sync of every watch (asked
+    of the tree watch through :class:`Resync`; its changes reported after the state).
+    Threads per store: kazoo's three (connection, completion, callback) plus the one
+    event thread, whatever the number of watches.
 
 Credentials
     With a user name, the session adds ``digest`` auth and every node it creates gets a
@@ -21,39 +33,30 @@ from __future__ import annotations
 
 import functools
 import logging
-import socket
 import threading
-import time
-from abc import abstractmethod
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from contextlib import suppress
+from typing import Any, Protocol
 
 from kazoo import exceptions as kz
-from kazoo.client import KazooClient
-from kazoo.retry import KazooRetry
-from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
+from kazoo.protocol.states import KazooState
+from kazoo.security import make_digest_acl
 
-from shardkeeper.errors import (
-    ConfigError,
-    StoreAuthError,
-    StoreError,
-    StoreLimitError,
-    StoreUnavailableError,
-)
-from shardkeeper.registry import tls
-from shardkeeper.registry._events import EventLoop, Retry
-from shardkeeper.registry.base import ConnectionState, CoordinationStore
+from shardkeeper.errors import ConfigError, StoreAuthError, StoreUnavailableError
+from shardkeeper.registry._events import EventLoop
+from shardkeeper.registry.base import ConnectionState
 from shardkeeper.registry.logthrottle import RetryLogFilter
 from shardkeeper.registry.url import RegistrySettings
-from shardkeeper.registry.zookeeper import kazoo_private, security
-from shardkeeper.registry.zookeeper.errors import translate
-from shardkeeper.registry.zookeeper.handler import PollingHandler
-from shardkeeper.registry.zookeeper.owned import OwnedEphemerals, Ticket
+from shardkeeper.registry.zookeeper import security
+from shardkeeper.registry.zookeeper.owned import OwnedEphemerals
+from shardkeeper.registry.zookeeper.transport import Transport
 
-if TYPE_CHECKING:
-    from shardkeeper.registry.zookeeper.watch import _TreeWatch
+__all__ = [
+    "KAZOO_RETRY_FILTER",
+    "KAZOO_RETRY_MESSAGES",
+    "Resync",
+    "Session",
+    "install_retry_log_filter",
+]
 
 #: the package's logger (one name for all its modules, as before the split)
 _log = logging.getLogger("shardkeeper.registry.zookeeper")
@@ -81,65 +84,41 @@ def install_retry_log_filter() -> None:
             logger.addFilter(KAZOO_RETRY_FILTER)
 
 
-#: ZooKeeper refuses packets over jute.maxbuffer (1 MiB - 1) by dropping the
-#: connection, which would suspend every user of the session: refuse earlier
-_MAX_PAYLOAD = 1_000_000
+class Resync(Protocol):
+    """What the session asks of the tree watch: after a reconnect or a new session,
+    set every watch again and re-read its subtree (the server dropped the watches
+    with the connection)."""
 
-#: a multi as sent (guards and missing parents included) stays under jute.maxbuffer
-#: (1,048,575 bytes) with room for its header: a larger one is refused before sending
-_MULTI_LIMIT = 1_040_000
-
-#: how often a dirty watcher is retried while its re-sync keeps failing
-_DIRTY_RETRY = 0.25
+    def resync_all(self) -> None: ...
 
 
-@dataclass(frozen=True)
-class _Flight:
-    """What one multi of ours in flight creates, as its reply will tell the watches."""
+class Session:
+    """The session of :class:`~shardkeeper.registry.zookeeper.ZooKeeperStore` (see the
+    module docstring): its connection states, its id, the negotiated timeout, the
+    credentials and the namespace node. Implements the transport's
+    :class:`~.transport.ConnectionListener`."""
 
-    #: the nodes it leaves created (path -> value): its reply adopts them unread
-    made: dict[str, bytes]
-    #: every path it creates, absence guards included: a drain holds their CREATED
-    #: until the reply (counted in ``_Session._inflight``; one entry per create)
-    paths: tuple[str, ...]
-
-
-class _Session(CoordinationStore):
-    """The connection half of :class:`~shardkeeper.registry.zookeeper.ZooKeeperStore`:
-    lifecycle, properties, request plumbing, the namespace node, fault hooks.
-
-    Implements the contract, :class:`~shardkeeper.registry.counting.CountsRequests`
-    and :class:`~shardkeeper.registry.faults.SessionFaults`."""
-
-    def __init__(self, settings: RegistrySettings) -> None:
+    def __init__(
+        self,
+        settings: RegistrySettings,
+        transport: Transport,
+        loop: EventLoop,
+        owned: OwnedEphemerals,
+    ) -> None:
         self._settings = settings
         self.namespace = settings.namespace
-        # escaped so that namespace X never sees X/sub as its node /sub
-        self._chroot = "/" + settings.namespace.strip("/").replace("/", "%2F")
-        self._client: kazoo_private.Client | None = None
-        self._lock = threading.Lock()
-        self._closed = False
-        # the shared event thread (registry/_events.py): kazoo's callbacks only post to
-        # it; it retries the re-sync of dirty watchers while idle (events.py)
-        self._loop = EventLoop(
-            f"shardkeeper-zk-events[{self.namespace}]",
-            ConnectionState.LOST,
-            log=_log,
-            retry=Retry(self._watches_dirty, self._resync_dirty, _DIRTY_RETRY),
-        )
+        self._transport = transport
+        self._loop = loop
+        #: our ephemeral nodes of known incarnation: void at every state change
+        self._owned = owned
+        self._watches: Resync | None = None
         self._sid: int | None = None
         self._first_session = threading.Event()
         self._negotiated: float | None = None
-        self._round_trips = 0
-        self._watches: list[_TreeWatch] = []
-        #: path -> creates of it in multis of ours in flight (events.py: _own_multi)
-        self._inflight: dict[str, int] = {}
-        #: our ephemeral nodes whose incarnation is known (owned.py): their
-        #: created-revision checks need no pre-read
-        self._owned = OwnedEphemerals()
-        self._acl: list[Any] | None = None
+        #: the ACL of every node the session creates (None: no credentials, open)
+        self.acl: list[Any] | None = None
         if settings.username:
-            self._acl = [make_digest_acl(settings.username, settings.password or "", all=True)]
+            self.acl = [make_digest_acl(settings.username, settings.password or "", all=True)]
         #: nodes whose ACL the last repair set (acl_repair at start, or repair_acl())
         self.acl_repaired = 0
         # kazoo logs the auth request (password included) at DEBUG: blank it out
@@ -147,104 +126,16 @@ class _Session(CoordinationStore):
         install_retry_log_filter()
         security.register_secret(settings.password)
 
-    # -- lifecycle -------------------------------------------------------------
+    def bind(self, watches: Resync) -> None:
+        """``watches`` re-syncs every watch after a reconnect or a new session."""
+        self._watches = watches
 
-    def start(self) -> None:
-        """Connect, create the namespace node if absent and check our credentials on it."""
-        if self._closed:
-            raise StoreUnavailableError(
-                f"ZooKeeper store for namespace {self.namespace!r} is closed; open a new one"
-            )
-        if self._client is not None:
-            return
-        s = self._settings
-        auth = {("digest", f"{s.username}:{s.password or ''}")} if s.username else None
-        missing = kazoo_private.missing_hooks()
-        if missing:
-            raise StoreError(
-                f"this kazoo has no {', '.join(missing)}, which the ZooKeeper backend's "
-                "watches and session timeout need: install the kazoo version the "
-                "package requires"
-            )
-        client = kazoo_private.Client(
-            hosts=s.hosts_string,
-            timeout=s.session_timeout,
-            # kazoo's default back-off grows to an hour; a restarted server must be
-            # found again well within the session timeout so the session survives
-            connection_retry=KazooRetry(
-                max_tries=-1, delay=0.05, backoff=2, max_jitter=0.2, max_delay=0.5
-            ),
-            auth_data=auth,
-            default_acl=self._acl,
-            handler=PollingHandler(),
-            watch_tap=self._on_watch_tap,
-            on_negotiated=self._record_negotiated,
-            **tls.kazoo_options(s),
-        )
-        client.add_listener(self._on_kazoo_state)
-        self._client = client
-        self._loop.start()
-        deadline = time.monotonic() + s.connection_timeout
-        client.start_async()
-        connected = self._first_session.wait(s.connection_timeout)
-        if not connected:
-            self.close()
-            raise StoreUnavailableError(
-                f"cannot reach ZooKeeper at {s.hosts_string} within the connection "
-                f"timeout of {s.connection_timeout:g}s{tls.unreachable_note(s)}"
-            )
-        try:
-            self._prepare_namespace(client, max(deadline, time.monotonic() + 0.5))
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        """End the session, stop the event thread and every watch; idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            watches, self._watches = self._watches, []
-        for w in watches:
-            w.cancelled = True
-        client = self._client
-        if client is not None:
-            try:
-                client.stop()
-                client.close()
-            except Exception:  # a store already down must still close quietly
-                _log.debug("error while closing the ZooKeeper client", exc_info=True)
-        self._loop.stop(self._settings.operation_timeout + 1)
-        self._loop.record(ConnectionState.LOST)
-
-    def repair_acl(self) -> int:
-        """Set this store's digest ACL on every node of the namespace (top-down, the
-        namespace node included); return how many nodes. Needs credentials."""
-        if self._acl is None:
-            raise ConfigError(
-                f"cannot repair the ACLs of namespace {self.namespace!r} without "
-                "credentials: give user:password in the registry URL"
-            )
-        with self._errors(self._chroot):
-            self.acl_repaired = security.repair_acls(
-                self._zk,
-                "/",
-                self._acl,
-                self._settings.operation_timeout,
-                shown=lambda p: self._chroot if p == "/" else self._chroot + p,
-            )
-        return self.acl_repaired
+    # -- what the store reads ---------------------------------------------------------
 
     @property
     def session_id(self) -> str:
         """The ZooKeeper session id in hex (``''`` before the first session)."""
         return hex(self._sid) if self._sid is not None else ""
-
-    @property
-    def state(self) -> ConnectionState:
-        """The latest connection state, as delivered to state listeners."""
-        return self._loop.state
 
     @property
     def session_timeout(self) -> float:
@@ -253,192 +144,101 @@ class _Session(CoordinationStore):
             return self._negotiated
         return self._settings.session_timeout
 
-    @property
-    def operation_timeout(self) -> float:
-        """The registry URL's ``operation_timeout``: the longest one request waits."""
-        return self._settings.operation_timeout
+    def wait_first(self, timeout: float) -> bool:
+        """Wait for the first session (``start``); whether it came in time."""
+        return self._first_session.wait(timeout)
 
-    @property
-    def round_trips(self) -> int:
-        """Requests sent so far (a multi counts as one): :class:`CountsRequests`."""
-        return self._round_trips
+    # -- kazoo's connection thread (transport.ConnectionListener) ----------------------
 
-    @property
-    def kazoo_client(self) -> KazooClient:
-        """The underlying KazooClient, for fault-injection helpers in tests."""
-        return self._zk
+    def kazoo_state(self, kstate: str) -> None:
+        """kazoo's state listener: record the session id, hand over, return (known
+        incarnations hold for one connection only: see owned.py)."""
+        self._owned.reset()
+        sid = self._transport.session() if kstate == KazooState.CONNECTED else None
+        self._loop.post(functools.partial(self._handle_state, kstate, sid))
 
-    # -- plumbing: requests, deadlines, errors ---------------------------------------
+    def negotiated(self, seconds: float) -> None:
+        """kazoo logs the negotiated session timeout but does not keep it."""
+        self._negotiated = seconds
 
-    @property
-    def _zk(self) -> kazoo_private.Client:
-        client = self._client
-        if client is None or self._closed:
-            state = "closed" if self._closed else "not started"
-            raise StoreUnavailableError(
-                f"ZooKeeper store for namespace {self.namespace!r} is {state}"
-            )
-        return client
+    # -- on the event thread ------------------------------------------------------------
 
-    def _deadline(self) -> float:
-        return time.monotonic() + self._settings.operation_timeout
+    def _handle_state(self, kstate: str, sid: int | None) -> None:
+        if self._transport.closed:
+            return
+        loop = self._loop
+        if kstate == KazooState.SUSPENDED:
+            loop.deliver_state(ConnectionState.SUSPENDED)
+        elif kstate == KazooState.LOST:
+            loop.deliver_state(ConnectionState.LOST)
+        elif kstate == KazooState.CONNECTED:
+            first = self._sid is None
+            if not first and sid == self._sid and loop.state != ConnectionState.LOST:
+                loop.deliver_state(ConnectionState.RECONNECTED)
+            else:
+                if not first and loop.state != ConnectionState.LOST:
+                    # a new session without a LOST seen: its ephemerals are gone all the same
+                    loop.deliver_state(ConnectionState.LOST)
+                self._sid = sid
+                loop.deliver_state(ConnectionState.CONNECTED)
+            self._first_session.set()
+            if not first and self._watches is not None:
+                self._watches.resync_all()
 
-    def _send(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            self._round_trips += 1
-        return fn(*args, **kwargs)
+    # -- the namespace node and its ACL -----------------------------------------------
 
-    @staticmethod
-    def _wait(async_result: Any, deadline: float) -> Any:
-        return async_result.get(timeout=max(deadline - time.monotonic(), 0.0))
-
-    def _call(self, deadline: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return self._wait(self._send(fn, *args, **kwargs), deadline)
-
-    def _full(self, path: str) -> str:
-        """The absolute ZooKeeper path (multi ops bypass kazoo's chroot handling)."""
-        return self._chroot if path == "/" else self._chroot + path
-
-    def _multi(self, deadline: float, ops: list[Any]) -> tuple[list[Any], int]:
-        size = kazoo_private.multi_size(ops)
-        if size > _MULTI_LIMIT:
-            # jute.maxbuffer would make the server drop the connection, suspending
-            # every user of the session: refuse before sending
-            raise StoreLimitError(
-                f"commit: the multi would be {size} bytes with its guards and parents, "
-                f"over ZooKeeper's request limit ({_MULTI_LIMIT}); commit fewer or "
-                "smaller nodes at once"
-            )
-        flight = self._in_flight(ops) if self._watches else None
-        try:
-            applied = (
-                functools.partial(self._own_multi, flight.made)
-                if flight is not None and flight.made
-                else None
-            )
-            async_result = self._send(kazoo_private.submit_multi, self._zk, ops, applied)
-            results, zxid = self._wait(async_result, deadline)
-        finally:
-            if flight is not None and flight.paths:
-                self._landed(flight.paths)
-        return list(results), int(zxid)
-
-    def _in_flight(self, ops: list[Any]) -> _Flight:
-        """Note the nodes ``ops`` create as in flight (see :class:`_Flight`).
-
-        In op order: a node the same multi deletes after creating it (an absence
-        guard's create+delete pair) is in flight but not made by it. Adopting it
-        would report a node that no longer exists (review finding 9); holding its
-        CREATED until the reply lets its DELETED, drained before or after, cost no
-        read.
-        """
-        root = len(self._chroot)
-        made: dict[str, bytes] = {}
-        paths: list[str] = []
-        for op in ops:
-            got = kazoo_private.created(op)
-            if got is not None:
-                path = got[0][root:] or "/"
-                made[path] = got[1]
-                paths.append(path)
-                continue
-            gone = kazoo_private.deleted(op)
-            if gone is not None:
-                made.pop(gone[root:] or "/", None)
-        with self._lock:
-            for path in paths:
-                self._inflight[path] = self._inflight.get(path, 0) + 1
-        return _Flight(made, tuple(paths))
-
-    def _landed(self, paths: Iterable[str]) -> None:
-        """The multi creating ``paths`` was answered (or given up on)."""
-        with self._lock:
-            for path in paths:
-                left = self._inflight.get(path, 0) - 1
-                if left > 0:
-                    self._inflight[path] = left
-                else:
-                    self._inflight.pop(path, None)
-        self._release_held()
-
-    def _release_held(self) -> None:
-        """Hand held notifications back to the watches' drains (events.py)."""
-
-    def _own_multi(self, made: dict[str, bytes], ops: list[Any], zxid: int) -> None:
-        """A multi of ours creating ``made`` applied (on kazoo's connection thread):
-        the watches learn those nodes without reading them (``events.py``)."""
-
-    def _covered(self, path: str) -> bool:
-        """Whether a recursive watch armed on the current connection covers ``path``:
-        then every delete of it reaches the tap (see ``owned.py``)."""
-        epoch = self._owned.epoch
-        return any(
-            w.armed == epoch and not w.cancelled and w.covers(path) for w in list(self._watches)
-        )
-
-    def _learn(self, paths: list[str]) -> Ticket:
-        """Start learning the incarnation of those ``paths`` a watch covers (see
-        ``owned.py``); hand the ticket to ``self._owned.end``."""
-        return self._owned.begin([p for p in paths if self._covered(p)])
-
-    def _own_session(self) -> int | None:
-        """The session id requests are sent on now (None between sessions, and
-        before the client exists)."""
-        client = self._client
-        cid = client.client_id if client is not None else None
-        return cid[0] if cid else None
-
-    def _create_op(self, path: str, value: bytes, ephemeral: bool) -> Any:
-        return kazoo_private.create_op(
-            self._full(path), value, self._acl or OPEN_ACL_UNSAFE, ephemeral
-        )
-
-    def _wanted_owner(self, ephemeral: bool) -> int | None:
-        return self._own_session() if ephemeral else 0
-
-    def _check_payload(self, what: str, size: int) -> None:
-        if size > _MAX_PAYLOAD:
-            raise StoreLimitError(
-                f"{what}: {size} bytes (values, and paths and framing of a commit's "
-                f"operations) exceed ZooKeeper's request limit; keep them under "
-                f"{_MAX_PAYLOAD} bytes in total"
-            )
-
-    @contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
-        """Translate kazoo exceptions into shardkeeper's (see ``errors.py``)."""
-        with translate(what, self._settings.hosts_string, self._settings.operation_timeout):
-            yield
-
-    def _prepare_namespace(self, client: kazoo_private.Client, deadline: float) -> None:
-        with self._errors(self._chroot):
+    def prepare_namespace(self, deadline: float) -> None:
+        """Create the namespace node if absent, check our credentials on it, then root
+        the client there (it starts unrooted)."""
+        t = self._transport
+        chroot = t.chroot
+        with t.errors(chroot):
             try:
                 # reading the children needs READ: wrong credentials fail here, at start
-                self._call(deadline, client.get_children_async, self._chroot)
+                t.children(deadline, chroot)
             except kz.NoNodeError:
                 with suppress(kz.NodeExistsError):
-                    self._call(deadline, client.create_async, self._chroot, b"")
-                self._call(deadline, client.get_children_async, self._chroot)
+                    t.create(deadline, chroot, b"")
+                t.children(deadline, chroot)
             else:
-                if self._acl is not None:
-                    self._check_namespace_acl(client)
+                if self.acl is not None:
+                    self._check_namespace_acl()
         # the client starts unrooted and is rooted once the node exists
-        client.root_at(self._chroot)
+        t.root_at_namespace()
 
-    def _check_namespace_acl(self, client: KazooClient) -> None:
+    def repair_acl(self) -> int:
+        """Set this store's digest ACL on every node of the namespace (top-down, the
+        namespace node included); return how many nodes. Needs credentials."""
+        if self.acl is None:
+            raise ConfigError(
+                f"cannot repair the ACLs of namespace {self.namespace!r} without "
+                "credentials: give user:password in the registry URL"
+            )
+        t = self._transport
+        chroot = t.chroot
+        with t.errors(chroot):
+            self.acl_repaired = security.repair_acls(
+                t,
+                "/",
+                self.acl,
+                self._settings.operation_timeout,
+                shown=lambda p: chroot if p == "/" else chroot + p,
+            )
+        return self.acl_repaired
+
+    def _check_namespace_acl(self) -> None:
         """Refuse (or, with ``acl_repair``, repair) an existing namespace whose node or
         top-level nodes any client may use (see the module docstring)."""
-        assert self._acl is not None
+        assert self.acl is not None
         s = self._settings
-        found, checked = security.find_open_nodes(client, self._chroot, s.operation_timeout)
+        t = self._transport
+        found, checked = security.find_open_nodes(t, t.chroot, s.operation_timeout)
         if not found:
             return
         path, acls = found[0]
         more = f" (and {len(found) - 1} more of the {checked} nodes checked)" if found[1:] else ""
         if s.acl_repair:
-            self.acl_repaired = security.repair_acls(
-                client, self._chroot, self._acl, s.operation_timeout
-            )
+            self.acl_repaired = security.repair_acls(t, t.chroot, self.acl, s.operation_timeout)
             _log.warning(
                 "ZooKeeper namespace %r: node %s had ACL %s%s; acl_repair set user %r's "
                 "digest ACL on all %d nodes of the namespace",
@@ -460,57 +260,41 @@ class _Session(CoordinationStore):
             "node of the namespace"
         )
 
-    def _record_negotiated(self, seconds: float) -> None:
-        # kazoo logs the negotiated session timeout but does not keep it
-        self._negotiated = seconds
+    # -- giving the session up, ending it (the fault hooks) -----------------------------
 
-    # -- the event thread's entry points (events.py) --------------------------------
+    def relinquish(self) -> None:
+        """:meth:`ZooKeeperStore.relinquish_session` (see there)."""
+        t = self._transport
+        old = t.session_key()
+        if old is None:
+            raise StoreUnavailableError("relinquish_session: the ZooKeeper store has no session")
+        # kazoo's connection thread reads the session id and password only when it
+        # (re)connects: forgotten now, the reconnect after the cut below asks for a
+        # new session
+        t.ask_new_session()
+        t.cut()
+        # short: the twin's connection renews the session it attaches to, so a close
+        # that is held (the link holds requests) must not keep it alive for long
+        timeout = max(0.25, min(self._settings.operation_timeout, self.session_timeout / 4))
+        why = t.end_session_soon(old, self.session_timeout, timeout)
+        if why is not None:
+            _log.warning(
+                "ZooKeeper session %#x could not be closed now (%s): it expires within "
+                "the session timeout",
+                old[0],
+                why,
+            )
 
-    @abstractmethod
-    def _on_kazoo_state(self, kstate: str) -> None:
-        """kazoo's state listener (on kazoo's connection thread)."""
-
-    @abstractmethod
-    def _on_watch_tap(self, etype: int, path: str) -> None:
-        """Every watch notification (on kazoo's connection thread; must not block)."""
-
-    @abstractmethod
-    def _watches_dirty(self) -> bool:
-        """Whether a watcher waits for a re-sync that failed (on the event thread)."""
-
-    @abstractmethod
-    def _resync_dirty(self) -> None:
-        """Re-sync the dirty watchers if the connection allows (on the event thread)."""
-
-    # -- fault hooks (registry.faults.SessionFaults), for tests ------------------------
-
-    def expire_session(self, timeout: float = 15.0) -> None:
-        """End the current session on the server: a second client connects with the
-        same session id and password and closes it, so the server ends the session
-        and deletes its ephemeral nodes; this store learns it at its next contact
-        (LOST, then CONNECTED with a new session)."""
-        client = self._zk
-        client_id = client.client_id
+    def expire(self, timeout: float) -> None:
+        """:meth:`ZooKeeperStore.expire_session` (see there)."""
+        t = self._transport
+        client_id = t.session_key()
         if client_id is None:
             raise StoreUnavailableError("expire_session: the ZooKeeper store has no session now")
-        with self._errors("expire_session"):
-            twin = KazooClient(
-                hosts=self._settings.hosts_string,
-                client_id=client_id,
-                timeout=timeout,
-                **tls.kazoo_options(self._settings),
-            )
-            try:
-                twin.start(timeout=timeout)
-                twin.stop()
-            finally:
-                twin.close()
+        with t.errors("expire_session"):
+            t.end_session(client_id, timeout)
 
     def drop_connection(self) -> None:
-        """Shut the client's socket down: kazoo sees the connection drop and reconnects
-        (SUSPENDED, then RECONNECTED while the session lives)."""
-        sock = kazoo_private.connection_socket(self._zk)
-        if sock is None:
+        """:meth:`ZooKeeperStore.drop_connection` (see there)."""
+        if not self._transport.cut():
             raise StoreUnavailableError("drop_connection: the ZooKeeper store is not connected")
-        with suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)

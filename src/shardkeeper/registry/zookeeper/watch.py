@@ -1,4 +1,7 @@
-"""The tree watch behind :meth:`~shardkeeper.registry.zookeeper.ZooKeeperStore.watch`.
+"""The tree watch behind :meth:`~shardkeeper.registry.zookeeper.ZooKeeperStore.watch`:
+:class:`TreeWatch`, the part that owns every watch of a store, hears kazoo's
+notifications (the transport's :class:`~.transport.MultiListener`) and re-reads on
+the store's event thread.
 
 Watches
     Each :meth:`ZooKeeperStore.watch` sets one persistent recursive watch on its prefix
@@ -16,7 +19,7 @@ Watches
     (kazoo's connection thread, after the multi's own notifications and before any
     later one), a created node whose latest notification is that CREATED moves to
     ``known`` with its value and the multi's zxid, and the drain caches and reports
-    it from there (``events.py``: ``_own_multi``). Consequences
+    it from there (:meth:`TreeWatch.applied`). Consequences
     (the contract's Watches section, in ``base.py``, allows exactly these): rapid
     changes to one node may be coalesced into one event carrying the latest value; a
     node created and deleted between two reads gives no event; a delete + re-create seen
@@ -60,6 +63,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +77,7 @@ from shardkeeper.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from shardkeeper.registry._events import CallTimeout, WatchDelivery
+from shardkeeper.registry._events import CallTimeout, EventLoop, WatchDelivery
 from shardkeeper.registry.base import (
     EventKind,
     PathFilter,
@@ -82,10 +87,14 @@ from shardkeeper.registry.base import (
     check_path,
     is_excluded,
 )
+from shardkeeper.registry.url import RegistrySettings
 from shardkeeper.registry.zookeeper import kazoo_private
-from shardkeeper.registry.zookeeper.events import _Events
 from shardkeeper.registry.zookeeper.nodes import _child, _parent
-from shardkeeper.registry.zookeeper.reads import _Reads
+from shardkeeper.registry.zookeeper.owned import OwnedEphemerals
+from shardkeeper.registry.zookeeper.reads import Reads
+from shardkeeper.registry.zookeeper.transport import Flight, Transport
+
+__all__ = ["DIRTY_RETRY", "TreeWatch", "Watch"]
 
 #: the package's logger (one name for all its modules, as before the split)
 _log = logging.getLogger("shardkeeper.registry.zookeeper")
@@ -96,7 +105,7 @@ _PARENTS_OUT_MAX = 100_000
 
 
 @dataclass(eq=False, kw_only=True)
-class _TreeWatch(WatchDelivery):
+class Watch(WatchDelivery):
     """State of one prefix watch; only the event thread touches the cache."""
 
     #: path -> (czxid, mzxid, implicit) of every node seen under the prefix; implicit
@@ -105,16 +114,16 @@ class _TreeWatch(WatchDelivery):
     #: path -> cached child paths (so a vanished subtree is found without a scan)
     kids: dict[str, set[str]] = field(default_factory=dict)
     #: path -> type of its latest notification, not yet handled (filled on kazoo's
-    #: connection thread and emptied on the event thread, both under the store's lock)
+    #: connection thread and emptied on the event thread, both under the tree watch's lock)
     pending: dict[str, int] = field(default_factory=dict)
     #: path -> (value, zxid, implicit) of nodes a multi of ours created, taken out of
     #: ``pending`` as the multi's reply was read (kazoo's connection thread, under the
-    #: store's lock): their state at that zxid is known, so the drain caches and
-    #: reports them without a read (``events.py``: _own_multi)
+    #: tree watch's lock): their state at that zxid is known, so the drain caches and
+    #: reports them without a read (:meth:`TreeWatch.applied`)
     known: dict[str, tuple[bytes, int, bool]] = field(default_factory=dict)
     #: path -> notification type held by a drain for a multi of ours in flight that
     #: creates the path: its reply moves it to ``known``, or gives it back to
-    #: ``pending`` when it did not create it (``events.py``)
+    #: ``pending`` when it did not create it (:meth:`TreeWatch.landed`)
     held: dict[str, int] = field(default_factory=dict)
     dirty: bool = False
     #: the prefix itself is excluded: nothing to read, nothing to report
@@ -168,11 +177,49 @@ class _TreeWatch(WatchDelivery):
             return True
 
 
-_Read = tuple[str, tuple[bytes, ZnodeStat] | None, list[str] | None]
+#: the notifications of a persistent recursive watch (no child events in that mode)
+_CHANGES = frozenset(
+    {kazoo_private.NODE_CREATED, kazoo_private.NODE_DATA_CHANGED, kazoo_private.NODE_DELETED}
+)
+
+#: how often a dirty watcher is retried while its re-sync keeps failing
+DIRTY_RETRY = 0.25
 
 
-class _TreeWatcher(_Events, _Reads):
-    """Prefix watches: one :class:`_TreeWatch` each, synced on the event thread."""
+class TreeWatch:
+    """Every prefix watch of one store: one :class:`Watch` each, synced on the event
+    thread (see the module docstring). Owns the watches, their lock and the multis of
+    ours in flight; implements the transport's :class:`~.transport.MultiListener`, the
+    session's :class:`~.session.Resync` and the commits' :class:`~.planner.Coverage`.
+
+    Threads: kazoo's connection thread calls :meth:`notified`, :meth:`applied` (and
+    request threads :meth:`take_off`, :meth:`landed`), which only note and post; the
+    event thread runs the drains and re-reads.
+    """
+
+    def __init__(
+        self,
+        settings: RegistrySettings,
+        transport: Transport,
+        reads: Reads,
+        loop: EventLoop,
+        owned: OwnedEphemerals,
+    ) -> None:
+        self._settings = settings
+        self._transport = transport
+        self._reads = reads
+        self._loop = loop
+        #: our ephemeral nodes of known incarnation (deletes reported here, the epoch
+        #: in which each watch was armed read here)
+        self._owned = owned
+        # guards the list of watches, their pending/known/held maps and ``inflight``
+        self._lock = threading.Lock()
+        self._closed = False
+        self._watches: list[Watch] = []
+        #: path -> creates of it in multis of ours in flight (:meth:`take_off`)
+        self.inflight: dict[str, int] = {}
+
+    # -- the store's calls ------------------------------------------------------------
 
     def watch(
         self, prefix: str, listener: WatchListener, *, exclude: PathFilter | None = None
@@ -180,8 +227,8 @@ class _TreeWatcher(_Events, _Reads):
         """Watch every change at or below ``prefix`` (established when this returns),
         leaving out the subtrees ``exclude`` rejects without reading them."""
         check_path(prefix)
-        _ = self._zk  # raises unless started
-        w = _TreeWatch(
+        _ = self._transport.client  # raises unless started
+        w = Watch(
             prefix=prefix,
             listener=listener,
             exclude=exclude,
@@ -190,34 +237,184 @@ class _TreeWatcher(_Events, _Reads):
         sub = Subscription(cancel_fn=lambda: self._unwatch(w))
         # set up on the event thread, in order with the re-reads of the other watches
         # (at once when called from a listener, i.e. on that thread)
+        timeout = self._settings.operation_timeout
         try:
-            self._loop.call(
-                functools.partial(self._add_watch, w), self._settings.operation_timeout + 1
-            )
+            self._loop.call(functools.partial(self._add_watch, w), timeout + 1)
         except CallTimeout:
             self._unwatch(w)
             raise OperationTimeoutError(
-                f"watch {prefix}: not established within {self._settings.operation_timeout:g}s"
+                f"watch {prefix}: not established within {timeout:g}s"
             ) from None
         return sub
 
-    def _add_watch(self, w: _TreeWatch) -> None:
+    def close(self) -> None:
+        """Cancel every watch; no watch is added from now on."""
+        with self._lock:
+            self._closed = True
+            watches, self._watches = self._watches, []
+        for w in watches:
+            w.cancelled = True
+
+    # -- commits.Coverage ---------------------------------------------------------------
+
+    def covered(self, path: str) -> bool:
+        """Whether a recursive watch armed on the current connection covers ``path``:
+        then every delete of it reaches the tap (see ``owned.py``)."""
+        epoch = self._owned.epoch
+        return any(
+            w.armed == epoch and not w.cancelled and w.covers(path) for w in list(self._watches)
+        )
+
+    # -- handed over by kazoo's threads (transport.MultiListener) -----------------------
+
+    def notified(self, etype: int, path: str) -> None:
+        """A notification, on kazoo's connection thread: never read here, only note
+        the path and its latest change, and hand over (one drain task per burst: the
+        paths pile up until it runs)."""
+        if etype == kazoo_private.NODE_DELETED:
+            self._owned.deleted(path)
+        if etype not in _CHANGES:
+            return
+        for w in list(self._watches):
+            # an excluded subtree's notification is dropped here, before the lock and
+            # the drain: the runtime's watch excludes the running marks, which change
+            # by the thousand at every fire of a big job
+            if not w.notes(path):
+                continue
+            with self._lock:
+                first = not w.pending
+                w.pending[path] = etype
+            if first:
+                self._loop.post(functools.partial(self._drain, w))
+
+    def take_off(self, ops: list[Any]) -> Flight | None:
+        """A multi of ours is sent: what it creates is in flight (None without a
+        watch: nothing to adopt or hold)."""
+        return self.in_flight(ops) if self._watches else None
+
+    def in_flight(self, ops: list[Any]) -> Flight:
+        """Note the nodes ``ops`` create as in flight (see :class:`~.transport.Flight`).
+
+        In op order: a node the same multi deletes after creating it (an absence
+        guard's create+delete pair) is in flight but not made by it. Adopting it
+        would report a node that no longer exists (review finding 9); holding its
+        CREATED until the reply lets its DELETED, drained before or after, cost no
+        read.
+        """
+        root = len(self._transport.chroot)
+        made: dict[str, bytes] = {}
+        paths: list[str] = []
+        for op in ops:
+            got = kazoo_private.created(op)
+            if got is not None:
+                path = got[0][root:] or "/"
+                made[path] = got[1]
+                paths.append(path)
+                continue
+            gone = kazoo_private.deleted(op)
+            if gone is not None:
+                made.pop(gone[root:] or "/", None)
+        with self._lock:
+            for path in paths:
+                self.inflight[path] = self.inflight.get(path, 0) + 1
+        return Flight(made, tuple(paths))
+
+    def applied(self, made: dict[str, bytes], ops: list[Any], zxid: int) -> None:
+        """A multi of ours creating ``made`` applied, on kazoo's connection thread as
+        its reply is read: its notifications came just before, and no later one yet.
+        A node it created whose latest notification is that CREATED (pending, or held
+        by a drain that ran meanwhile) is known without a read: its value, and the
+        multi's zxid as its czxid and mzxid (see :attr:`Watch.known`). A registration
+        of 5,000 jobs creates 30,000 nodes: none is re-read."""
+        # an empty node created with a child in one multi is an implicit parent
+        parents = {_parent(p) for p in made if p != "/"}
+        created = kazoo_private.NODE_CREATED
+        for w in list(self._watches):
+            if w.cancelled or w.void:
+                continue
+            with self._lock:
+                pending, held = w.pending, w.held
+                moved = False
+                for path, value in made.items():
+                    if pending.get(path) == created:
+                        # a drain is queued: it was posted when the entry was noted
+                        del pending[path]
+                    elif held.get(path) == created:
+                        del held[path]
+                        moved = True
+                    else:
+                        continue
+                    w.known[path] = (value, zxid, value == b"" and path in parents)
+            if moved:
+                self._loop.post(functools.partial(self._drain, w))
+
+    def landed(self, paths: Iterable[str]) -> None:
+        """The multi creating ``paths`` was answered (or given up on)."""
+        with self._lock:
+            for path in paths:
+                left = self.inflight.get(path, 0) - 1
+                if left > 0:
+                    self.inflight[path] = left
+                else:
+                    self.inflight.pop(path, None)
+        self._release_held()
+
+    def _release_held(self) -> None:
+        # a multi of ours was answered: what drains held for it and it did not
+        # create (it failed, or another multi did) is noted again, to be read
+        for w in list(self._watches):
+            with self._lock:
+                back = [p for p in w.held if p not in self.inflight]
+                if not back:
+                    continue
+                first = not w.pending
+                for path in back:
+                    w.pending.setdefault(path, w.held.pop(path))
+            if first:
+                self._loop.post(functools.partial(self._drain, w))
+
+    # -- session.Resync and the event loop's retry ---------------------------------------
+
+    def resync_all(self) -> None:
+        """After a reconnect or a new session (on the event thread): set every watch
+        again and re-read its subtree."""
+        for w in list(self._watches):
+            if not w.cancelled:
+                self._sync(w, [w.prefix], full=True, emit=True)
+
+    def dirty(self) -> bool:
+        """Whether a watcher waits for a re-sync that failed (on the event thread)."""
+        return any(w.dirty for w in list(self._watches))
+
+    def resync_dirty(self) -> None:
+        """Re-sync the dirty watchers if the connection allows (on the event thread)."""
+        if not self._transport.connected:
+            return  # the state event of the reconnect re-syncs every watcher
+        for w in list(self._watches):
+            if w.dirty and not w.cancelled:
+                self._sync(w, [w.prefix], full=True, emit=True)
+
+    # -- on the event thread ------------------------------------------------------------
+
+    def _add_watch(self, w: Watch) -> None:
         with self._lock:
             if self._closed:
-                raise StoreUnavailableError(f"ZooKeeper store for {self.namespace!r} is closed")
+                raise StoreUnavailableError(
+                    f"ZooKeeper store for {self._settings.namespace!r} is closed"
+                )
             if w.cancelled:  # the caller gave up waiting
                 return
             # listed before the watch is set, so that no notification after it is missed
             # (those that overlap the first read re-read a node already cached: no event)
             self._watches.append(w)
         try:
-            with self._errors(w.prefix):
+            with self._transport.errors(w.prefix):
                 self._sync(w, [w.prefix], full=True, emit=False, strict=True)
         except BaseException:
             self._unwatch(w)
             raise
 
-    def _unwatch(self, w: _TreeWatch) -> None:
+    def _unwatch(self, w: Watch) -> None:
         # the server-side watch stays until the connection ends: its notifications are
         # for no listed watcher and cost nothing but the packet
         w.cancelled = True
@@ -225,13 +422,48 @@ class _TreeWatcher(_Events, _Reads):
             if w in self._watches:
                 self._watches.remove(w)
 
-    def _emit(self, w: _TreeWatch, event: WatchEvent) -> None:
+    def _drain(self, w: Watch) -> None:
+        with self._lock:
+            noted, w.pending = w.pending, {}
+            known, w.known = w.known, {}
+            # a node a multi of ours in flight creates: its reply will tell the node
+            # as it made it (applied), so it is held rather than read now
+            inflight = self.inflight
+            if inflight:
+                for path in [p for p, e in noted.items() if p in inflight]:
+                    if noted[path] == kazoo_private.NODE_CREATED:
+                        w.held[path] = noted.pop(path)
+            # a CREATED held earlier is outdated by any later notification of its
+            # path (a delete or change drained now): the multi's reply must not
+            # adopt it, and the later one is handled below as usual
+            if w.held:
+                for path in [p for p in noted if p in w.held]:
+                    del w.held[path]
+        if w.cancelled or w.void:
+            return
+        if known:
+            # before the paths noted since: their notifications are later
+            self._adopt(w, known)
+        reread: list[str] = []
+        for path, etype in noted.items():
+            if is_excluded(path, w.exclude):
+                continue
+            if etype == kazoo_private.NODE_DELETED:
+                # Notifications arrive in store order, so a node whose latest one is a
+                # delete is gone now (a re-creation would have come after it): no read.
+                self._drop(w, path, 0, True)
+            else:
+                reread.append(path)
+        if reread:
+            self._sync(w, sorted(reread), full=False)
+
+    def _emit(self, w: Watch, event: WatchEvent) -> None:
         # on the event thread, in the middle of a re-read: delivered now, in its order
         self._loop.deliver_watch(w, event)
 
     def _sync(
         self,
-        w: _TreeWatch,
+        w: Watch,
         paths: list[str],
         *,
         full: bool,
@@ -252,12 +484,8 @@ class _TreeWatcher(_Events, _Reads):
             if whole and not w.void:
                 # read before sending: a connection change meanwhile leaves it stale
                 epoch = self._owned.epoch
-                self._call(
-                    self._deadline(),
-                    kazoo_private.submit_add_watch,
-                    self._zk,
-                    self._full(w.prefix),
-                )
+                t = self._transport
+                t.add_watch(t.deadline(), t.full(w.prefix))
                 w.armed = epoch
             self._sync_levels(w, paths, full=full, emit=emit)
         except (kz.KazooException, KazooTimeoutError, StoreError):
@@ -269,34 +497,12 @@ class _TreeWatcher(_Events, _Reads):
             if whole:
                 w.dirty = False
 
-    def _read_level(self, level: list[str]) -> list[_Read]:
-        """Data and children of each node of ``level``, in one request (a ``multiRead``,
-        chunked if large): ``(path, (value, stat) or None when absent, children)``.
-        A write falling between a node's two operations makes its listing a little
-        newer than its stat; the callers allow for it (see _born_with_children)."""
-        ops: list[Any] = []
-        for p in level:
-            full = self._full(p)
-            ops += [kazoo_private.get_data_op(full), kazoo_private.get_children_op(full)]
-        results = self._multi_read(self._deadline(), ops)
-        read: list[_Read] = []
-        for i, p in enumerate(level):
-            got, names = results[2 * i], results[2 * i + 1]
-            if isinstance(got, kz.NoNodeError) or isinstance(names, kz.NoNodeError):
-                read.append((p, None, None))
-                continue
-            for res in (got, names):
-                if isinstance(res, Exception):
-                    raise res
-            read.append((p, got, names))
-        return read
-
-    def _sync_levels(self, w: _TreeWatch, paths: list[str], *, full: bool, emit: bool) -> None:
+    def _sync_levels(self, w: Watch, paths: list[str], *, full: bool, emit: bool) -> None:
         if w.void:
             return
         level = paths
         while level and not w.cancelled:
-            read = self._read_level(level)
+            read = self._reads.read_level(level)
             queued = set(level)
             # one level may reveal several changes: report them in store order
             read.sort(key=lambda r: r[1][1].mzxid if r[1] is not None else 0)
@@ -342,7 +548,7 @@ class _TreeWatcher(_Events, _Reads):
                     c for c in sorted(current) if (full or c not in w.cache) and c not in queued
                 )
 
-    def _adopt(self, w: _TreeWatch, known: dict[str, tuple[bytes, int, bool]]) -> None:
+    def _adopt(self, w: Watch, known: dict[str, tuple[bytes, int, bool]]) -> None:
         """Cache and report (CREATED) nodes our own multis created, as a re-read would
         have found them at the multi's zxid: in store order, parents first; an
         implicit parent silently; a cached older incarnation dropped first."""
@@ -374,16 +580,16 @@ class _TreeWatcher(_Events, _Reads):
         Otherwise the stats of the listed children are read, once, in one request."""
         if stat.pzxid == stat.czxid:
             return bool(stat.numChildren > 0)
-        found = self._read_many(self._deadline(), kids)
+        found = self._reads.read_many(self._transport.deadline(), kids)
         return any(got is not None and got[1].czxid == stat.czxid for got in found.values())
 
     def _emit_if(
-        self, emit: bool, w: _TreeWatch, kind: EventKind, path: str, value: bytes, rev: int
+        self, emit: bool, w: Watch, kind: EventKind, path: str, value: bytes, rev: int
     ) -> None:
         if emit:
             self._emit(w, WatchEvent(kind, path, value, rev))
 
-    def _drop(self, w: _TreeWatch, path: str, revision: int, emit: bool) -> None:
+    def _drop(self, w: Watch, path: str, revision: int, emit: bool) -> None:
         """Forget ``path`` and its cached subtree, emitting DELETED children first
         (implicit parents vanish silently, as they were never reported).
 
