@@ -40,8 +40,16 @@ class BoundsRequests(Protocol):
 def request_bound(store: object) -> float | None:
     """``store.operation_timeout``, or None for a store without one (the in-process
     MemoryStore sends no request anywhere). A store wrapper that forwards a backend's
-    attributes (the runtime's commit watch) answers for its backend."""
-    return float(store.operation_timeout) if isinstance(store, BoundsRequests) else None
+    attributes (the runtime's commit watch) answers for its backend.
+
+    Read with ``getattr``, not ``isinstance(store, BoundsRequests)``: from Python 3.12
+    a runtime-checkable protocol looks attributes up statically, so a wrapper that
+    forwards them through ``__getattr__`` no longer matched, and the fire-deadline
+    check was skipped for every real store on 3.12 and 3.13."""
+    bound = getattr(store, "operation_timeout", None)
+    if isinstance(bound, bool) or not isinstance(bound, int | float):
+        return None
+    return float(bound)
 
 
 def check_fire_deadline(
