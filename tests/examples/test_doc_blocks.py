@@ -260,6 +260,9 @@ def test_the_excerpt_check_sees_a_rename() -> None:
 
 def _env(**extra: str) -> dict[str, str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    # a terminal as wide as the docs' samples: without one Rich wraps at 80 columns,
+    # and where a cell wraps depends on the pids' length (an instance id cut in two)
+    env["COLUMNS"] = "200"
     env.pop("SHARDKEEPER_REGISTRY", None)
     env.update(extra)
     return env
