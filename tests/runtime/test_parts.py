@@ -296,6 +296,40 @@ def test_lanes_run_one_task_per_job_in_order_and_merge_by_key() -> None:
         pool.shutdown()
 
 
+def test_a_lane_stuck_on_one_task_is_reported_once_with_its_stack(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A lane task that runs on (a 600 s etcd run: one job's registration waited 58 s
+    behind something that logged nothing) is reported once, naming the task, what
+    waits behind it and where its thread is; a quick task is never reported."""
+    pool = WorkerPool(2, "test-stalls")
+    lanes = Lanes(pool)
+    gate, entered = threading.Event(), threading.Event()
+
+    def stuck_in_here() -> None:
+        entered.set()
+        gate.wait(10)
+
+    try:
+        lanes.submit("quick", None, lambda: None)
+        lanes.submit("held", "repair", stuck_in_here)
+        lanes.submit("held", "fire", lambda: None)
+        wait_until(entered.is_set, 5)
+        assert lanes.report_stalls(after=60) == []
+        with caplog.at_level("WARNING", logger="shardkeeper.runtime.pool"):
+            assert lanes.report_stalls(after=0) == ["held"]
+            assert lanes.report_stalls(after=0) == []  # once per task
+        (line,) = [r.getMessage() for r in caplog.records if "has run for" in r.getMessage()]
+        assert "held: coordination task repair" in line and "1 queued behind it" in line
+        assert "stuck_in_here" in line and "gate.wait" in line
+        gate.set()
+        wait_until(lambda: any("ended after" in r.getMessage() for r in caplog.records), 5)
+    finally:
+        gate.set()
+        lanes.close()
+        pool.shutdown()
+
+
 def test_a_fire_delivered_twice_runs_once() -> None:
     """Fires of a job are decided in order: a second delivery of a fire already
     decided is ignored instead of running its items a second time (a duplicate the

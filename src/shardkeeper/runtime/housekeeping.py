@@ -58,6 +58,7 @@ class Housekeeper:
         session_id: Callable[[], str],
         skips: SkipLog,
         clock: Callable[[], None] | None = None,
+        stalls: Callable[[], object] | None = None,
     ) -> None:
         self._store = store
         self._liveness = liveness
@@ -72,6 +73,8 @@ class Housekeeper:
         self._skips = skips
         #: the clock monitor's tick (runtime/clockskew.py): it measures when due
         self._clock = clock
+        #: reports the coordination lanes stuck on one task (Lanes.report_stalls)
+        self._stalls = stalls
         self._rr = 0  # round-robin position of the sweep
         self._thread: threading.Thread | None = None
         #: seconds the last tick woke after it was due (the process's starvation)
@@ -123,6 +126,8 @@ class Housekeeper:
 
     def tick(self, tick: int) -> None:
         """One tick: probe, fence if stale, then (started, not stopping) repairs."""
+        if self._stalls is not None:
+            self._stalls()  # first: also while the store does not answer, or stopping
         present = self._probe()
         runners = self._runners()
         if not self._liveness.fresh():

@@ -18,19 +18,26 @@ import heapq
 import itertools
 import logging
 import queue
+import sys
 import threading
 import time
+import traceback
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shardkeeper.errors import StoreError
 
-__all__ = ["Lanes", "WorkerPool", "guarded"]
+__all__ = ["STALL_WARN_AFTER", "Lanes", "WorkerPool", "guarded"]
 
 log = logging.getLogger(__name__)
 
 Task = Callable[[], None]
+
+#: a lane task running longer than this is reported once, with its thread's stack:
+#: everything queued behind it on that job (its fires, its repair pass) waits, and
+#: nothing else in the logs would say on what
+STALL_WARN_AFTER = 15.0
 
 
 def guarded(fn: Task, what: str, on_store_error: Callable[[str], None] | None = None) -> None:
@@ -125,6 +132,10 @@ class WorkerPool:
 class _Lane:
     tasks: OrderedDict[str, Task] = field(default_factory=OrderedDict)
     active: bool = False
+    #: the task running now: (monotonic start, thread ident, key, name), else None
+    running: tuple[float, int, str, str] | None = None
+    #: the start time of the running task once it was reported stalled
+    reported: float | None = None
 
 
 class Lanes:
@@ -202,6 +213,37 @@ class Lanes:
             state = self._lanes.get(lane)
             return len(state.tasks) if state else 0
 
+    def report_stalls(self, after: float = STALL_WARN_AFTER) -> list[str]:
+        """Log (WARNING, once per task) each lane whose running task has gone on for
+        ``after`` seconds, with what is queued behind it and the stack of the thread
+        running it; returns the lanes reported now. Called by housekeeping."""
+        now = time.monotonic()
+        found: list[tuple[str, float, int, str, str, int]] = []
+        with self._lock:
+            for lane, state in self._lanes.items():
+                if state.running is None:
+                    continue
+                began, ident, key, name = state.running
+                if now - began < after or state.reported == began:
+                    continue
+                state.reported = began
+                found.append((lane, now - began, ident, key, name, len(state.tasks)))
+        frames = sys._current_frames() if found else {}
+        for lane, age, ident, key, name, queued in found:
+            frame = frames.get(ident)
+            stack = "".join(traceback.format_stack(frame)) if frame is not None else "(ended)"
+            log.warning(
+                "%s: coordination task %s (%s) has run for %.1f s; %d queued behind it "
+                "(this job's fires and repairs wait); its thread is at:\n%s",
+                lane,
+                key,
+                name,
+                age,
+                queued,
+                stack.rstrip(),
+            )
+        return [lane for lane, *_ in found]
+
     def _drain(self, lane: str) -> None:
         # One task per pool slot, then hand the lane back to the pool: a lane with
         # a long queue must not starve the other lanes of the shared threads.
@@ -210,11 +252,22 @@ class Lanes:
             if not state.tasks:
                 state.active = False
                 return
-            _key, fn = state.tasks.popitem(last=False)
+            key, fn = state.tasks.popitem(last=False)
+            began = time.monotonic()
+            state.running = (began, threading.get_ident(), key, _task_name(fn))
         try:
             guarded(fn, lane, self._on_store_error)
         finally:
             with self._lock:
+                state.running = None
+                if state.reported == began:
+                    state.reported = None
+                    log.warning(
+                        "%s: coordination task %s ended after %.1f s",
+                        lane,
+                        key,
+                        time.monotonic() - began,
+                    )
                 more = bool(state.tasks)
                 if not more:
                     state.active = False
@@ -222,3 +275,9 @@ class Lanes:
                 with self._lock:
                     state.active = False
                     state.tasks.clear()
+
+
+def _task_name(fn: Task) -> str:
+    """What a task is, for a log line: its qualified name (a lambda names the method
+    it was written in)."""
+    return str(getattr(fn, "__qualname__", None) or type(fn).__name__)

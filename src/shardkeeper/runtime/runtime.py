@@ -300,6 +300,7 @@ class Runtime:
                 session_id=self._session_id,
                 skips=self.skips,
                 clock=self.clock.tick,
+                stalls=lanes.report_stalls,
             )
             self._housekeeper.start()
             self._graylink = GrayLinkGuard(
