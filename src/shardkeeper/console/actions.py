@@ -1,8 +1,9 @@
 """The pages' forms: every steering operation, for operators, CSRF-checked.
 
 Each action redirects back (303) with a message saying what was done, or why it
-was refused; a config edit with invalid values shows the job page again with each
-error next to its field. Every write is made through
+was refused; a config edit with invalid values, or one the registry refuses, shows
+the job page again with a notice on top naming each bad value and why, each error
+next to its field and the typed values kept. Every write is made through
 :func:`~shardkeeper.console.audit.audited`: it is recorded in the audit trail under
 the logged-in user's name (a warning joins the message if it could not be).
 """
@@ -17,11 +18,12 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from shardkeeper.console.audit import audited, warning_suffix
+from shardkeeper.console.context import context_of
 from shardkeeper.console.deps import OperatorForm, operator_form
 from shardkeeper.console.forms import EDITABLE, form_changes, parse_params, validate_changes
 from shardkeeper.console.pages import job_page
 from shardkeeper.console.render import redirect
-from shardkeeper.errors import JobConfigError, ShardkeeperError
+from shardkeeper.errors import JobConfigError, JobLookupError, ShardkeeperError
 
 __all__ = ["router"]
 
@@ -75,16 +77,27 @@ def edit_config(request: Request, name: str, form: Form) -> Response:
         errors = validate_changes(data, changes) if changes else {}
     if not errors and not changes:
         return redirect(request, _job_url(name), "nothing changed")
+    status = 422
     if not errors:
         try:
             ops.update_config(name, **changes)
         except JobConfigError as exc:
             errors = {"_config": str(exc)}
+        except JobLookupError:
+            raise  # removed meanwhile: no job page to show again
+        except ShardkeeperError as exc:
+            # refused by the registry (permission, store down, concurrent edits): the
+            # page comes back with the notice on top and what was typed kept
+            from shardkeeper.console.app import status_of  # app imports this module
+
+            status = status_of(exc)
+            refused = context_of(request).scrub(str(exc))
+            errors = {"_config": f"the registry refused the write: {refused}"}
         else:
             changed = f"config of {name} changed: {', '.join(sorted(changes))}"
             return redirect(request, _job_url(name), changed + warning_suffix(request))
     return job_page(
-        request, form.principal, name, submitted=submitted, errors=errors, status_code=422
+        request, form.principal, name, submitted=submitted, errors=errors, status_code=status
     )
 
 

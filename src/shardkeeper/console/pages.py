@@ -19,7 +19,7 @@ from shardkeeper.errors import ConfigError
 from shardkeeper.history import HistoryEntry, HistoryUnavailableError
 from shardkeeper.ops.views import ItemView
 
-__all__ = ["item_table", "job_page", "router"]
+__all__ = ["config_notice", "item_table", "job_page", "router"]
 
 router = APIRouter(include_in_schema=False)
 Viewer = Annotated[Principal, Depends(page_principal)]
@@ -68,6 +68,7 @@ def job_page(
         "written": {"by": stored.by or "?", "writer": stored.writer, "at": stored.at or None},
         "fields": config_fields(detail.config, submitted=submitted, errors=errors),
         "config_error": (errors or {}).get(WHOLE),
+        "config_notice": config_notice(errors or {}, submitted or {}),
         "filters": filters,
         "history": history,
         "history_error": history_error,
@@ -78,6 +79,17 @@ def job_page(
         ),
     }
     return page(request, "job.html", principal, status_code=status_code, **values)
+
+
+def config_notice(errors: dict[str, str], submitted: dict[str, str]) -> list[dict[str, str]]:
+    """The notice at the top of a job page whose config save was refused: one line
+    per error, each field's with the text that was typed (the error about the config
+    as a whole, or the store's refusal, without one); empty when nothing was refused."""
+    lines = [{"field": "", "typed": "", "message": errors[WHOLE]}] if WHOLE in errors else []
+    for key, message in errors.items():
+        if key != WHOLE:
+            lines.append({"field": key, "typed": submitted.get(key, ""), "message": message})
+    return lines
 
 
 def _notable(item: ItemView) -> bool:

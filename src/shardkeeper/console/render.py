@@ -29,11 +29,16 @@ TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 
 
 def _time(value: float | datetime | None) -> str:
-    """Epoch seconds or a datetime as ``2024-05-01 12:00:00`` UTC ("-" for none)."""
+    """Epoch seconds or a datetime as ``2024-05-01 12:00:00 UTC`` ("-" for none):
+    every time the console shows names its zone (a naive datetime is taken as UTC,
+    as the stores and the history write them)."""
     if value is None or (isinstance(value, int | float) and value <= 0):
         return "-"
-    dt = value if isinstance(value, datetime) else datetime.fromtimestamp(value, UTC)
-    return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, datetime):
+        dt = value if value.tzinfo else value.replace(tzinfo=UTC)
+    else:
+        dt = datetime.fromtimestamp(value, UTC)
+    return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _seconds(value: float | None) -> str:

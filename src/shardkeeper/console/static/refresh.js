@@ -3,7 +3,8 @@
 // Every few seconds (body data-refresh-seconds; 0 = never) the page is fetched
 // again and each element with data-refresh and an id is replaced by the element of
 // the same id in the new page. Nothing is refreshed while the user is typing in a
-// form, so an edit in progress is never lost.
+// form, so an edit in progress is never lost, and an opened <details> (a
+// traceback) stays open.
 (function () {
   "use strict";
 
@@ -31,6 +32,13 @@
         document.querySelectorAll("[data-refresh][id]").forEach(function (old) {
           var replacement = fresh.getElementById(old.id);
           if (replacement) {
+            // a traceback the user opened stays open
+            old.querySelectorAll("details[open][id]").forEach(function (shown) {
+              var again = replacement.querySelector("#" + CSS.escape(shown.id));
+              if (again) {
+                again.open = true;
+              }
+            });
             old.replaceWith(document.importNode(replacement, true));
           }
         });
