@@ -3,7 +3,7 @@
 The backends use private names and implicit behaviours of kazoo (only in
 ``registry/zookeeper/kazoo_private.py``; ``handler.py`` relies on one behaviour) and of
 cslab-etcd3 (``registry/etcd/client_private.py``, used by ``transport.py`` alone, and the
-generated ``etcdrpc`` stubs),
+generated ``etcdrpc`` stubs and messages: the messages built by ``messages.py`` alone),
 listed with their reasons in those modules' docstrings. None of it is visible to mypy
 (the clients are ``Any``), and a new client release that moved one of them would
 break the backends in ways the contract suite sees only on a real server, or not at
@@ -456,8 +456,8 @@ KAZOO_OUTSIDE_TRANSPORT = {
     "kazoo.handlers.threading",
 }
 #: what they may use of kazoo_private: its request records and their constants
-#: (building and reading a multi's operations, as etcd's parts build the generated
-#: messages); its client, its requests and its hooks are the transport's alone
+#: (building and reading a multi's operations, as etcd's parts build their request
+#: records); its client, its requests and its hooks are the transport's alone
 KAZOO_RECORDS = {
     "create_op",
     "check_op",
@@ -550,6 +550,24 @@ def test_only_the_transport_touches_the_kazoo_client() -> None:
     transport = ZK / "transport.py"
     used = _module_attributes(transport, "kazoo_private")
     assert {"Client", "submit_multi", "submit_multi_read", "submit_add_watch"} <= used, used
+
+
+def test_nothing_outside_the_zookeeper_backend_uses_its_kazoo_client() -> None:
+    """``ZooKeeperStore.kazoo_client`` is for the backend's own tests: no module of
+    the package outside ``registry/zookeeper/`` names it (the clock sampler asks the
+    store's ``server_time``, registry/clock.py's ``ServerClock``, whose request the
+    transport sends)."""
+    offenders = [
+        f"{path.relative_to(SRC)}:{n}"
+        for path in sorted(SRC.rglob("*.py"))
+        if ZK not in path.parents
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "kazoo_client" in line
+    ]
+    assert not offenders, (
+        f"kazoo_client is used outside registry/zookeeper/: {offenders}; ask the store "
+        "through a method (a Protocol of the caller's module) that its transport serves"
+    )
 
 
 def test_the_zookeeper_store_is_composed_not_a_mixin_tower() -> None:
@@ -724,9 +742,9 @@ def test_etcd3_watcher_streams_over_our_stub_with_our_metadata() -> None:
 
 
 #: what the etcd backend's modules other than the transport may import of the client:
-#: the generated messages (the etcd v3 API's vocabulary) and, for the one error
-#: boundary, its exceptions; ``__init__`` imports the package to fail early without it
-ETCD_OUTSIDE_TRANSPORT = {"etcd3.etcdrpc", "etcd3.exceptions"}
+#: for the one error boundary, its exceptions; ``__init__`` imports the package to fail
+#: early without it (the generated code, ``etcd3.etcdrpc``: see ETCDRPC_USERS)
+ETCD_OUTSIDE_TRANSPORT = {"etcd3.exceptions"}
 #: the client's objects and the generated gRPC stubs: the transport's alone
 ETCD_CLIENT_NAMES = {
     "MultiEndpointEtcd3Client",
@@ -744,10 +762,11 @@ ETCD_CLIENT_NAMES = {
 def test_only_the_transport_touches_the_etcd3_client() -> None:
     """The etcd backend's transport (``transport.py``) is the one module that imports
     ``client_private`` and uses the client, its watcher or its gRPC stubs; the other
-    parts import at most the generated messages and (errors.py) the exceptions."""
+    parts import at most (errors.py) the exceptions, and ``messages.py`` the generated
+    messages (``test_only_messages_builds_etcd3s_generated_messages``)."""
     offenders: list[str] = []
     for path in sorted(ETCD.glob("*.py")):
-        if path.name in ("transport.py", "client_private.py"):
+        if path.name in ("transport.py", "client_private.py", "messages.py"):
             continue
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
@@ -770,3 +789,91 @@ def test_only_the_transport_touches_the_etcd3_client() -> None:
         }
         offenders.extend(f"{path.name}: {name}" for name in sorted(private))
     assert not offenders, f"only registry/etcd/transport.py may touch the etcd3 client: {offenders}"
+
+
+#: the modules that may import etcd3's generated code (``etcd3.etcdrpc`` and its
+#: ``*_pb2`` modules), and what for: ``messages.py`` builds every message, from the
+#: records the other parts plan (``records.py``); the transport and client_private
+#: take the gRPC stubs (``*Stub``) from it and nothing else
+ETCDRPC_USERS = {"messages.py": "messages", "transport.py": "stubs", "client_private.py": "stubs"}
+
+
+def _etcdrpc_imports(tree: ast.Module) -> list[tuple[int, str, str | None]]:
+    """(line, what, alias) of each import of etcd3's generated code in ``tree``: the
+    alias a module is bound to (None for ``from ... import name``)."""
+    found: list[tuple[int, str, str | None]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "etcd3.etcdrpc" or alias.name.startswith("etcd3.etcdrpc."):
+                    found.append((node.lineno, f"import {alias.name}", alias.asname))
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            names = [alias.name for alias in node.names]
+            if module == "etcd3" and "etcdrpc" in names:
+                bound = next(a.asname or a.name for a in node.names if a.name == "etcdrpc")
+                found.append((node.lineno, "from etcd3 import etcdrpc", bound))
+            elif module == "etcd3.etcdrpc" or module.startswith("etcd3.etcdrpc."):
+                found.append((node.lineno, f"from {module} import {', '.join(names)}", None))
+    return found
+
+
+def test_only_messages_builds_etcd3s_generated_messages() -> None:
+    """etcd3's generated protobuf messages (RangeRequest, Compare, RequestOp,
+    TxnRequest, ...) are built in ``registry/etcd/messages.py`` alone, which only the
+    transport imports: the planner, the conditions, the keyspace, the nesting, the
+    watch and the store plan plain records (``records.py``), so the planner's output
+    is table-tested without the client's types. No other module of the package
+    imports the generated code, and the transport and client_private use it for the
+    gRPC stubs only."""
+    offenders: list[str] = []
+    for path in sorted(SRC.rglob("*.py")):
+        where = str(path.relative_to(SRC))
+        tree = ast.parse(path.read_text())
+        imports = _etcdrpc_imports(tree)
+        role = ETCDRPC_USERS.get(path.name) if path.parent == ETCD else None
+        if role is None:
+            offenders.extend(
+                f"{where}:{line} {what}: build records (registry/etcd/records.py) and let "
+                "the transport turn them into messages (registry/etcd/messages.py)"
+                for line, what, _alias in imports
+            )
+        elif role == "stubs":
+            for line, what, alias in imports:
+                if alias is None:
+                    offenders.append(f"{where}:{line} {what}: import the module, use its stubs")
+                    continue
+                offenders.extend(
+                    f"{where}:{node.lineno} {alias}.{node.attr}: a generated message is "
+                    "built by registry/etcd/messages.py, not here"
+                    for node in ast.walk(tree)
+                    if isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == alias
+                    and not node.attr.endswith("Stub")
+                )
+        if path.name != "transport.py" or path.parent != ETCD:
+            offenders.extend(
+                f"{where}:{node.lineno} imports registry/etcd/messages.py, the transport's alone"
+                for node in ast.walk(tree)
+                if (
+                    isinstance(node, ast.ImportFrom)
+                    and (node.module or "").endswith("registry.etcd")
+                    and any(a.name == "messages" for a in node.names)
+                )
+                or (
+                    isinstance(node, ast.ImportFrom)
+                    and (node.module or "").endswith("registry.etcd.messages")
+                )
+                or (
+                    isinstance(node, ast.Import)
+                    and any(a.name.endswith("registry.etcd.messages") for a in node.names)
+                )
+            )
+    assert not offenders, (
+        "etcd3's generated messages are built outside registry/etcd/messages.py: "
+        + "; ".join(offenders)
+    )
+    # and messages.py does build them (the rule is not satisfied by an empty module)
+    built = _module_attributes(ETCD / "messages.py", "rpc")
+    assert {"Compare", "RangeRequest", "RequestOp", "TxnRequest", "PutRequest"} <= built, built

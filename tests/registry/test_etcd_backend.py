@@ -45,7 +45,7 @@ from shardkeeper.registry import (
     open_store,
 )
 from shardkeeper.registry.counting import request_count
-from shardkeeper.registry.etcd import EtcdStore, nesting
+from shardkeeper.registry.etcd import EtcdStore, messages, nesting
 from shardkeeper.registry.packing import pack_groups
 from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.servers import EtcdCluster, free_ports
@@ -443,9 +443,7 @@ def test_group_bytes_bounds_the_nested_transaction_of_each_group(store: EtcdStor
     ]
     for group in shapes:
         plan = nesting.plan_group(group, {}, store._commits.ctx)
-        encoded = (
-            rpc.RequestOp(request_txn=plan.request).ByteSize() if not isinstance(plan, str) else 0
-        )
+        encoded = messages.request_op(plan.request).ByteSize() if not isinstance(plan, str) else 0
         assert encoded <= store.group_bytes(group), group
 
 

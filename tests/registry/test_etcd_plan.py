@@ -1,7 +1,8 @@
 """The etcd planner as pure functions, tabled without a server (``registry/etcd/planner.py``,
 ``conditions.py``, ``nesting.py``): operations in, compares / writes / failure reads
-out, and a failed transaction's reads in, a verdict out. The part that sends
-(``Commits``) is driven by a scripted ``Txns``; the real server is in
+out (plain records, ``records.py``), and a failed transaction's reads in, a verdict
+out. The part that sends (``Commits``) is driven by a scripted ``Txns``; the records'
+messages (``messages.py``) are checked field by field; the real server is in
 ``test_etcd_backend.py`` and the contract suite."""
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ import pytest
 
 pytest.importorskip("etcd3")
 
-import etcd3.etcdrpc as rpc
-
 from shardkeeper.errors import ConfigError, StoreError
 from shardkeeper.registry.base import Check, Create, Delete, Op, Put
-from shardkeeper.registry.etcd.conditions import Verdict
+from shardkeeper.registry.etcd import messages
+from shardkeeper.registry.etcd.conditions import Verdict, compare_holds
 from shardkeeper.registry.etcd.keys import Keyspace
 from shardkeeper.registry.etcd.nesting import (
     Planned,
@@ -37,6 +37,16 @@ from shardkeeper.registry.etcd.planner import (
     shape,
     writes,
 )
+from shardkeeper.registry.etcd.records import (
+    Compare,
+    DeleteRange,
+    PutKey,
+    Range,
+    Request,
+    Result,
+    Target,
+    Txn,
+)
 
 KEYS = Keyspace.of("ns")
 LEASE = 0x51
@@ -48,40 +58,24 @@ def lease_for(ephemeral: bool) -> int:
 
 CTX = PlanContext(KEYS, lease_for)
 
-_TARGET = {
-    rpc.Compare.VERSION: "version",
-    rpc.Compare.CREATE: "create",
-    rpc.Compare.MOD: "mod",
-    rpc.Compare.VALUE: "value",
-    rpc.Compare.LEASE: "lease",
-}
-_RESULT = {rpc.Compare.EQUAL: "==", rpc.Compare.GREATER: ">", rpc.Compare.LESS: "<"}
 
-
-def shown_compare(cmp: Any) -> str:
+def shown_compare(cmp: Compare) -> str:
     """``version(/ns/a)==0``; a range as ``[start,end)``."""
     where = cmp.key.decode()
     if cmp.range_end:
         where = f"[{where},{cmp.range_end.decode()})"
-    target = _TARGET[cmp.target]
-    wanted = {
-        "version": cmp.version,
-        "create": cmp.create_revision,
-        "mod": cmp.mod_revision,
-        "value": bytes(cmp.value),
-        "lease": cmp.lease,
-    }[target]
-    return f"{target}({where}){_RESULT[cmp.result]}{wanted!s}"
+    return f"{cmp.target.value}({where}){cmp.result.value}{cmp.wanted!s}"
 
 
-def shown_write(op: Any) -> str:
-    if op.HasField("request_put"):
-        put = op.request_put
-        return f"put {put.key.decode()}={bytes(put.value)!r} lease={put.lease:x}"
-    return f"delete {op.request_delete_range.key.decode()}"
+def shown_write(op: Request) -> str:
+    if isinstance(op, PutKey):
+        return f"put {op.key.decode()}={op.value!r} lease={op.lease:x}"
+    assert isinstance(op, DeleteRange), op
+    return f"delete {op.key.decode()}"
 
 
-def shown_read(req: Any) -> str:
+def shown_read(req: Request) -> str:
+    assert isinstance(req, Range), req
     where: str = req.key.decode()
     if req.range_end:
         where = f"[{where},{req.range_end.decode()})"
@@ -215,7 +209,7 @@ def test_absences_past_the_limit_take_the_compact_form_after_a_pre_read() -> Non
     shape(conds, 4)
     assert [c.compact for c in conds] == [False, True, True]
     chunks = absence_chunks([c for c in conds if c.compact], 4)
-    assert [[shown_read(r.request_range) for r in reads] for _, reads in chunks] == [
+    assert [[shown_read(r) for r in reads] for _, reads in chunks] == [
         ["/ns/b", "[/ns/b/,/ns/b0) limit=1", "/ns/c", "[/ns/c/,/ns/c0) limit=1"]
     ]
     chunk = chunks[0][0]
@@ -319,7 +313,7 @@ def test_a_group_is_a_nested_transaction_with_its_own_compares() -> None:
     # the ancestors are guarded by the outer transaction, once for every group
     assert list(guards) == ["/j/running", "/j", "/j/r"]
     assert planned.keys == {b"/ns/j/running/1", b"/ns/j/r/1"}
-    assert rpc.RequestOp(request_txn=request).ByteSize() <= group_bytes(
+    assert messages.request_op(request).ByteSize() <= group_bytes(
         [Create("/j/running/1", b"m"), Put("/j/r/1", b"r")], len(KEYS.root)
     )
 
@@ -341,6 +335,76 @@ def test_a_doomed_group_is_its_path_and_a_refused_one_names_its_condition() -> N
     planned = plan_group([Check("/x", exists=True), Delete("/x")], {}, CTX)
     assert isinstance(planned, Planned)
     assert judge_group(planned, reply([], [kv("/ns/x/y")])) is None
+
+
+# ---- the records as etcd3's generated messages (messages.py) -----------------------------
+
+#: each target's operand field in etcd's Compare (its ``target_union``)
+OPERAND_FIELD = {
+    Target.VERSION: "version",
+    Target.CREATE: "create_revision",
+    Target.MOD: "mod_revision",
+    Target.VALUE: "value",
+    Target.LEASE: "lease",
+}
+
+
+@pytest.mark.parametrize("target", list(Target), ids=[t.value for t in Target])
+def test_a_compare_sets_the_operand_field_of_its_target_zero_included(target: Target) -> None:
+    wanted: int | bytes = b"v" if target is Target.VALUE else 0
+    message = messages.compare(Compare(b"/ns/a", target, Result.EQUAL, wanted, range_end=b"/ns0"))
+    assert message.WhichOneof("target_union") == OPERAND_FIELD[target]
+    assert getattr(message, OPERAND_FIELD[target]) == wanted
+    assert message.target == getattr(type(message), target.name)
+    assert (message.key, message.range_end, message.result) == (
+        b"/ns/a",
+        b"/ns0",
+        type(message).EQUAL,
+    )
+
+
+def test_a_transaction_becomes_its_messages_field_for_field() -> None:
+    """Each branch operation goes into the RequestOp field of its kind, nested
+    transactions included; defaults stay unset (the bytes the parts used to build)."""
+    inner = Txn((Compare(b"/ns/i", Target.MOD, Result.LESS, 4),), (DeleteRange(b"/ns/i"),))
+    txn = Txn(
+        (Compare(b"/ns/a", Target.VERSION, Result.GREATER, 0),),
+        (PutKey(b"/ns/a", b"v", LEASE, prev_kv=True), DeleteRange(b"/ns/b/", b"/ns/b0"), inner),
+        (Range(b"/ns/a", keys_only=True), Range(b"/ns/", b"/ns0", limit=1, min_create_revision=9)),
+    )
+    message = messages.txn_request(txn)
+    assert [op.WhichOneof("request") for op in message.success] == [
+        "request_put",
+        "request_delete_range",
+        "request_txn",
+    ]
+    put = message.success[0].request_put
+    assert (put.key, put.value, put.lease, put.prev_kv) == (b"/ns/a", b"v", LEASE, True)
+    assert message.success[1].request_delete_range.range_end == b"/ns/b0"
+    nested = message.success[2].request_txn
+    assert nested.compare[0].mod_revision == 4 and not nested.failure
+    reads = [op.request_range for op in message.failure]
+    assert [(r.key, r.range_end, r.keys_only, r.limit, r.min_create_revision) for r in reads] == [
+        (b"/ns/a", b"", True, 0, 0),
+        (b"/ns/", b"/ns0", False, 1, 9),
+    ]
+    # a default is the field left unset: the bytes of the message built with the rest
+    assert (
+        reads[0].SerializeToString()
+        == type(reads[0])(key=b"/ns/a", keys_only=True).SerializeToString()
+    )
+    assert messages.kv_request(txn)[0] == "Txn"
+    assert messages.kv_request(Range(b"/ns/a"))[0] == "Range"
+
+
+def test_compare_holds_evaluates_a_compare_as_the_server_does() -> None:
+    node = kv("/ns/a", lease=LEASE, version=2, mod=7, create=5)
+    assert compare_holds(Compare(b"/ns/a", Target.MOD, Result.EQUAL, 7), node)
+    assert compare_holds(Compare(b"/ns/a", Target.LEASE, Result.NOT_EQUAL, 0), node)
+    assert not compare_holds(Compare(b"/ns/a", Target.CREATE, Result.LESS, 5), node)
+    assert compare_holds(Compare(b"/ns/a", Target.VERSION, Result.EQUAL, 0), None)
+    assert not compare_holds(Compare(b"/ns/a", Target.VALUE, Result.EQUAL, b""), None)
+    assert compare_holds(Compare(b"/ns/a", Target.VALUE, Result.EQUAL, b""), node)
 
 
 # ---- the part that sends, on a scripted transport ----------------------------------------

@@ -8,7 +8,9 @@
   its value unchanged) answers with the node's ``mtime``, the time the ZooKeeper leader
   stamped on the transaction, in milliseconds. The write happened somewhere between
   the local send and receive times, so the offset is ``mtime - midpoint`` within half
-  the round trip (plus the millisecond of resolution).
+  the round trip (plus the millisecond of resolution). The store sends the write
+  itself, through its transport (:class:`ServerClock`: ``ZooKeeperStore.server_time``);
+  this module only times it.
 * **etcd** answers its gRPC requests with no time at all. Its members' client URLs
   also serve HTTP (``/version``), and Go's HTTP server stamps every answer with a
   ``Date`` header from the member's clock, in **whole seconds** (RFC 9110,
@@ -18,9 +20,12 @@
 * **MemoryStore** (tests): its server lives in this process, so its clock is this
   host's ``time.time()``; an injected local clock shows up as the offset.
 
-The local clock is a parameter (``wall``) so that tests can shift it; the round trip
-is timed on the monotonic clock, so a wall-clock step during a request does not
-stretch it. Nothing here decides anything: runtime/clockskew.py does.
+A store whose own requests can carry its server's time implements
+:class:`ServerClock` (ZooKeeper does; etcd's gRPC answers carry none, so the etcd store
+does not, and its members' HTTP ``Date`` is read here). The local clock is a parameter
+(``wall``) so that tests can shift it; the round trip is timed on the monotonic clock,
+so a wall-clock step during a request does not stretch it. Nothing here decides
+anything: runtime/clockskew.py does.
 """
 
 from __future__ import annotations
@@ -30,13 +35,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, Protocol
 
 from shardkeeper.errors import StoreError, StoreUnavailableError
 from shardkeeper.registry.base import CoordinationStore
 from shardkeeper.registry.url import RegistrySettings
 
-__all__ = ["ClockSample", "clock_sampler", "offset_sample"]
+__all__ = ["ClockSample", "ServerClock", "ServerTime", "clock_sampler", "offset_sample"]
 
 WallClock = Callable[[], float]
 
@@ -90,13 +95,42 @@ def offset_sample(
 Sampler = Callable[[str, bytes], ClockSample]
 """``sample(node_path, node_value)``: one measurement (raises StoreError when the store
 does not answer). The path and value are those of the instance's clock node, which the
-ZooKeeper sampler writes (unchanged) to get a server time."""
+store of a :class:`ServerClock` writes (unchanged) to get a server time."""
+
+
+@dataclass(frozen=True)
+class ServerTime:
+    """The time a server stamped on one request: ``seconds`` since the epoch, truncated
+    to ``resolution`` (the true time lies in ``[seconds, seconds + resolution)``);
+    ``source`` says what was read (``ClockSample.source``)."""
+
+    seconds: float
+    resolution: float
+    source: str
+
+
+class ServerClock(Protocol):
+    """A store whose own request tells its server's time (the ZooKeeper store: the
+    ``mtime`` of a write). The sampler times the call; the store sends one request in
+    it, on its own connection (its transport), and counts it in no request count."""
+
+    def server_time(self, path: str, value: bytes) -> ServerTime | None:
+        """Write ``value`` (unchanged) to the instance's ephemeral clock node ``path``
+        and return the time the server stamped on the write; None when the node does
+        not exist (the sampler creates it, ephemeral, and asks again). Raises
+        StoreError when the server does not answer."""
+        ...
 
 
 def clock_sampler(store: CoordinationStore, wall: WallClock = time.time) -> Sampler | None:
-    """The sampler for ``store``'s backend, or None when it has no clock to offer."""
-    if hasattr(store, "kazoo_client"):
-        return _ZooKeeperSampler(store, wall)
+    """The sampler for ``store``'s backend, or None when it has no clock to offer.
+
+    :class:`ServerClock` is looked up with ``getattr``, not ``isinstance``: a store
+    wrapper that forwards a backend's attributes through ``__getattr__`` (the runtime's
+    commit watch) answers for its backend on every Python (config/timing.py says why)."""
+    server_time = getattr(store, "server_time", None)
+    if callable(server_time):
+        return _ServerClockSampler(store, server_time, wall)
     settings = getattr(store, "settings", None)
     if isinstance(settings, RegistrySettings) and settings.backend == "etcd":
         return _EtcdDateSampler(settings, wall)
@@ -111,35 +145,44 @@ def _local_sample(wall: WallClock) -> ClockSample:
     return offset_sample(server, sent, time.monotonic() - start, source="memory server")
 
 
-class _ZooKeeperSampler:
-    """Writes the clock node and reads the leader's mtime from the reply's stat."""
+class _ServerClockSampler:
+    """Times the store's :meth:`ServerClock.server_time` (on ZooKeeper: a write of the
+    clock node, whose reply's stat carries the leader's mtime)."""
 
-    def __init__(self, store: CoordinationStore, wall: WallClock) -> None:
+    def __init__(
+        self,
+        store: CoordinationStore,
+        server_time: Callable[[str, bytes], ServerTime | None],
+        wall: WallClock,
+    ) -> None:
         self._store = store
+        self._server_time = server_time
         self._wall = wall
 
     def __call__(self, path: str, value: bytes) -> ClockSample:
-        client: Any = getattr(self._store, "kazoo_client")  # noqa: B009 (duck-typed)
-        timeout = float(getattr(self._store, "operation_timeout", 5.0))
         for attempt in range(2):
             sent, start = self._wall(), time.monotonic()
             try:
-                stat = client.set_async(path, value).get(timeout=timeout)
-            except Exception as exc:  # kazoo's errors: the registry layer maps them
-                if attempt == 0 and type(exc).__name__ == "NoNodeError":
+                stamp = self._server_time(path, value)
+            except StoreError:
+                raise
+            except Exception as exc:  # anything else still reads as "no answer"
+                raise StoreError(f"clock sample (set {path}): {type(exc).__name__}") from exc
+            round_trip = time.monotonic() - start
+            if stamp is None:
+                if attempt == 0:
                     # first sample of this session: create the ephemeral node, then set
                     self._store.put(path, value, ephemeral=True)
                     continue
-                raise StoreError(f"clock sample (set {path}): {type(exc).__name__}") from exc
-            round_trip = time.monotonic() - start
+                break
             return offset_sample(
-                stat.mtime / 1000.0,
+                stamp.seconds,
                 sent,
                 round_trip,
-                resolution=0.001,
-                source="zookeeper mtime",
+                resolution=stamp.resolution,
+                source=stamp.source,
             )
-        raise StoreError(f"clock sample: {path} vanished twice")  # pragma: no cover
+        raise StoreError(f"clock sample: {path} vanished twice")
 
 
 class _EtcdDateSampler:

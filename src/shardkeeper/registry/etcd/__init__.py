@@ -4,7 +4,9 @@ Built on the ``etcd3`` package (cslab-etcd3): its client manages the gRPC channe
 and endpoint failover, its ``Watcher`` multiplexes every watch of a store over ONE
 gRPC watch stream. Requests are sent through the client's stubs with explicit
 protobuf messages so that every call carries the operation timeout and the response
-header (the store revision) is available.
+header (the store revision) is available; the parts describe them as plain records
+(``records``), which the transport alone turns into etcd3's generated messages
+(``messages``).
 
 The store is composed of parts, each owning its state and talking to the others
 through small named interfaces (drawn in ``store.py``; no class here is a mixin):
@@ -13,7 +15,9 @@ through small named interfaces (drawn in ``store.py``; no class here is a mixin)
   that touches the ``etcd3`` client: its endpoints, member choice and failover,
   authentication, requests (reads re-sent while safe, transactions, the lease's
   requests) and the watch stream; ``client_private``: every use of a private part of
-  the client, with why (imported by ``transport`` alone);
+  the client, with why (imported by ``transport`` alone); ``messages``: the one module
+  that builds the generated ``etcdrpc`` messages, from the records (imported by
+  ``transport`` alone);
 * ``session``: :class:`~shardkeeper.registry.etcd.session.Session`, the lease, its
   keep-alive thread and the connection states;
 * ``watch``: :class:`~shardkeeper.registry.etcd.watch.TreeWatch`, the watches on one
@@ -22,6 +26,8 @@ through small named interfaces (drawn in ``store.py``; no class here is a mixin)
   compares, folded writes, ephemeral-parent guards, the 128-operation budget, the
   verdict of a failed one) and ``Commits``, which sends what it plans; ``nesting``:
   ``commit_groups`` as nested transactions (pure plan and verdict per group);
+* ``records``: the requests as plain frozen dataclasses (``Compare``, ``Range``,
+  ``PutKey``, ``DeleteRange``, ``Txn``): what the planner returns and its tests read;
 * ``keys``: :class:`~shardkeeper.registry.etcd.keys.Keyspace`, paths onto etcd's flat
   keyspace (namespaces, subtree ranges, pure parents); ``errors``: translation of
   gRPC/etcd3 errors (the one boundary); ``core``: the constants several parts use;

@@ -4,8 +4,9 @@ Only ``transport.py`` imports this module, and nothing else of the backend touch
 client: the transport calls only the functions of this module for these, and uses
 nothing else of the client but its documented API (``MultiEndpointEtcd3Client``,
 ``Endpoint``, ``endpoints``, ``endpoint_in_use``, ``channel``, ``Endpoint.fail`` /
-``is_failed`` / ``netloc``, ``close``, the generated ``etcdrpc`` stubs and messages,
-``Watcher.add_callback`` / ``cancel`` / ``close``, the exceptions and event types).
+``is_failed`` / ``netloc``, ``close``, the generated ``etcdrpc`` stubs (the messages
+are built by ``messages.py``), ``Watcher.add_callback`` / ``cancel`` / ``close``, the
+exceptions and event types).
 
 Each item below was checked against cslab-etcd3 0.12.1 (the version pinned by
 ``constraints.txt``); a new version of the client must be checked against this list:

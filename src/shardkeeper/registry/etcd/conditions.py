@@ -28,19 +28,18 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import etcd3.etcdrpc as rpc
-
 from shardkeeper.registry.base import Check, Op
 from shardkeeper.registry.etcd.keys import below_range, in_subtree, own_range, subtree
+from shardkeeper.registry.etcd.records import Compare, Range, Result, Target
 
 __all__ = ["EQUAL", "GREATER", "LESS", "Condition", "Verdict", "compare_holds"]
 
-EQUAL = rpc.Compare.EQUAL
-GREATER = rpc.Compare.GREATER
-LESS = rpc.Compare.LESS
+EQUAL = Result.EQUAL
+GREATER = Result.GREATER
+LESS = Result.LESS
 
 
-def version_compare(key: bytes, result: Any, *, below: bool = False) -> Any:
+def version_compare(key: bytes, result: Result, *, below: bool = False) -> Compare:
     """``version`` of ``key`` compared with 0; ``below``: over the subtree range.
 
     A range compare must hold for every key in the range, and an empty range compares
@@ -48,14 +47,8 @@ def version_compare(key: bytes, result: Any, *, below: bool = False) -> Any:
     and ``> 0`` means "something below"."""
     if below:
         start, end = subtree(key)
-        return rpc.Compare(
-            key=start,
-            range_end=end,
-            target=rpc.Compare.VERSION,
-            result=result,
-            version=0,
-        )
-    return rpc.Compare(key=key, target=rpc.Compare.VERSION, result=result, version=0)
+        return Compare(start, Target.VERSION, result, 0, range_end=end)
+    return Compare(key, Target.VERSION, result, 0)
 
 
 class Verdict(enum.Enum):
@@ -93,7 +86,7 @@ class Condition:
     key: bytes
     kind: Literal["absent", "exists", "check"]
     #: the compare of a ``check``
-    check: Any = None
+    check: Compare | None = None
     #: an absence in the compact form
     compact: bool = False
     #: compact absence: revision of the pre-read that found the path absent (-1: none)
@@ -114,19 +107,20 @@ class Condition:
         """Ops that state the same condition share one (Create + Check(exists=False))."""
         return (self.kind, self.path) if self.kind != "check" else op
 
-    def compares(self) -> list[Any]:
+    def compares(self) -> list[Compare]:
         if self.kind == "check":
+            assert self.check is not None
             return [self.check]
         if self.kind == "exists":
             return [version_compare(self.key, GREATER, below=self.below)]
         if self.compact:
             return [
-                rpc.Compare(
-                    key=self.key,
+                Compare(
+                    self.key,
+                    Target.CREATE,
+                    LESS,
+                    self.since + 1,
                     range_end=subtree(self.key)[1],
-                    target=rpc.Compare.CREATE,
-                    result=LESS,
-                    create_revision=self.since + 1,
                 )
             ]
         return [
@@ -134,17 +128,17 @@ class Condition:
             version_compare(self.key, EQUAL, below=True),
         ]
 
-    def probes(self) -> list[Any]:
+    def probes(self) -> list[Range]:
         if self.kind == "check":
-            return [rpc.RangeRequest(key=self.key)]  # a value check needs the value
+            return [Range(self.key)]  # a value check needs the value
         if self.kind == "exists":
             return [below_range(self.key) if self.below else own_range(self.key)]
         if self.compact:
             # the first key of the range created since the pre-read, if any
             return [
-                rpc.RangeRequest(
-                    key=self.key,
-                    range_end=subtree(self.key)[1],
+                Range(
+                    self.key,
+                    subtree(self.key)[1],
                     keys_only=True,
                     limit=1,
                     min_create_revision=self.since + 1,
@@ -152,13 +146,14 @@ class Condition:
             ]
         return [own_range(self.key), below_range(self.key)]
 
-    def other_probe(self) -> Any:
+    def other_probe(self) -> Range:
         """Existence: the read of the form not in use."""
         return own_range(self.key) if self.below else below_range(self.key)
 
     def judge(self, reads: list[list[Any]], other: list[Any] | None) -> Verdict:
         """Decide from the probes' results (and the other form's read, if sent)."""
         if self.kind == "check":
+            assert self.check is not None
             return Verdict.HOLDS if compare_holds(self.check, first_kv(reads[0])) else Verdict.FALSE
         if self.kind == "absent" and not self.compact:
             return Verdict.FALSE if any(reads) else Verdict.HOLDS
@@ -186,49 +181,40 @@ def first_kv(kvs: list[Any]) -> Any:
     return kvs[0] if kvs else None
 
 
-def check_compare(key: bytes, check: Check) -> Any:
+def check_compare(key: bytes, check: Check) -> Compare:
     # (existence checks are Condition's own kinds)
     if check.value is not None:
         # etcd fails a value compare on a missing key: "exists with this value"
-        return rpc.Compare(key=key, target=rpc.Compare.VALUE, result=EQUAL, value=check.value)
+        return Compare(key, Target.VALUE, EQUAL, check.value)
     if check.version is not None and check.version > 0:
-        return rpc.Compare(
-            key=key, target=rpc.Compare.MOD, result=EQUAL, mod_revision=check.version
-        )
+        return Compare(key, Target.MOD, EQUAL, check.version)
     if check.created_revision is not None and check.created_revision > 0:
-        return rpc.Compare(
-            key=key,
-            target=rpc.Compare.CREATE,
-            result=EQUAL,
-            create_revision=check.created_revision,
-        )
+        return Compare(key, Target.CREATE, EQUAL, check.created_revision)
     # A version/revision <= 0 belongs to no real key ("== 0" would match a missing
     # one): a compare that can never hold keeps failed_path reporting in order.
-    return rpc.Compare(key=key, target=rpc.Compare.VERSION, result=LESS, version=0)
+    return Compare(key, Target.VERSION, LESS, 0)
 
 
-def compare_holds(cmp: Any, kv: Any) -> bool:
+def compare_holds(cmp: Compare, kv: Any) -> bool:
     """Evaluate an etcd compare as the server does (``kv`` None: the key is missing)."""
     actual: Any
-    wanted: Any
-    if cmp.target == rpc.Compare.LEASE:
-        actual, wanted = (kv.lease if kv else 0), cmp.lease
-    elif cmp.target == rpc.Compare.VALUE:
+    wanted: Any = cmp.wanted
+    if cmp.target is Target.LEASE:
+        actual = kv.lease if kv else 0
+    elif cmp.target is Target.VALUE:
         if kv is None:
             return False
-        actual, wanted = bytes(kv.value), bytes(cmp.value)
-    elif cmp.target == rpc.Compare.VERSION:
-        actual, wanted = (kv.version if kv else 0), cmp.version
-    elif cmp.target == rpc.Compare.MOD:
-        actual, wanted = (kv.mod_revision if kv else 0), cmp.mod_revision
-    elif cmp.target == rpc.Compare.CREATE:
-        actual, wanted = (kv.create_revision if kv else 0), cmp.create_revision
+        actual, wanted = bytes(kv.value), bytes(cmp.wanted)
+    elif cmp.target is Target.VERSION:
+        actual = kv.version if kv else 0
+    elif cmp.target is Target.MOD:
+        actual = kv.mod_revision if kv else 0
     else:
-        return False
-    if cmp.result == EQUAL:
+        actual = kv.create_revision if kv else 0
+    if cmp.result is EQUAL:
         return bool(actual == wanted)
-    if cmp.result == GREATER:
+    if cmp.result is GREATER:
         return bool(actual > wanted)
-    if cmp.result == LESS:
+    if cmp.result is LESS:
         return bool(actual < wanted)
     return bool(actual != wanted)

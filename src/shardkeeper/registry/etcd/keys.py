@@ -25,9 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import etcd3.etcdrpc as rpc
-
 from shardkeeper.registry.base import Node, check_path
+from shardkeeper.registry.etcd.records import Range
 
 __all__ = [
     "Keyspace",
@@ -42,19 +41,15 @@ __all__ = [
 ]
 
 
-def range_op(key: bytes, end: bytes | None = None, *, keys_only: bool = False) -> Any:
-    req = rpc.RangeRequest(key=key, keys_only=keys_only)
-    if end is not None:
-        req.range_end = end
-    return rpc.RequestOp(request_range=req)
+def range_op(key: bytes, *, keys_only: bool = False) -> Range:
+    """A read of node key ``key`` itself."""
+    return Range(key, keys_only=keys_only)
 
 
-def below_op(key: bytes, *, keys_only: bool = False, limit: int = 0) -> Any:
+def below_op(key: bytes, *, keys_only: bool = False, limit: int = 0) -> Range:
     """A read of the keys strictly below node key ``key`` (at most ``limit``; 0: all)."""
     below, end = subtree(key)
-    req = rpc.RangeRequest(key=below, range_end=end, keys_only=keys_only)
-    req.limit = limit
-    return rpc.RequestOp(request_range=req)
+    return Range(below, end, keys_only=keys_only, limit=limit)
 
 
 def synthetic_node(path: str) -> Node:
@@ -87,14 +82,15 @@ def in_subtree(key: bytes, other: bytes, *, own: bool = False) -> bool:
     return (own and other == key) or start <= other < end
 
 
-def own_range(key: bytes) -> Any:
-    return rpc.RangeRequest(key=key, keys_only=True)
+def own_range(key: bytes) -> Range:
+    """Whether node key ``key`` itself exists (its key only)."""
+    return Range(key, keys_only=True)
 
 
-def below_range(key: bytes) -> Any:
+def below_range(key: bytes) -> Range:
     """At most one key of the subtree ``[K + '/', K + '0')``: is anything below K?"""
     start, end = subtree(key)
-    return rpc.RangeRequest(key=start, range_end=end, keys_only=True, limit=1)
+    return Range(start, end, keys_only=True, limit=1)
 
 
 @dataclass(frozen=True)

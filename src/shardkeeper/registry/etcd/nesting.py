@@ -34,23 +34,23 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import etcd3.etcdrpc as rpc
-
 from shardkeeper.registry.base import Check, CoordinationStore, Create, GroupsResult, Op, Put
 from shardkeeper.registry.batching import plain_commit_groups
 from shardkeeper.registry.etcd.conditions import Condition, Verdict
 from shardkeeper.registry.etcd.core import groups_per_commit
 from shardkeeper.registry.etcd.planner import Commits, PlanContext, fold, writes
+from shardkeeper.registry.etcd.records import Request, Txn
 
 __all__ = ["Planned", "commit_groups", "group_bytes", "judge_group", "plan_group"]
 
 
 class Planned:
-    """One group as a nested transaction: its request, conditions and written keys."""
+    """One group as a nested transaction (a :class:`~.records.Txn`): its request,
+    conditions and written keys."""
 
     __slots__ = ("conds", "keys", "request", "spares", "width")
 
-    def __init__(self, request: Any, conds: list[Condition], spares: int, keys: set[bytes]):
+    def __init__(self, request: Txn, conds: list[Condition], spares: int, keys: set[bytes]):
         self.request = request
         self.conds = conds
         #: failure-branch reads of the existence checks' other form (the last ones)
@@ -111,15 +111,12 @@ def commit_groups(
     if len(sent) > groups_per_commit(limit):
         return plain_commit_groups(store, fixed, groups)
     fan = max(1, math.ceil(math.sqrt(len(sent)))) if len(sent) > half - 8 else len(sent)
+    nested: list[Request]
     if fan == len(sent):
-        nested = [rpc.RequestOp(request_txn=p.request) for p in sent]
+        nested = [p.request for p in sent]
     else:
         nested = [
-            rpc.RequestOp(
-                request_txn=rpc.TxnRequest(
-                    success=[rpc.RequestOp(request_txn=p.request) for p in sent[i : i + fan]]
-                )
-            )
+            Txn(success=tuple(p.request for p in sent[i : i + fan]))
             for i in range(0, len(sent), fan)
         ]
     what = f"commit of {len(fixed)} operations and {len(groups)} groups"
@@ -174,11 +171,7 @@ def plan_group(group: Sequence[Op], guards: dict[str, None], ctx: PlanContext) -
     exists = [c for c in conds if c.kind == "exists"]
     # existence: read the other form too, to tell a pure parent at once
     probes.extend(c.other_probe() for c in exists)
-    request = rpc.TxnRequest(
-        compare=compares,
-        success=success,
-        failure=[rpc.RequestOp(request_range=p) for p in probes],
-    )
+    request = Txn(tuple(compares), tuple(success), tuple(probes))
     keys = {ctx.keys.key(path) for path in folded.final}
     return Planned(request, conds, len(exists), keys)
 

@@ -5,7 +5,9 @@ form; the failure branch's reads name the condition that failed.
 Pure, like ZooKeeper's ``plan.py``: :func:`fold`, :func:`writes`, :func:`shape`,
 :func:`build`, :func:`judge` and the pre-read helpers turn operations into requests
 and answers into verdicts with no I/O (``tests/registry/test_etcd_plan.py`` tables
-them without a server). :class:`Commits` is the only part here that sends: it asks a
+them without a server). The requests are plain records (``records.py``: compares,
+reads, puts, deletes, transactions); the transport alone turns them into etcd3's
+generated messages. :class:`Commits` is the only part here that sends: it asks a
 :class:`Txns` (the transport) for the pre-reads and the transaction, and re-sends
 while a condition needs another form.
 
@@ -26,12 +28,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import etcd3.etcdrpc as rpc
-
 from shardkeeper.errors import ConfigError, StoreError
 from shardkeeper.registry.base import Check, Create, Delete, Op, Put, ancestors
 from shardkeeper.registry.etcd.conditions import EQUAL, Condition, Verdict
 from shardkeeper.registry.etcd.keys import Keyspace, below_range, own_range
+from shardkeeper.registry.etcd.records import (
+    Compare,
+    DeleteRange,
+    PutKey,
+    Range,
+    Request,
+    Target,
+)
 
 __all__ = [
     "COMMIT_ATTEMPTS",
@@ -81,8 +89,8 @@ class Attempt:
     """One transaction of a commit: its compares and failure-branch reads, the ancestors
     it guards and the existence checks given a spare read of their other form."""
 
-    compares: list[Any]
-    probes: list[Any]
+    compares: list[Compare]
+    probes: list[Range]
     guards: list[str]
     spare: list[Condition]
 
@@ -94,9 +102,9 @@ class Txns(Protocol):
         self,
         what: str,
         *,
-        compare: Sequence[Any] = (),
-        success: Sequence[Any] = (),
-        failure: Sequence[Any] = (),
+        compare: Sequence[Compare] = (),
+        success: Sequence[Request] = (),
+        failure: Sequence[Request] = (),
     ) -> Any: ...
 
 
@@ -139,19 +147,18 @@ def writes(
     ctx: PlanContext,
     *,
     prev_kv: bool = False,
-) -> list[Any]:
+) -> list[Request]:
     """The transaction's write operations for the net writes ``final``; adds the
     written paths' strict ancestors to ``guarded`` (each must have no lease). A write
     below an ephemeral node this commit writes raises StoreError."""
-    success: list[Any] = []
+    success: list[Request] = []
     for path, write in final.items():
         key = ctx.keys.key(path)
         if write is None:
-            success.append(rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key)))
+            success.append(DeleteRange(key))
             continue
         value, ephemeral = write
-        put = rpc.PutRequest(key=key, value=value, lease=ctx.lease_for(ephemeral), prev_kv=prev_kv)
-        success.append(rpc.RequestOp(request_put=put))
+        success.append(PutKey(key, value, ctx.lease_for(ephemeral), prev_kv))
         for ancestor in ancestors(path):
             guarded.setdefault(ancestor, None)
             # an ephemeral node this commit writes cannot receive children in it
@@ -188,8 +195,8 @@ def build(conds: list[Condition], guarded: Iterable[str], limit: int, keys: Keys
     spare = [c for c in conds if c.kind == "exists"][: max(room, 0)]
     for ancestor in guards:
         key = keys.key(ancestor)
-        compares.append(rpc.Compare(key=key, target=rpc.Compare.LEASE, result=EQUAL, lease=0))
-        probes.append(rpc.RangeRequest(key=key, keys_only=True))
+        compares.append(Compare(key, Target.LEASE, EQUAL, 0))
+        probes.append(own_range(key))
     probes.extend(c.other_probe() for c in spare)
     return Attempt(compares, probes, guards, spare)
 
@@ -230,18 +237,16 @@ def judge(
     return (Verdict.HOLDS, None) if retry is None else (Verdict.RETRY, retry)
 
 
-def absence_chunks(conds: list[Condition], limit: int) -> list[tuple[list[Condition], list[Any]]]:
+def absence_chunks(
+    conds: list[Condition], limit: int
+) -> list[tuple[list[Condition], list[Request]]]:
     """The pre-reads of compact absences: per transaction (two reads per path within
     ``limit``), its conditions and its read operations."""
     per_txn = limit // 2
     chunks = []
     for i in range(0, len(conds), per_txn):
         chunk = conds[i : i + per_txn]
-        reads = [
-            rpc.RequestOp(request_range=r)
-            for c in chunk
-            for r in (own_range(c.key), below_range(c.key))
-        ]
+        reads: list[Request] = [r for c in chunk for r in (own_range(c.key), below_range(c.key))]
         chunks.append((chunk, reads))
     return chunks
 
@@ -280,7 +285,7 @@ class Commits:
         limit: int,
         *,
         prev_kv: bool = False,
-        nested: Sequence[Any] = (),
+        nested: Sequence[Request] = (),
         nested_guards: Iterable[str] = (),
     ) -> tuple[Any, str | None]:
         """Send ``ops`` as one transaction of at most ``limit`` operations; return the
@@ -326,7 +331,7 @@ class Commits:
                 what,
                 compare=attempt.compares,
                 success=success,
-                failure=[rpc.RequestOp(request_range=p) for p in attempt.probes],
+                failure=attempt.probes,
             )
             if resp.succeeded:
                 return resp, None

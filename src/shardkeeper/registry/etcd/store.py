@@ -10,6 +10,8 @@ attributes of the store::
     EtcdStore
       ├─ Transport   (transport.py) the client, members, auth, requests: ALONE
       │              touches the etcd3 client (its private parts: client_private.py)
+      │              and turns the parts' request records (records.py) into the
+      │              generated messages (messages.py)
       ├─ Session     (session.py)   the lease, its thread, the connection states
       ├─ TreeWatch   (watch.py)     the watches on one stream, their recovery thread
       ├─ Commits     (planner.py)   sends what the pure planner builds (planner.py,
@@ -44,8 +46,6 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-
-import etcd3.etcdrpc as rpc
 
 from shardkeeper.errors import (
     ConfigError,
@@ -82,6 +82,7 @@ from shardkeeper.registry.etcd.keys import (
     synthetic_node,
 )
 from shardkeeper.registry.etcd.planner import Commits, PlanContext
+from shardkeeper.registry.etcd.records import DeleteRange, Range, Request, Txn
 from shardkeeper.registry.etcd.session import Session
 from shardkeeper.registry.etcd.transport import Transport
 from shardkeeper.registry.etcd.watch import TreeWatch
@@ -222,10 +223,8 @@ class EtcdStore(CoordinationStore):
                         # key makes missing credentials or permissions fail here
                         # one operation timeout per request: a member that holds
                         # it is left for the next one (see Transport.move_on)
-                        transport.send(
-                            "kvstub",
-                            "Range",
-                            rpc.RangeRequest(key=self._keys.key("/"), keys_only=True, limit=1),
+                        transport.read_once(
+                            Range(self._keys.key("/"), keys_only=True, limit=1),
                             timeout=self._start_timeout(deadline),
                         )
                         self._session.grant(self._start_timeout(deadline))
@@ -308,8 +307,7 @@ class EtcdStore(CoordinationStore):
         key = self._keys.key(path)
         resp = self._transport.read(
             f"get {path}",
-            "Txn",
-            rpc.TxnRequest(success=[range_op(key), below_op(key, keys_only=True, limit=1)]),
+            Txn(success=(range_op(key), below_op(key, keys_only=True, limit=1))),
         )
         own = resp.responses[0].response_range.kvs
         if own:
@@ -323,12 +321,11 @@ class EtcdStore(CoordinationStore):
         key = self._keys.key(path)
         resp = self._transport.read(
             f"exists {path}",
-            "Txn",
-            rpc.TxnRequest(
-                success=[
+            Txn(
+                success=(
                     range_op(key, keys_only=True),
                     below_op(key, keys_only=True, limit=1),
-                ]
+                )
             ),
         )
         return any(r.response_range.kvs for r in resp.responses)
@@ -337,8 +334,7 @@ class EtcdStore(CoordinationStore):
         """Sorted distinct next segments of the keys below ``path``."""
         key = self._keys.key(path)
         below, end = subtree(key)
-        req = rpc.RangeRequest(key=below, range_end=end, keys_only=True)
-        resp = self._transport.read(f"children {path}", "Range", req)
+        resp = self._transport.read(f"children {path}", Range(below, end, keys_only=True))
         start = len(below_prefix(key))
         names = {kv.key[start:].split(b"/", 1)[0].decode() for kv in resp.kvs}
         return sorted(names)
@@ -347,9 +343,7 @@ class EtcdStore(CoordinationStore):
         """Every node at or below ``path``, pure parents included as synthetic nodes,
         from one read (a read-only transaction: one request, one revision)."""
         key = self._keys.key(path)
-        resp = self._transport.read(
-            f"get_tree {path}", "Txn", rpc.TxnRequest(success=[range_op(key), below_op(key)])
-        )
+        resp = self._transport.read(f"get_tree {path}", Txn(success=(range_op(key), below_op(key))))
         tree: dict[str, Node] = {}
         for r in resp.responses:
             for kv in r.response_range.kvs:
@@ -394,12 +388,10 @@ class EtcdStore(CoordinationStore):
     def delete(self, path: str, *, recursive: bool = True) -> None:
         """Delete the key (and, if recursive, the range below it) in one transaction."""
         key = self._keys.key(path)
-        ops = [rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))]
+        ops: list[Request] = [DeleteRange(key)]
         if recursive:
             below, end = subtree(key)
-            ops.append(
-                rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=below, range_end=end))
-            )
+            ops.append(DeleteRange(below, end))
         self._transport.txn(f"delete {path}", success=ops)
 
     def commit(self, ops: Sequence[Op]) -> CommitResult:

@@ -7,7 +7,10 @@ transactions, the lease's requests and keep-alives, and the watch stream (a
 client's types). The private parts of the client it needs are in
 ``client_private.py``, which only this module imports. The other parts (``session``,
 ``watch``, the commits in ``planner``/``nesting``, ``store``) ask it through its
-methods; it tells the watch part that a member was left through
+methods, describing their requests as plain records (``records.py``: compares, reads,
+puts, deletes, transactions); it turns them into etcd3's generated messages through
+``messages.py``, which only this module imports, and uses the generated code itself
+for the gRPC stubs alone. It tells the watch part that a member was left through
 :class:`MemberListener`.
 
 Members
@@ -46,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import etcd3
-import etcd3.etcdrpc as rpc
+import etcd3.etcdrpc as rpc  # the gRPC stubs only: the messages are messages.py's
 import etcd3.events
 import etcd3.exceptions
 import etcd3.watch
@@ -54,6 +57,7 @@ import grpc
 
 from shardkeeper.errors import OperationTimeoutError, StoreLimitError, StoreUnavailableError
 from shardkeeper.registry import tls
+from shardkeeper.registry.etcd import messages
 from shardkeeper.registry.etcd.client_private import (
     WatchStub,
     forget_failure,
@@ -71,6 +75,7 @@ from shardkeeper.registry.etcd.errors import (
     is_stale_token,
     translated,
 )
+from shardkeeper.registry.etcd.records import Compare, Range, Request, Txn
 from shardkeeper.registry.url import RegistrySettings
 
 #: a transaction larger than this is refused before sending: etcd's default
@@ -390,9 +395,14 @@ class Transport:
                 raise
         raise AssertionError("unreachable")
 
-    def read(self, what: str, method: str, request: Any) -> Any:
-        """Send a read-only KV request, re-sending it while that is safe and useful,
-        all within one operation timeout.
+    def read_once(self, request: Range, *, timeout: float) -> Any:
+        """One Range request within ``timeout``, neither counted nor re-sent (the
+        start's read of the namespace root). Call it inside :meth:`translated`."""
+        return self.send("kvstub", "Range", messages.range_request(request), timeout=timeout)
+
+    def read(self, what: str, request: Range | Txn) -> Any:
+        """Send a read-only KV request (a Range, or a transaction of reads), re-sending
+        it while that is safe and useful, all within one operation timeout.
 
         A read a member cannot serve is sent again at once to the next member
         (:meth:`send` has moved on, see :meth:`move_on`):
@@ -412,6 +422,7 @@ class Transport:
         so sending it again is safe. Writes are never re-sent: a write that failed so
         may have been applied.
         """
+        method, message = messages.kv_request(request)
         deadline = time.monotonic() + self.settings.operation_timeout
         members = self.members
         refused = dead = 0
@@ -422,7 +433,7 @@ class Transport:
                     return self.send(
                         "kvstub",
                         method,
-                        request,
+                        message,
                         counted=True,
                         timeout=max(attempt_timeout(remaining, members > 1), 0.01),
                     )
@@ -444,11 +455,13 @@ class Transport:
         self,
         what: str,
         *,
-        compare: Sequence[Any] = (),
-        success: Sequence[Any] = (),
-        failure: Sequence[Any] = (),
+        compare: Sequence[Compare] = (),
+        success: Sequence[Request] = (),
+        failure: Sequence[Request] = (),
     ) -> Any:
-        req = rpc.TxnRequest(compare=compare, success=success, failure=failure)
+        """One transaction of the records given, counted (refused before sending when
+        it is over etcd's request size)."""
+        req = messages.txn_request(Txn(tuple(compare), tuple(success), tuple(failure)))
         size = req.ByteSize()
         if size > _MAX_TXN_BYTES:
             # the server would refuse it anyway: say so without sending it
@@ -464,9 +477,7 @@ class Transport:
         """Get a token for the URL's user (none when the server has authentication
         off) and send it with every request from now on."""
         with self._auth_lock:
-            req = rpc.AuthenticateRequest(
-                name=self.settings.username, password=self.settings.password or ""
-            )
+            req = messages.authenticate(self.settings.username, self.settings.password or "")
             endpoint, stub = self._stub("authstub")
             try:
                 resp = stub.Authenticate(req, timeout, metadata=(REQUIRE_LEADER,))
@@ -488,7 +499,7 @@ class Transport:
         """One keep-alive of ``lease`` on the member in use: the TTL left (<= 0: the
         lease is gone). A member that cannot serve it is left (the caller tries the
         next); re-sent once after re-authenticating when the server forgot the token."""
-        req = rpc.LeaseKeepAliveRequest(ID=lease)
+        req = messages.lease_keep_alive(lease)
         with self.translated("lease keep-alive"):
             for attempt in (1, 2):
                 endpoint, stub = self._stub("leasestub")
@@ -510,15 +521,13 @@ class Transport:
     def grant(self, ttl: int, *, timeout: float | None = None) -> tuple[int, int]:
         """Grant a lease of ``ttl`` seconds: its id and the TTL granted. Call it
         inside :meth:`translated`."""
-        grant = self.send(
-            "leasestub", "LeaseGrant", rpc.LeaseGrantRequest(TTL=ttl), timeout=timeout
-        )
+        grant = self.send("leasestub", "LeaseGrant", messages.lease_grant(ttl), timeout=timeout)
         return int(grant.ID), int(grant.TTL)
 
     def revoke(self, lease: int, *, timeout: float | None = None) -> None:
         """Revoke ``lease`` (etcd deletes its keys at once). Call it inside
         :meth:`translated`."""
-        self.send("leasestub", "LeaseRevoke", rpc.LeaseRevokeRequest(ID=lease), timeout=timeout)
+        self.send("leasestub", "LeaseRevoke", messages.lease_revoke(lease), timeout=timeout)
 
     # -- the watch stream -------------------------------------------------------------
 

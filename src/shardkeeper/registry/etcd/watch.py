@@ -132,8 +132,7 @@ class TreeWatch:
         """:meth:`EtcdStore.watch`: the key of ``prefix`` and its subtree on the shared
         stream, from the revision current now."""
         key = self._keys.key(prefix)
-        req = own_range(key)
-        rev = int(self._transport.read(f"watch {prefix}", "Range", req).header.revision)
+        rev = int(self._transport.read(f"watch {prefix}", own_range(key)).header.revision)
         w = Watch(
             prefix=prefix,
             key=key,

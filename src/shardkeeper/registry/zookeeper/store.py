@@ -62,6 +62,7 @@ from shardkeeper.registry.base import (
     check_path,
 )
 from shardkeeper.registry.batching import plain_commit_groups
+from shardkeeper.registry.clock import ServerTime
 from shardkeeper.registry.url import RegistrySettings
 from shardkeeper.registry.zookeeper import kazoo_private
 from shardkeeper.registry.zookeeper.errors import _first_error
@@ -91,8 +92,9 @@ class ZooKeeperStore(CoordinationStore):
 
     Construct with :class:`RegistrySettings` (no I/O), then :meth:`start`. Implements
     the contract, :class:`~shardkeeper.registry.batching.BatchingStore`,
-    :class:`~shardkeeper.registry.counting.CountsRequests` and
-    :class:`~shardkeeper.registry.faults.SessionFaults`.
+    :class:`~shardkeeper.registry.counting.CountsRequests`,
+    :class:`~shardkeeper.registry.faults.SessionFaults` and
+    :class:`~shardkeeper.registry.clock.ServerClock`.
     """
 
     #: ZooKeeper has no operation limit for a multi, only its request size
@@ -178,9 +180,25 @@ class ZooKeeperStore(CoordinationStore):
 
     @property
     def kazoo_client(self) -> Any:
-        """The underlying KazooClient, for fault-injection helpers in tests (and the
-        clock sampler, ``registry/clock.py``)."""
+        """The underlying KazooClient, for the ZooKeeper backend's own tests (ACLs
+        set by hand, the socket of the fault tests); nothing outside
+        ``registry/zookeeper/`` uses it."""
         return self._transport.client
+
+    # -- the server's clock (registry.clock.ServerClock) -------------------------------
+
+    def server_time(self, path: str, value: bytes) -> ServerTime | None:
+        """:class:`~shardkeeper.registry.clock.ServerClock`: write ``value`` on the
+        existing clock node ``path`` (one request through the transport, not counted in
+        :attr:`round_trips`) and return the leader's ``mtime`` of the write, to the
+        millisecond; None when ``path`` does not exist."""
+        t = self._transport
+        with t.errors(f"clock sample (set {path})"):
+            try:
+                stat = t.stamp(path, value)
+            except kz.NoNodeError:
+                return None
+        return ServerTime(stat.mtime / 1000.0, 0.001, "zookeeper mtime")
 
     # -- lifecycle --------------------------------------------------------------------
 

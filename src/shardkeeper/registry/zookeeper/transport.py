@@ -333,6 +333,15 @@ class Transport:
         """Root the started client at the namespace node (it exists now)."""
         self.client.root_at(self.chroot)
 
+    # -- the clock node (registry/clock.py; not counted) ------------------------------
+
+    def stamp(self, path: str, value: bytes) -> Any:
+        """Write ``value`` on the existing ``path`` within ``operation_timeout``: its
+        new stat, whose ``mtime`` is the time the leader stamped on the write (kazoo's
+        NoNodeError when absent). Not counted: a clock sample is none of the public
+        methods' requests."""
+        return self.wait(self.client.set_async(path, value), self.deadline())
+
     # -- ACLs (security.AclRequests; not counted) -------------------------------------
 
     def send_children(self, path: str) -> Any:
