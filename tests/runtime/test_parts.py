@@ -358,6 +358,49 @@ def test_a_fire_delivered_twice_runs_once() -> None:
         server.shutdown()
 
 
+def test_an_item_that_returned_before_a_fence_is_done_not_run_again() -> None:
+    """The fence came between the item's return and its bookkeeping (600 s etcd run:
+    it returned valid 8 ms before a starved session's fence): the run counted as
+    fenced and was handed to failover, so the item ran twice, both runs valid. An
+    item that had returned before the fence is done (its completion is conditional on
+    its mark all the same); one still running at the fence is not (other tests)."""
+    from datetime import UTC, datetime
+
+    from shardkeeper.coordination.paths import JobPaths
+    from shardkeeper.registry.memory import MemoryServer
+    from shardkeeper.runtime import Runtime
+
+    server = MemoryServer()
+    job = RecordingJob()
+    rt = Runtime(server.store(), shutdown_grace=1)
+    rt.add_job(job, JobConfig(name=JOB, cron="0 0 1 1 *", sharding_total_count=1, failover=True))
+    rt.start()
+    paths = JobPaths(JOB)
+    admin = server.store()
+    admin.start()
+    try:
+        runner = rt.runners[JOB]
+        wait_until(lambda: runner.state.registered and runner.leader.is_leader, 10)
+        count = runner.state.count
+
+        def fence_after_the_return(key: str, n: int = 1) -> None:
+            if key == "executed":  # the item has returned; its outcome is not settled
+                runner.fence_all()
+            count(key, n)
+
+        runner.state.count = fence_after_the_return  # type: ignore[method-assign]
+        runner.on_trigger(datetime.now(UTC))
+        wait_until(lambda: job.count() == 1 and runner.idle and not runner.pending_fires(), 10)
+        wait_until(lambda: not admin.exists(paths.running(0)), 10)
+        assert admin.exists(paths.result(0)), "the run was not recorded as done"
+        assert admin.children(paths.failover_queue) == []
+        assert job.count() == 1
+    finally:
+        admin.close()
+        rt.stop_now()
+        server.shutdown()
+
+
 def test_own_stray_marks_are_handed_over_and_the_fire_proceeds(store: MemoryStore) -> None:
     """A mark naming this instance for an earlier fire, with no execution here (its
     start commit's reply was lost and could not be read back), used to make every

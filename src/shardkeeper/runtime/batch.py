@@ -76,6 +76,9 @@ class Batch:
     failover: bool = False
     misfire: bool = False
     fenced: bool = False
+    #: when it was fenced (wall time, as an attempt's end is taken): an item that
+    #: had returned before is done, one still running then ran fenced
+    fenced_at: float | None = None
     #: the store session the batch started in: another session means it is fenced
     session: str = ""
     pending: deque[int] = field(default_factory=deque)

@@ -286,7 +286,7 @@ class Batches:
         if batch.fenced or self._state.hard_stop or not self._valid(batch):
             outcome = FENCED
         else:
-            outcome, started, error = self._attempts(batch, item)
+            outcome, started, ended, error = self._attempts(batch, item)
             if outcome == OK and item in batch.told_to_stop:
                 # told to stop, it returned: maybe half-way, so not done for the
                 # cluster (handed off below, like a fenced item, and run again)
@@ -314,9 +314,14 @@ class Batches:
                 # a failover run that crashes too is done for this fire, so a child
                 # that always crashes cannot travel the cluster for ever
                 batch.crash_handoff.add(item)
-            if batch.fenced:
+            if batch.fenced_at is not None and batch.fenced_at <= ended:
                 # it ran (maybe only partly: it was told it is invalid) while fenced:
-                # not "done" for the cluster, so it is handed to failover below
+                # not "done" for the cluster, so it is handed to failover below. One
+                # that had returned before the fence is done (its completion commit
+                # is conditional on its mark all the same): handed off, it ran twice,
+                # both runs valid (600 s etcd run: returned 8 ms before the fence).
+                # ``ended`` is taken after the return, so a fence in between counts
+                # the run fenced: the error is only ever on the side of running again.
                 outcome = ZOMBIE
         if outcome in (OK, FAILED, TIMED_OUT) or (
             outcome == CRASHED and item not in batch.crash_handoff
@@ -326,11 +331,12 @@ class Batches:
             self._observe(batch, item, outcome, started, error)
         self._item_done(batch, item, outcome)
 
-    def _attempts(self, batch: Batch, item: int) -> tuple[str, float, BaseException | None]:
+    def _attempts(self, batch: Batch, item: int) -> tuple[str, float, float, BaseException | None]:
         """Run the item, and again after a failure while ``retries`` allow (waiting
         ``retry_backoff``, doubled each time, in its worker slot). A timed-out item is
         not retried (its thread may still run). Returns the last attempt's outcome,
-        start and error; the failed attempts before it are observed (history)."""
+        start, end (wall time, taken after the item returned) and error; the failed
+        attempts before it are observed (history)."""
         cfg = self._state.config
         ctx = batch.contexts[item]
         attempt = 0
@@ -349,7 +355,7 @@ class Batches:
                 or attempt > cfg.retries
                 or not self._may_retry(batch)
             ):
-                return run.outcome, run.started, run.error
+                return run.outcome, run.started, run.ended, run.error
             if self._observers:
                 self._observe(batch, item, run.outcome, run.started, run.error, attempt=attempt)
             self._state.count("retries")
@@ -366,7 +372,7 @@ class Batches:
             deadline = time.monotonic() + delay
             while time.monotonic() < deadline:
                 if not self._may_retry(batch):
-                    return run.outcome, run.started, run.error
+                    return run.outcome, run.started, run.ended, run.error
                 time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
     def _may_retry(self, batch: Batch) -> bool:
@@ -512,8 +518,10 @@ class Batches:
         items not yet started will not start. Returns the items fenced now."""
         with self._lock:
             fresh = [b for b in self._batches if not b.fenced]
+            now = time.time()
             for b in fresh:
                 b.fenced = True
+                b.fenced_at = now
         self.start_deferred_now()  # they see the fence and end at once
         items = sorted(i for b in fresh for i in b.items)
         if items:
