@@ -589,6 +589,36 @@ def test_the_leader_takes_the_flags_absence_from_the_watch_and_a_stale_hint_is_c
     assert launched[-1].items == list(result.items)
 
 
+def test_a_fire_a_just_disabled_instance_started_keeps_its_owners(store: MemoryStore) -> None:
+    """An operator disabled "other", which started fire ``ft`` under the assignment in
+    effect before the switch reached it. The reshard that removes "other" must take
+    effect after ``ft``: it used to skip (and delete) the start marker of a disabled
+    instance, dated the new owners at ``ft``, and another instance ran the same item
+    for the same fire (600 s etcd run, cpu job, an unexplained duplicate)."""
+    services = JobServices.build(store, JOB, ME)
+    state = JobState(JobConfig(name=JOB, interval=1, sharding_total_count=2, failover=True))
+    _register(state)
+    for inst in (ME, "other"):
+        store.put(services.paths.instance(inst), b"{}", ephemeral=True)
+    leader = LeaderDuties(services, state)
+    assert leader.elect()
+    ft = time.time()
+    before = {0: "other", 1: ME}
+    store.put(
+        services.paths.sharding,
+        Assignment(total=2, owners=before, effective_fire=ft - 10).to_bytes(),
+    )
+    store.put(services.paths.fired("other"), repr(ft).encode())
+    store.put(services.paths.disabled_instance("other"), b"")
+    store.put(services.paths.necessary, necessary_value("instance disabled: other", ft - 1))
+    assert leader.serve_reshard(ft, time.monotonic()) is ReshardStep.DONE
+    assignment, _ = services.sharding.read()
+    assert assignment is not None and assignment.effective_fire > ft
+    assert assignment.owners_for(ft) == before
+    assert assignment.owners_for(ft + 1) == {0: ME, 1: ME}
+    assert store.exists(services.paths.fired("other"))  # live: its marker is kept
+
+
 @pytest.mark.parametrize("started_since", [True, False], ids=["started", "not-started"])
 def test_a_reshard_at_an_old_fire_never_applies_to_a_fire_started_since(
     store: MemoryStore, started_since: bool

@@ -202,14 +202,18 @@ class ShardingService:
         # member gets items from the next fire on, which all of them fire, so the
         # membership nodes (one read each) are not read.
         disabled = self.unavailable()
-        enabled = [i for i in self.live_instances() if i not in disabled]
+        live = self.live_instances()
+        enabled = [i for i in live if i not in disabled]
         if not enabled:
             log.warning("%s: no enabled instance to assign items to", self._paths.job)
             return None
         # from_next_fire: the flag was set while this fire was being decided, so some
         # instance may have decided it already from the previous assignment (with no
-        # items, leaving no trace): the new one must not apply to it
-        latest = self.last_started_fire(enabled)
+        # items, leaving no trace): the new one must not apply to it. Every live
+        # instance's start counts, a disabled one's too: the switch reaches it by a
+        # watch, and a fire it started meanwhile under the previous assignment was
+        # given to another instance as well (600 s etcd run, an unexplained duplicate)
+        latest = self.last_started_fire(live)
         started = from_next_fire or latest >= fire - 1e-6
         members: dict[str, float]
         if started:
