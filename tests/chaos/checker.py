@@ -1206,12 +1206,8 @@ def _check_fired_work(
     }
     for t in fires:
         count = ops.count_at(p.count, t)
-        decided = max(
-            (e.start for item in range(items) for e in by_key.get((t, item), [])),
-            default=None,
-        )
         for item in range(items):
-            changing = ops.count_changing(p, t, item, decided)
+            changing = ops.count_changing(p, t, item)
             if item >= count and not changing:
                 continue  # not an item of the job at this fire
             pairs += 1
@@ -1630,24 +1626,14 @@ class _OperatorWindows:
                 count = new
         return count
 
-    def count_changing(self, p: Params, t: float, item: int, decided: float | None = None) -> bool:
+    def count_changing(self, p: Params, t: float, item: int) -> bool:
         """Whether ``item`` is one a count change adds or removes, at a fire ``t``
         within the change's window (from PRE before it until the reshard it asks for
-        applies: a trigger, the sharding wait and slack). ``decided``: the latest
-        start of a run of fire ``t`` (any item): a fire up to the sharding wait before
-        the change that some instance decided only after it was decided with the new
-        count, so the items it removed are excused for it too (a runner reads the
-        config when it decides; it does not run item 9 of a job of 8)."""
+        applies: a trigger, the sharding wait and slack)."""
         for at, old, new in self.counts:
-            if not min(old, new) <= item < max(old, new):
-                continue
-            if at - p.pre <= t <= at + p.period + p.wait_timeout + p.slack:
-                return True
             if (
-                new < old
-                and decided is not None
-                and decided >= at
-                and at - p.wait_timeout - p.pre <= t < at
+                min(old, new) <= item < max(old, new)
+                and at - p.pre <= t <= at + p.period + p.wait_timeout + p.slack
             ):
                 return True
         return False

@@ -821,27 +821,6 @@ def test_count_up_and_down_changes_the_checked_items() -> None:
     assert len(lost) == 1 and f"fire {T0 + 18:.3f} item 2" in lost[0]
 
 
-def test_a_fire_decided_after_a_count_cut_is_excused_for_the_removed_items() -> None:
-    """Count 3 -> 2 at T0+20; item 2's fire T0+18 never ran. If some run of fire T0+18
-    started only after the change (its owner decided it late, after a heal), the
-    fire was decided with the new count: item 2 no longer existed for it (excused).
-    With every run of that fire started before the change it is lost, as before."""
-    for late, lost_expected in ((True, 0), (False, 1)):
-        b = Builder()
-        b.steady(skip={(T0 + 18, 1)})
-        b.run(B, 1, T0 + 18, start=T0 + 20.4 if late else T0 + 18.05)
-        for k in range(10, 20):
-            if k != 18:
-                b.run(A, 2, T0 + k)
-        b.event(T0 + 10.0, "op_count", job="", old=2, new=3)
-        b.event(T0 + 20.0, "op_count", job="", old=3, new=2)
-        b.frame()
-        lost = check(b.history()).lost
-        assert len(lost) == lost_expected, lost
-        if lost_expected:
-            assert f"fire {T0 + 18:.3f} item 2" in lost[0]
-
-
 def test_run_now_params_must_reach_every_healthy_owners_items() -> None:
     """A run-now with params: each item's owner must start a run carrying them. Here
     item 1's owner B ran the run-now without them: params lost (the previous checker
