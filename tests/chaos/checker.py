@@ -907,7 +907,7 @@ def check(history: History) -> Report:
     _check_duplicates(report, events, by_key, disconnected)
     _check_stuck(report, history, events, ops)
     _check_self_shutdowns(report, history, events)
-    _check_rejoined(report, p, events, execs)
+    _check_rejoined(report, p, events, execs, history.assignments)
     _spurious_session_losses(report, p, history, events)
     _latencies(report, events, execs, by_key)
     _check_run_now(report, history, events, by_item, disconnected, leaderless, ops)
@@ -1504,8 +1504,16 @@ def _check_self_shutdowns(report: Report, history: History, events: list[Event])
             )
 
 
-def _check_rejoined(report: Report, p: Params, events: list[Event], execs: list[Execution]) -> None:
-    """After a heal the instance must run items again, without a restart."""
+def _check_rejoined(
+    report: Report,
+    p: Params,
+    events: list[Event],
+    execs: list[Execution],
+    assignments: list[tuple[float, list[tuple[float, Mapping[int, str]]]]] | None = None,
+) -> None:
+    """After a heal the instance must run items again, without a restart: unless the
+    job's assignments (when recorded) gave it no item for the fires until the
+    deadline (a job of fewer items than instances leaves one without items)."""
     stop = min((ev.t for ev in events if ev.kind == "stop"), default=math.inf)
     for ev in events:
         if ev.kind not in ("heal", "gray_end"):
@@ -1519,10 +1527,32 @@ def _check_rejoined(report: Report, p: Params, events: list[Event], execs: list[
         )
         if interrupted or deadline > stop:
             continue
+        if assignments and not _owns_any(assignments, ev.instance, ev.t, deadline):
+            continue
         if not any(e.instance == ev.instance and ev.t < e.start <= deadline for e in execs):
             report.not_rejoined.append(
                 f"{ev.instance} healed at {ev.t:.3f} started nothing within {p.quiet_deadline:g}s"
             )
+
+
+def _owns_any(
+    assignments: list[tuple[float, list[tuple[float, Mapping[int, str]]]]],
+    instance: str,
+    since: float,
+    until: float,
+) -> bool:
+    """Whether any assignment written up to ``until`` names ``instance`` as an owner
+    for fires in (``since``, ``until``]: a level in effect in that span (the last one
+    dated at or before ``since``, and every one dated within it)."""
+    for written, levels in assignments:
+        if written > until:
+            continue
+        dated = sorted(levels, key=lambda lv: lv[0])
+        before = [lv for lv in dated if lv[0] <= since][-1:]
+        within = [lv for lv in dated if since < lv[0] <= until]
+        if any(instance in owners.values() for _eff, owners in before + within):
+            return True
+    return False
 
 
 def _spurious_session_losses(

@@ -634,6 +634,21 @@ def test_healed_instance_must_get_items_again() -> None:
     assert check(_partition_history(T0 + 12.0).history()).ok
 
 
+def test_a_healed_instance_the_assignment_gives_no_item_need_not_run_any() -> None:
+    """A job of fewer items than instances: after A's heal the assignments give both
+    items to B, so A starting nothing is no finding (the stateful run's 2-item job on
+    3 instances failed on it); an assignment naming A for item 0 makes it one again."""
+    b = _partition_history(T0 + 12.0, rejoin=False)
+    hist = b.history()
+    hist.assignments.append((T0 + 13.0, [(T0 + 13.0, {0: B, 1: B}), (T0, {0: A, 1: B})]))
+    report = check(hist)
+    assert report.not_rejoined == [], report.not_rejoined
+    hist = b.history()
+    hist.assignments.append((T0 + 17.0, [(T0 + 17.0, {0: A, 1: B}), (T0, {0: A, 1: B})]))
+    report = check(hist)
+    assert len(report.not_rejoined) == 1 and A in report.not_rejoined[0]
+
+
 def test_empty_history_is_not_a_pass(tmp_path: Path) -> None:
     """A directory without a history (a run that never started) fails, not passes."""
     report = check(load_history(tmp_path, PARAMS))
