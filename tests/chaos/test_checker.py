@@ -1192,3 +1192,42 @@ def test_crash_whose_failover_waits_behind_a_run_at_the_final_stop_is_listed() -
     report = check(b.history())
     assert report.ok, report.render()
     assert any("CRASHED" in x and "failover pending" in x for x in report.stopped_at_end)
+
+
+def test_a_run_that_raises_still_writes_its_end_line(tmp_path: Path) -> None:
+    """A stateful run whose ``resume_state`` read met store timeouts raised; with no
+    end line the checker saw it run until its process died and counted it overlapping
+    every later run of the item (31 "unfenced overlaps", etcd stateful seed
+    20261222). The end line says when it ended and what it was told then."""
+    import json
+    from datetime import UTC, datetime
+
+    from shardkeeper.errors import CheckpointUnavailableError
+    from shardkeeper.job import ShardingContext
+    from tests.chaos.worker import ChaosJob, JobSpec, Recorder
+
+    class Unreadable:
+        def resume(self) -> tuple[None, bool, None]:
+            raise CheckpointUnavailableError("the store did not answer (test)")
+
+    path = tmp_path / "exec.jsonl"
+    job = ChaosJob(JobSpec("stateful", "stateful", 2.0, 4, 5.0), Recorder(str(path)))
+    ctx = ShardingContext(
+        job_name="stateful",
+        item=2,
+        item_parameter="",
+        sharding_total_count=4,
+        job_parameter="",
+        fire_time=datetime.now(UTC),
+        instance_id=A,
+        execution_id="stateful@1#2",
+        _valid=lambda: False,
+        _item_state=Unreadable(),  # type: ignore[arg-type]
+    )
+    with pytest.raises(CheckpointUnavailableError):
+        job.execute(ctx)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["phase"] for r in lines] == ["start", "end"]
+    end = lines[1]
+    assert end["valid"] is False and end["valid_through"] is None and end["invalid_at"]
+    assert "CheckpointUnavailableError" in end["error"]

@@ -172,7 +172,28 @@ class ChaosJob(ShardedJob):
         if covers:
             base["covers"] = [_timestamp(x) for x in covers]
         self.rec.write({**base, "phase": "start"})
-        outcome = getattr(self, f"_{self.spec.kind}")(ctx, base)
+        try:
+            outcome = getattr(self, f"_{self.spec.kind}")(ctx, base)
+        except Exception as exc:
+            # The run ends here too (the runtime records it failed): without an end
+            # line the checker saw it run until its process died, overlapping every
+            # later run of the item (a resume_state read that met store timeouts and
+            # raised CheckpointUnavailableError, etcd stateful seed 20261222). It
+            # never acted: valid through nothing, and as valid as it is told now.
+            before = time.time()
+            valid = ctx.is_valid()
+            self.rec.write(
+                {
+                    **base,
+                    "phase": "end",
+                    "end": time.time(),
+                    "valid": valid,
+                    "valid_through": before if valid else None,
+                    "invalid_at": None if valid else before,
+                    "error": repr(exc)[:200],
+                }
+            )
+            raise
         self.rec.write({**base, "phase": "end", "end": time.time(), **outcome})
 
     # -- the workload kinds: each returns the end record's verdict fields --------------
