@@ -231,7 +231,14 @@ def test_a_dataflow_job_checkpoints_its_fetch_position(memory_server: MemoryServ
         wait_until(lambda: len(job.fetched) >= 3, 30, message="the first run never fetched")
         # the first run failed after two rounds (positions 2 and 4 checkpointed); the
         # item is queued again for the same fire, as a cut-off instance's would be
-        doc = CheckpointReader(store, JobPaths("rows")).read(0, fire)
+        # the fetch raised before the attempt's end is written: wait for the end mark
+        reader = CheckpointReader(store, JobPaths("rows"))
+        wait_until(
+            lambda: (d := reader.read(0, fire)) is not None and d.ended != "",
+            30,
+            message="the failed run's checkpoint never got its end mark",
+        )
+        doc = reader.read(0, fire)
         assert doc is not None and doc.state == 4 and doc.ended == "failed"
         _seed_entry(store, "rows", 0, fire)
         wait_until(
