@@ -19,6 +19,7 @@ from kazoo.client import KazooClient
 from shardkeeper.registry import ConnectionState, CoordinationStore, open_store
 from shardkeeper.testing import EtcdCluster, ZooKeeperCluster, expire_session, wait_until
 from shardkeeper.testing.servers import ServerCluster, pid_alive, zookeeper_mode
+from shardkeeper.testing.servers.base import _thread_states
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -121,6 +122,12 @@ def test_etcd_auth_requires_the_root_credentials(tmp_path: Path) -> None:
 def test_pause_and_resume_a_member(zk_server: ZooKeeperCluster) -> None:
     zk_server.pause(0)
     try:
+        # pause() returns once every thread of the member is stopped (a thread still
+        # running could answer a request sent right after: a flaky "did not raise")
+        pid = zk_server.members[0].pid
+        assert pid is not None
+        threads = _thread_states(pid)
+        assert threads and set(threads) <= {"T", "t"}, threads
         status = zk_server.member_status(0)
         assert status.running and status.paused and not status.serving
         # a stopped JVM accepts the TCP connection (the kernel does) but answers nothing

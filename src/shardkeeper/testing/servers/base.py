@@ -201,6 +201,12 @@ class ServerCluster:
             m = self.members[i]
             self._signal(m, signal.SIGSTOP)
             m.paused = True
+            # kill() returns once the signal is queued; a thread busy on the other core
+            # may still answer a request sent right after. Return once every thread is
+            # stopped, so "paused" means "answers nothing" (bounded: a thread that does
+            # not stop within 5 s is reported, not waited for)
+            if m.pid is not None:
+                _wait_stopped(m.pid, 5.0)
 
     def resume(self, i: int) -> None:
         """SIGCONT member ``i`` after :meth:`pause`."""
@@ -399,3 +405,29 @@ class ServerCluster:
                     f"{self.backend} members {bad} not ready within {timeout:g} s\n{tails}"
                 )
             time.sleep(0.02)
+
+
+def _wait_stopped(group: int, timeout: float) -> None:
+    """Wait until every thread of every process in process group ``group`` is stopped
+    (Linux /proc; elsewhere there is nothing to read and this returns at once)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(state in ("T", "t") for state in _thread_states(group)):
+            return
+        time.sleep(0.005)  # polling /proc: there is no event for "stopped"
+    raise ClusterError(f"process group {group} did not stop within {timeout} s of SIGSTOP")
+
+
+def _thread_states(group: int) -> list[str]:
+    """The scheduler state letter of each thread of the processes in ``group``."""
+    states: list[str] = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) != group:  # fields: state, ppid, pgrp, ...
+                continue
+            for task in (proc / "task").iterdir():
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        except (OSError, IndexError, ValueError):
+            continue  # a process or thread that ended while we looked
+    return states
