@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from shardkeeper.coordination.model import DocumentError, decode, encode
 from shardkeeper.coordination.paths import JobPaths
-from shardkeeper.coordination.results import ItemResult
+from shardkeeper.coordination.results import CompletedView, read_completed
 from shardkeeper.registry.base import Check, CoordinationStore, Put
 
 __all__ = ["DoneRecord", "OneOffService", "OneOffView"]
@@ -88,14 +88,7 @@ class OneOffView:
 
     def guards(self, paths: JobPaths, items: list[int]) -> dict[int, Check]:
         """Per item, the condition "its result is still the one this view read"."""
-        return {
-            i: (
-                Check(paths.result(i), version=self.versions[i])
-                if i in self.versions
-                else Check(paths.result(i), exists=False)
-            )
-            for i in items
-        }
+        return CompletedView(self.at, self.completed, self.versions).guards(paths, items)
 
 
 class OneOffService:
@@ -120,22 +113,8 @@ class OneOffService:
     def view(self, at: float) -> OneOffView:
         """The done record and the completed items for ``at`` (two reads)."""
         done = self.done(at)
-        completed: set[int] = set()
-        versions: dict[int, int] = {}
-        prefix = self._paths.results_root + "/"
-        for path, node in self._store.get_tree(self._paths.results_root).items():
-            name = path[len(prefix) :] if path.startswith(prefix) else ""
-            if not name.isdigit():
-                continue
-            item = int(name)
-            versions[item] = node.version
-            try:
-                result = ItemResult.from_bytes(node.value, node.path)
-            except DocumentError:
-                continue
-            if result.fire_time >= at - _EPS:
-                completed.add(item)
-        return OneOffView(at, done, frozenset(completed), versions)
+        results = read_completed(self._store, self._paths, at)
+        return OneOffView(at, done, results.completed, results.versions)
 
     def mark_done(self, at: float, skipped: list[int] | tuple[int, ...] = ()) -> bool:
         """Create the done marker for ``at``; False when one exists already (a marker

@@ -9,11 +9,16 @@ error message is cut to :data:`ERROR_LIMIT` characters), whatever the item raise
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shardkeeper.coordination.model import DocumentError, decode, encode
+from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.registry.base import Check, CoordinationStore
 
-__all__ = ["ERROR_LIMIT", "ItemResult"]
+__all__ = ["ERROR_LIMIT", "CompletedView", "ItemResult", "read_completed"]
+
+#: fire times are stored to the millisecond
+_EPS = 1e-3
 
 #: longest error message kept in a result document (the store holds one per item)
 ERROR_LIMIT = 200
@@ -88,3 +93,49 @@ class ItemResult:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DocumentError(f"value of {path} is not an item result: {exc}") from None
+
+
+@dataclass(frozen=True)
+class CompletedView:
+    """Which items have a last result of a fire at or after ``at``, as one read found
+    them, with the version of every result node read (for :meth:`guards`)."""
+
+    at: float
+    #: items whose last completed run is of a fire at or after ``at``
+    completed: frozenset[int]
+    #: version of each existing result node (items without one are absent)
+    versions: dict[int, int] = field(default_factory=dict)
+
+    def guards(self, paths: JobPaths, items: list[int]) -> dict[int, Check]:
+        """Per item, the condition "its result is still the one this view read": a
+        start conditional on them is refused when a run of the item completed in
+        between (it may have been of this very fire)."""
+        return {
+            i: (
+                Check(paths.result(i), version=self.versions[i])
+                if i in self.versions
+                else Check(paths.result(i), exists=False)
+            )
+            for i in items
+        }
+
+
+def read_completed(store: CoordinationStore, paths: JobPaths, at: float) -> CompletedView:
+    """The items of ``paths``' job whose last result is of a fire at or after ``at``
+    (one read of the results; an unreadable document counts as not completed)."""
+    completed: set[int] = set()
+    versions: dict[int, int] = {}
+    prefix = paths.results_root + "/"
+    for path, node in store.get_tree(paths.results_root).items():
+        name = path[len(prefix) :] if path.startswith(prefix) else ""
+        if not name.isdigit():
+            continue
+        item = int(name)
+        versions[item] = node.version
+        try:
+            result = ItemResult.from_bytes(node.value, node.path)
+        except DocumentError:
+            continue
+        if result.fire_time >= at - _EPS:
+            completed.add(item)
+    return CompletedView(at, frozenset(completed), versions)

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING
 from shardkeeper import tracing
 from shardkeeper.coordination.model import Assignment, RunningMark
 from shardkeeper.coordination.oneoff import OneOffService, OneOffView
+from shardkeeper.coordination.results import CompletedView, read_completed
+from shardkeeper.registry.base import Check
 from shardkeeper.runtime.batches import Batch, execution_id
 from shardkeeper.runtime.coverage import MAX_COVERS, SAME_FIRE, Coverage, FireSchedule
 from shardkeeper.runtime.jobstate import JobState, SkipReason
@@ -157,6 +159,8 @@ class TriggerFlow:
         self._decided_from: Assignment | None = None
         #: a one-off job's progress as read by the step in progress (lane-confined)
         self._oneoff: OneOffView | None = None
+        #: a misfire re-run being decided: its items' results as read for it
+        self._rerun_results: CompletedView | None = None
         #: trace context of the fires deferred here since the last misfire re-run
         #: started: the re-run stands for them and links to them (lane-confined)
         self._deferred_spans: list[str] = []
@@ -235,6 +239,15 @@ class TriggerFlow:
             )
             if self._oneoff.done is not None:
                 return Skipped(SkipReason.DONE)
+        self._rerun_results = None
+        if fire.misfire and self._oneoff is None and cfg.monitor_execution:
+            # A misfire re-run is decided long after its fire (behind a run that
+            # lasted several intervals), from the owners kept for that fire: its items
+            # may have run that fire elsewhere meanwhile (a failover taker of a run
+            # stopped at a graceful shutdown: 600 s chaos runs, a duplicate on each
+            # store). Items whose last completed run is of this fire or later are left
+            # out, and the start is conditional on the results read.
+            self._rerun_results = read_completed(self._s.store, self._s.paths, fire.fire_time)
         if self._leader.is_leader:
             if not fire.reshard_wait_since:
                 fire.reshard_wait_since = time.monotonic()
@@ -258,6 +271,18 @@ class TriggerFlow:
             if assignment is None or assignment.total != cfg.sharding_total_count:
                 return self._retry(fire, "assignment changed")
             items = self._mine(assignment, fire)
+        if self._rerun_results is not None and self._rerun_results.completed & set(items):
+            ran = sorted(self._rerun_results.completed & set(items))
+            log.info(
+                "%s: misfire re-run of the fire at %s leaves out items %s: that fire of "
+                "theirs (or a later one) completed elsewhere",
+                cfg.name,
+                fmt_fire(fire.fire_time),
+                ran,
+            )
+            items = [i for i in items if i not in self._rerun_results.completed]
+            if not items:
+                return Skipped(SkipReason.COMPLETED, tuple(ran))
         if not items:
             # An instance without items in the old assignment must still wait for a
             # pending reshard: the new assignment may give it items for this fire.
@@ -335,6 +360,16 @@ class TriggerFlow:
             and (self._oneoff is None or i not in self._oneoff.completed)
         ]
 
+    def _item_checks(self, items: list[int]) -> dict[int, Check] | None:
+        """The start's conditions on the items' results: a one-off job's (never run an
+        item completed for its time) or a misfire re-run's (never run again a fire
+        completed elsewhere meanwhile); None for a plain fire."""
+        if self._oneoff is not None:
+            return self._oneoff.guards(self._s.paths, items)
+        if self._rerun_results is not None:
+            return self._rerun_results.guards(self._s.paths, items)
+        return None
+
     def _start(self, fire: Fire, items: list[int], version: int) -> StepResult:
         cfg = self._state.config
         ft = fire.fire_time
@@ -366,7 +401,7 @@ class TriggerFlow:
             persistent=cfg.failover,
             monitor=cfg.monitor_execution,
             membership=membership,
-            item_checks=self._oneoff.guards(self._s.paths, items) if self._oneoff else None,
+            item_checks=self._item_checks(items),
             clear_misfire=marked,
             traceparents={i: tracing.traceparent(span) for i, span in spans.items()},
         )
