@@ -1204,6 +1204,18 @@ def _check_fired_work(
         if e.stopped and (e.end or 0.0) >= stop
         for ft in e.covers
     }
+    # fires that came while their item's run on the same instance went on, when the
+    # final stop interrupted that run: folded behind it, owed to the misfire re-run
+    # after it, which the stop prevented (a graceful stop's next start of the item
+    # anywhere covers them from its last completed run; after the final stop there
+    # is none). Pending like the run itself when that instance owned the item then.
+    behind = {
+        (t, e.item): e.instance
+        for e in history.executions
+        if e.stopped and (e.end or 0.0) >= stop
+        for t in fires
+        if e.start < t < stop
+    }
     for t in fires:
         count = ops.count_at(p.count, t)
         for item in range(items):
@@ -1226,6 +1238,12 @@ def _check_fired_work(
                 )
                 continue
             owner = _owner_at(by_item.get(item, []), t)
+            if p.strict and owner is not None and behind.get((t, item)) == owner:
+                report.stopped_at_end.append(
+                    f"fire {t:.3f} item {item}: folded behind a run of {owner} the final "
+                    "stop interrupted"
+                )
+                continue
             if p.strict and (why := _strict_excuse(p, t, item, nobody, leaderless, ops)):
                 excused[why] += 1
             elif p.strict:

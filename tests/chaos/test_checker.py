@@ -767,6 +767,27 @@ def test_fires_covered_by_a_run_the_final_stop_interrupted_are_listed_not_lost()
     assert any(f"fire {T0 + 31:.3f} item 0" in x for x in check(strict).lost)
 
 
+def test_a_fire_folded_behind_a_run_the_final_stop_interrupted_is_listed_not_lost() -> None:
+    """Strict: a fire that came while its owner ran the item (folded behind that run,
+    owed to the misfire re-run after it) is pending when the final stop interrupted
+    that run (stateful ZooKeeper seed 20261223: a fire 1.6 s before the stop). The
+    same fire is lost when the run that was going on then was another instance's, or
+    ended before the stop."""
+    b = Builder()
+    b.steady(skip={(T0 + k, 0) for k in range(30, END)})
+    b.run(A, 0, T0 + 30, end=T0 + 30.5)
+    run = b.run(A, 0, T0 + 31, start=T0 + 31.0, end=T0 + END + 0.5)
+    run.stopped = True
+    b.frame()
+    history = b.history()
+    strict = dataclasses.replace(history, params=dataclasses.replace(history.params, strict=True))
+    report = check(strict)
+    assert report.ok, report.render()
+    assert any("folded behind a run of" in x for x in report.stopped_at_end)
+    run.stopped = False  # a run that ended on its own: its re-run was owed and is missing
+    assert any(f"fire {T0 + 33:.3f} item 0" in x for x in check(strict).lost)
+
+
 def test_a_pair_folded_into_a_later_run_by_covers_is_excused_as_folded() -> None:
     """A fire that never ran itself but that a later done run names in ctx.covers is
     folded, not lost; the same fire without the covers is lost."""
