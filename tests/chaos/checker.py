@@ -1531,12 +1531,22 @@ def _check_rejoined(
 ) -> None:
     """After a heal the instance must run items again, without a restart: unless the
     job's assignments (when recorded) gave it no item for the fires until the
-    deadline (a job of fewer items than instances leaves one without items)."""
+    deadline (a job of fewer items than instances leaves one without items). An
+    instance first given an item by an assignment written after its heal (another
+    instance died later) has the deadline from that write: until then it had nothing
+    to run (stateful ZooKeeper seed 20261224: given an item 14.4 s after its heal,
+    held by a run whose owner was partitioned a second later, taken over by it 4.1 s
+    after the partition)."""
     stop = min((ev.t for ev in events if ev.kind == "stop"), default=math.inf)
     for ev in events:
         if ev.kind not in ("heal", "gray_end"):
             continue
         deadline = ev.t + p.quiet_deadline
+        if assignments:
+            given = _first_owning(assignments, ev.instance, ev.t, deadline)
+            if given is None:
+                continue
+            deadline = max(ev.t, given) + p.quiet_deadline
         interrupted = any(
             ev.t < other.t <= deadline
             and other.instance == ev.instance
@@ -1545,23 +1555,23 @@ def _check_rejoined(
         )
         if interrupted or deadline > stop:
             continue
-        if assignments and not _owns_any(assignments, ev.instance, ev.t, deadline):
-            continue
         if not any(e.instance == ev.instance and ev.t < e.start <= deadline for e in execs):
             report.not_rejoined.append(
                 f"{ev.instance} healed at {ev.t:.3f} started nothing within {p.quiet_deadline:g}s"
             )
 
 
-def _owns_any(
+def _first_owning(
     assignments: list[tuple[float, list[tuple[float, Mapping[int, str]]]]],
     instance: str,
     since: float,
     until: float,
-) -> bool:
-    """Whether any assignment written up to ``until`` names ``instance`` as an owner
-    for fires in (``since``, ``until``]: a level in effect in that span (the last one
-    dated at or before ``since``, and every one dated within it)."""
+) -> float | None:
+    """The earliest write time of an assignment written up to ``until`` that names
+    ``instance`` as an owner for fires in (``since``, ``until``]: a level in effect in
+    that span (the last one dated at or before ``since``, and every one dated within
+    it). None when no such assignment names it."""
+    first: float | None = None
     for written, levels in assignments:
         if written > until:
             continue
@@ -1569,8 +1579,8 @@ def _owns_any(
         before = [lv for lv in dated if lv[0] <= since][-1:]
         within = [lv for lv in dated if since < lv[0] <= until]
         if any(instance in owners.values() for _eff, owners in before + within):
-            return True
-    return False
+            first = written if first is None else min(first, written)
+    return first
 
 
 def _spurious_session_losses(

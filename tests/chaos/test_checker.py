@@ -649,6 +649,22 @@ def test_a_healed_instance_the_assignment_gives_no_item_need_not_run_any() -> No
     assert len(report.not_rejoined) == 1 and A in report.not_rejoined[0]
 
 
+def test_a_healed_instance_given_an_item_later_has_its_deadline_from_then() -> None:
+    """A healed at T0+16.1 owns nothing (both items B's since T0+13) until an assignment written
+    at T0+17 gives it item 1 from T0+18: its deadline (9 s here) counts from that
+    write, so a first start at T0+25.5 (9.4 s after the heal) is in time (stateful
+    ZooKeeper seed 20261224). Starting nothing until after T0+26 stays a finding."""
+    b = _partition_history(T0 + 12.0, rejoin=False)
+    base = b.history()
+    base.assignments.append((T0 + 13.5, [(T0 + 13.0, {0: B, 1: B}), (T0, {0: A, 1: B})]))
+    base.assignments.append((T0 + 17.0, [(T0 + 18.0, {0: B, 1: A}), (T0 + 13.0, {0: B, 1: B})]))
+    assert len(check(base).not_rejoined) == 1
+    b.run(A, 1, T0 + 25, start=T0 + 25.5)
+    hist = b.history()
+    hist.assignments.extend(base.assignments)
+    assert check(hist).not_rejoined == [], check(hist).not_rejoined
+
+
 def test_empty_history_is_not_a_pass(tmp_path: Path) -> None:
     """A directory without a history (a run that never started) fails, not passes."""
     report = check(load_history(tmp_path, PARAMS))
