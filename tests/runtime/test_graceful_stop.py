@@ -198,3 +198,64 @@ def test_a_graceful_stop_retries_a_failed_completion_commit_before_it_leaves(
     assert not admin.children(P.failover_queue)
     assert not [r for r in job.runs if r.failover], "A's completed item ran again as failover"
     assert not runner_a.batches.unfinished(), "the stop left a failed completion unsettled"
+
+
+def test_an_item_that_returns_after_the_grace_period_ended_runs_again(
+    memory_server: MemoryServer, runtimes: list[Runtime]
+) -> None:
+    """An item still running when the grace period ends is fenced (ctx.is_valid()
+    false); one that then returns without looking ran while invalid: recorded
+    ``fenced``, handed to failover and run again on B, never counted done. Before,
+    the hard stop made it invalid without a fence time, such a run counted done, and
+    the fires its run stood for were lost (600 s ZooKeeper run: a bulk item that
+    returned 6 ms after the grace period ended).
+
+    A's hard stop is held until the item returned (the item is released right after
+    the fence), so the return falls between the fence and A leaving, as it did."""
+    rt_a, rt_b, job, a_records = _pair(memory_server, runtimes, failover=True, a_holds=False)
+    runner_a = rt_a.runners[JOB]
+    gate = threading.Event()
+    returned = threading.Event()
+    item_started = threading.Event()
+    real_execute = job.execute
+
+    def execute(ctx: ShardingContext) -> None:
+        if ctx.instance_id == rt_a.instance_id and not ctx.is_failover and not gate.is_set():
+            gate.set()
+            item_started.set()
+            # the user's item that never asks is_valid() or should_stop()
+            job.release.wait(30)
+            real_execute(ctx)
+            returned.set()
+            return
+        real_execute(ctx)
+
+    job.execute = execute  # type: ignore[method-assign]
+    wait_until(item_started.is_set, 15, message="A started no item")
+    real_begin_stop = runner_a.begin_stop
+
+    def begin_stop(hard: bool = False) -> None:
+        real_begin_stop(hard)
+        if hard:
+            job.release.set()  # it returns now, fenced, before A leaves
+            returned.wait(10)
+
+    runner_a.begin_stop = begin_stop  # type: ignore[method-assign]
+    stopper = threading.Thread(target=lambda: rt_a.stop(grace=0.3), name="test-hard-stop")
+    stopper.start()
+    try:
+        stopper.join(30)
+        assert not stopper.is_alive(), "the stop did not finish"
+        assert returned.is_set(), "the held item never returned"
+        ran = [r for r in job.runs if r.instance == rt_a.instance_id and not r.failover]
+        held = ran[-1]
+        assert a_records.outcome_of(held.execution_id) == Outcome.FENCED, a_records.executions[-5:]
+        again = wait_until(
+            lambda: [r for r in job.runs if r.execution_id == held.execution_id and r.failover],
+            10,
+            message=lambda: f"the fenced item was not run again: {job.runs[-10:]}",
+        )
+        assert again[0].instance == rt_b.instance_id
+    finally:
+        job.release.set()
+        stopper.join(30)

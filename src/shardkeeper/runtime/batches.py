@@ -513,9 +513,10 @@ class Batches:
         elif complete:
             self._complete(batch)
 
-    def fence_all(self) -> list[int]:
+    def fence_all(self, why: str = "session may be lost") -> list[int]:
         """Fence every batch in progress (ctx.is_valid() turns false for good); the
-        items not yet started will not start. Returns the items fenced now."""
+        items not yet started will not start. Returns the items fenced now. An item
+        that returns after this ran fenced: it is handed to failover, not done."""
         with self._lock:
             fresh = [b for b in self._batches if not b.fenced]
             now = time.time()
@@ -527,9 +528,10 @@ class Batches:
         if items:
             self._state.count("fenced", len(items))
             log.warning(
-                "%s: executions of items %s fenced off (session may be lost)",
+                "%s: executions of items %s fenced off (%s)",
                 self._state.config.name,
                 items,
+                why,
             )
         return items
 

@@ -474,6 +474,14 @@ class JobRunner:
     def begin_stop(self, hard: bool = False) -> None:
         """Stop starting items (and, when hard, fence the running ones off)."""
         st = self.state
+        if hard:
+            # Fenced first, with the time: an item that returns after this (without
+            # looking at ctx.is_valid()) ran while invalid, so it is handed to
+            # failover and run again, never counted done. The hard stop alone made
+            # it invalid without a fence time, and such a run counted done: its
+            # fires were lost (600 s ZooKeeper run, a bulk item that returned 6 ms
+            # after the grace period ended).
+            self.batches.fence_all("hard stop: the grace period is over")
         with st.lock:
             if not st.stopping:
                 st.stop_at = time.time()
@@ -481,8 +489,6 @@ class JobRunner:
                 st.phase.move(HARD_STOP, "hard stop")
             else:
                 st.phase.move(STOP, "begin_stop")
-        if hard:
-            self.batches.start_deferred_now()  # they see the hard stop and end at once
 
     # -- lane plumbing --------------------------------------------------------------
 
