@@ -1567,14 +1567,17 @@ def _first_owning(
     since: float,
     until: float,
 ) -> float | None:
-    """The earliest write time of an assignment written up to ``until`` that names
-    ``instance`` as an owner for fires in (``since``, ``until``]: a level in effect in
-    that span (the last one dated at or before ``since``, and every one dated within
-    it). None when no such assignment names it."""
+    """The earliest write time of an assignment that names ``instance`` as an owner
+    for fires in (``since``, ``until``]: of the one in force at ``since`` and those
+    written up to ``until``, a level in effect in that span (the last one dated at or
+    before ``since``, and every one dated within it). None when none names it."""
+    # the assignment in force at ``since`` (the last one written by then) and those
+    # written after it: an older one names owners the later ones replaced
+    ordered = sorted(assignments, key=lambda a: a[0])
+    current = [a for a in ordered if a[0] <= since][-1:]
+    later = [a for a in ordered if since < a[0] <= until]
     first: float | None = None
-    for written, levels in assignments:
-        if written > until:
-            continue
+    for written, levels in current + later:
         dated = sorted(levels, key=lambda lv: lv[0])
         before = [lv for lv in dated if lv[0] <= since][-1:]
         within = [lv for lv in dated if since < lv[0] <= until]

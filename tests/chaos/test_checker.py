@@ -649,6 +649,18 @@ def test_a_healed_instance_the_assignment_gives_no_item_need_not_run_any() -> No
     assert len(report.not_rejoined) == 1 and A in report.not_rejoined[0]
 
 
+def test_an_assignment_replaced_before_the_heal_does_not_count() -> None:
+    """Only the assignment in force at the heal and later ones say what A owns: an
+    older one that named A, replaced before the heal by one that names only B, gives
+    A nothing (stateful etcd seed 20261226: the 2-item job's assignment of a minute
+    before the heal still named the healed instance)."""
+    b = _partition_history(T0 + 12.0, rejoin=False)
+    hist = b.history()
+    hist.assignments.append((T0 + 1.0, [(T0 + 1.0, {0: A, 1: B})]))
+    hist.assignments.append((T0 + 13.5, [(T0 + 13.0, {0: B, 1: B})]))
+    assert check(hist).not_rejoined == [], check(hist).not_rejoined
+
+
 def test_a_healed_instance_given_an_item_later_has_its_deadline_from_then() -> None:
     """A healed at T0+16.1 owns nothing (both items B's since T0+13) until an assignment written
     at T0+17 gives it item 1 from T0+18: its deadline (9 s here) counts from that
