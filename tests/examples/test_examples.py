@@ -101,6 +101,39 @@ def test_dataflow_job_streams_until_drained(registry_url: str, store: Coordinati
         assert stats(runtime, "order-stream")["failed"] == 0
 
 
+def test_checkpointed_job_carries_its_cursor_across_fires(
+    registry_url: str, store: CoordinationStore, tmp_path: Path
+) -> None:
+    """The checkpointed example in worker processes: each run-now imports the next
+    three batches of each shard, starting where the previous fire's last checkpoint
+    left it (``checkpoint_carry``), so no batch is imported twice or skipped."""
+    mod = example("checkpointed_job")
+    per_fire = mod.BATCHES_PER_FIRE
+
+    def imported(item: int) -> list[int]:
+        log = tmp_path / f"shard-{item}.log"
+        return (
+            [int(line.split()[1]) for line in log.read_text().splitlines()] if log.exists() else []
+        )
+
+    # the instance (and its output directory) is pickled for the worker processes
+    with running(registry_url, mod.LedgerImport(out=tmp_path)) as runtime:
+        for fire in (1, 2):
+            run_now(store, runtime, "ledger-import")
+            done = fire * per_fire
+
+            def caught_up(done: int = done) -> bool:
+                return all(len(imported(i)) >= done for i in (0, 1))
+
+            wait_until(
+                caught_up,
+                timeout=40,
+                message=lambda: f"imported {imported(0)} / {imported(1)}",
+            )
+        assert imported(0) == imported(1) == list(range(2 * per_fire))
+        assert stats(runtime, "ledger-import").get("failed", 0) == 0
+
+
 def test_script_job_runs_the_command(registry_url: str, store: CoordinationStore) -> None:
     mod = example("script_job")
     job = mod.Thumbnailer()

@@ -1,0 +1,115 @@
+"""A long import that survives failover: checkpoints, progress and worker processes.
+
+Each item imports one shard of a ledger, batch by batch. After every batch it saves
+where it is with ``ctx.checkpoint``: if its instance dies (or is fenced, or stops)
+half-way, the instance that takes the item over gets that position as
+``ctx.resume_state`` and goes on from there instead of starting again. A zombie (the
+old owner, cut off from the store) cannot overwrite it: its checkpoint is refused
+once the item was taken over, so it stops writing. With ``checkpoint_carry`` the next
+fire starts where the last one ended (``ctx.last_state``): a cursor, with no database
+of its own. ``ctx.progress`` shows how far each item is in ``shardkeeper shards`` and
+the console.
+
+The items run in worker processes (``executor="process"``): an import that crashes
+(a C extension, an out-of-memory kill) ends its worker, not the instance; the item is
+recorded ``crashed`` and failed over.
+
+Run it (from the repository root, in two terminals, then ``kill -9`` one of them
+during an import and watch the other resume)::
+
+    export SHARDKEEPER_REGISTRY=$(shardkeeper registry up --namespace examples)
+    LEDGER_OUT=/tmp/ledger python examples/checkpointed_job.py
+
+Each imported batch is appended to ``$LEDGER_OUT/shard-<item>.log``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from shardkeeper import JobConfig, Runtime, ShardedJob, ShardingContext
+
+__all__ = ["BATCHES_PER_FIRE", "LedgerImport", "main", "out_dir"]
+
+#: batches one fire imports per shard
+BATCHES_PER_FIRE = 3
+
+
+def out_dir() -> Path:
+    """Where the imported batches are written (``LEDGER_OUT``, else a temp dir)."""
+    path = Path(os.environ.get("LEDGER_OUT") or Path(tempfile.gettempdir()) / "ledger")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class LedgerImport(ShardedJob):
+    """Imports the next batches of one ledger shard per item, resumably."""
+
+    config = JobConfig.parse(
+        name="ledger-import",
+        cron="0 * * * * *",
+        sharding_total_count=2,
+        failover=True,
+        # the imports run in worker processes: a crash ends the worker, not the instance
+        executor="process",
+        # the next fire starts where this one ended (ctx.last_state)
+        checkpoint_carry=True,
+        # at most one checkpoint write a second per item; the last is never lost
+        checkpoint_interval=1.0,
+        description="example: a resumable import in worker processes",
+        job_class="examples.checkpointed_job:LedgerImport",
+    )
+
+    def __init__(self, out: Path | None = None) -> None:
+        # Resolved here, in the instance's process: the worker processes get the job
+        # as this pickled instance (their environment is the pool's, from its start).
+        self.out = out or out_dir()
+
+    def execute(self, ctx: ShardingContext) -> None:
+        """Import BATCHES_PER_FIRE batches from where the shard's import stands."""
+        # resume_state: this fire was cut off elsewhere; last_state: where the
+        # previous fire ended; neither: the first import of the shard
+        where = ctx.resume_state or ctx.last_state or {"next": 0}
+        start = int(where["next"])
+        if ctx.resumed:
+            # this fire's import was cut off elsewhere: finish the fire's batches
+            print(f"item {ctx.item}: resuming at batch {start}", flush=True)
+            end = -(-start // BATCHES_PER_FIRE) * BATCHES_PER_FIRE
+        else:
+            end = (start // BATCHES_PER_FIRE + 1) * BATCHES_PER_FIRE
+        log_file = self.out / f"shard-{ctx.item}.log"
+        for batch in range(start, end):
+            if ctx.should_stop():
+                return  # stopping or fenced: the checkpoint says where to go on
+            self.import_batch(ctx.item, batch, log_file)
+            # one conditional commit (coalesced): refused once the item is not ours
+            if not ctx.checkpoint({"next": batch + 1}):
+                return  # taken over: the successor goes on from our last checkpoint
+            ctx.progress(batch + 1 - start, end - start, note=f"batch {batch}")
+
+    @staticmethod
+    def import_batch(item: int, batch: int, log_file: Path) -> None:
+        """The work of one batch (here: a short pause, and a line in the log)."""
+        time.sleep(0.2)
+        with log_file.open("a") as f:
+            f.write(f"{item} {batch}\n")
+
+
+def main() -> None:
+    """Run the job until interrupted (Ctrl-C stops gracefully)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    url = os.environ.get("SHARDKEEPER_REGISTRY")
+    if not url:
+        sys.exit("set SHARDKEEPER_REGISTRY (shardkeeper registry up prints one)")
+    runtime = Runtime(url)
+    runtime.add_job(LedgerImport())
+    runtime.run_forever()
+
+
+if __name__ == "__main__":
+    main()
