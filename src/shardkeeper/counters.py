@@ -53,5 +53,5 @@ class SkipReason(enum.Enum):
     OWNER_GONE = "no instance ran it: its owner was gone before it started (misfire off)"
     MISSED = "missed by the scheduler (later than the grace time, misfire off)"
     DONE = "one-off job done already"
-    COMPLETED = "a misfire re-run whose fire completed elsewhere already"
+    COMPLETED = "a misfire re-run whose fire every item of it completed meanwhile"
     CLOCK_SKEW = "this instance's clock is off the store's by more than max_time_diff_seconds"

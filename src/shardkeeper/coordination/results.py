@@ -101,7 +101,8 @@ class CompletedView:
     them, with the version of every result node read (for :meth:`guards`)."""
 
     at: float
-    #: items whose last completed run is of a fire at or after ``at``
+    #: items whose last completed run is of a fire at or after ``at`` (or, read
+    #: ``exact``, of the fire at ``at``)
     completed: frozenset[int]
     #: version of each existing result node (items without one are absent)
     versions: dict[int, int] = field(default_factory=dict)
@@ -120,9 +121,12 @@ class CompletedView:
         }
 
 
-def read_completed(store: CoordinationStore, paths: JobPaths, at: float) -> CompletedView:
+def read_completed(
+    store: CoordinationStore, paths: JobPaths, at: float, *, exact: bool = False
+) -> CompletedView:
     """The items of ``paths``' job whose last result is of a fire at or after ``at``
-    (one read of the results; an unreadable document counts as not completed)."""
+    (with ``exact``: of the fire at ``at`` itself). One read of the results; an
+    unreadable document counts as not completed."""
     completed: set[int] = set()
     versions: dict[int, int] = {}
     prefix = paths.results_root + "/"
@@ -136,6 +140,6 @@ def read_completed(store: CoordinationStore, paths: JobPaths, at: float) -> Comp
             result = ItemResult.from_bytes(node.value, node.path)
         except DocumentError:
             continue
-        if result.fire_time >= at - _EPS:
+        if abs(result.fire_time - at) < _EPS if exact else result.fire_time >= at - _EPS:
             completed.add(item)
     return CompletedView(at, frozenset(completed), versions)

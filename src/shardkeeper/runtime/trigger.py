@@ -240,14 +240,21 @@ class TriggerFlow:
             if self._oneoff.done is not None:
                 return Skipped(SkipReason.DONE)
         self._rerun_results = None
-        if fire.misfire and self._oneoff is None and cfg.monitor_execution:
-            # A misfire re-run is decided long after its fire (behind a run that
-            # lasted several intervals), from the owners kept for that fire: its items
-            # may have run that fire elsewhere meanwhile (a failover taker of a run
-            # stopped at a graceful shutdown: 600 s chaos runs, a duplicate on each
-            # store). Items whose last completed run is of this fire or later are left
-            # out, and the start is conditional on the results read.
-            self._rerun_results = read_completed(self._s.store, self._s.paths, fire.fire_time)
+        plain_rerun = fire.misfire and not fire.manual and not fire.params
+        if plain_rerun and self._oneoff is None and cfg.monitor_execution:
+            # A plain misfire re-run is decided long after its fire (behind a run
+            # that lasted several intervals), from the owners kept for that fire:
+            # its items may have run that very fire elsewhere meanwhile (a
+            # failover taker of a run stopped at a graceful shutdown: 600 s chaos
+            # runs, a duplicate on each store). Items whose last completed run is
+            # of this fire are left out, and the start is conditional on the
+            # results read. Only this fire: a later fire completed elsewhere does
+            # not stand for this one (the item's next start would then find no
+            # gap and the fire would be lost), and an operator's run-now is a
+            # request of its own, run as asked.
+            self._rerun_results = read_completed(
+                self._s.store, self._s.paths, fire.fire_time, exact=True
+            )
         if self._leader.is_leader:
             if not fire.reshard_wait_since:
                 fire.reshard_wait_since = time.monotonic()
@@ -275,7 +282,7 @@ class TriggerFlow:
             ran = sorted(self._rerun_results.completed & set(items))
             log.info(
                 "%s: misfire re-run of the fire at %s leaves out items %s: that fire of "
-                "theirs (or a later one) completed elsewhere",
+                "theirs completed meanwhile",
                 cfg.name,
                 fmt_fire(fire.fire_time),
                 ran,
