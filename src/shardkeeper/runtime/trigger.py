@@ -240,21 +240,6 @@ class TriggerFlow:
             if self._oneoff.done is not None:
                 return Skipped(SkipReason.DONE)
         self._rerun_results = None
-        plain_rerun = fire.misfire and not fire.manual and not fire.params
-        if plain_rerun and self._oneoff is None and cfg.monitor_execution:
-            # A plain misfire re-run is decided long after its fire (behind a run
-            # that lasted several intervals), from the owners kept for that fire:
-            # its items may have run that very fire elsewhere meanwhile (a
-            # failover taker of a run stopped at a graceful shutdown: 600 s chaos
-            # runs, a duplicate on each store). Items whose last completed run is
-            # of this fire are left out, and the start is conditional on the
-            # results read. Only this fire: a later fire completed elsewhere does
-            # not stand for this one (the item's next start would then find no
-            # gap and the fire would be lost), and an operator's run-now is a
-            # request of its own, run as asked.
-            self._rerun_results = read_completed(
-                self._s.store, self._s.paths, fire.fire_time, exact=True
-            )
         if self._leader.is_leader:
             if not fire.reshard_wait_since:
                 fire.reshard_wait_since = time.monotonic()
@@ -278,18 +263,6 @@ class TriggerFlow:
             if assignment is None or assignment.total != cfg.sharding_total_count:
                 return self._retry(fire, "assignment changed")
             items = self._mine(assignment, fire)
-        if self._rerun_results is not None and self._rerun_results.completed & set(items):
-            ran = sorted(self._rerun_results.completed & set(items))
-            log.info(
-                "%s: misfire re-run of the fire at %s leaves out items %s: that fire of "
-                "theirs completed meanwhile",
-                cfg.name,
-                fmt_fire(fire.fire_time),
-                ran,
-            )
-            items = [i for i in items if i not in self._rerun_results.completed]
-            if not items:
-                return Skipped(SkipReason.COMPLETED, tuple(ran))
         if not items:
             # An instance without items in the old assignment must still wait for a
             # pending reshard: the new assignment may give it items for this fire.
@@ -309,6 +282,34 @@ class TriggerFlow:
             # stands for it is (it says so, Fire.folds_until); if it never comes, the
             # next start finds the gap and covers it
             return Deferred(tuple(sorted(held)))
+        plain_rerun = fire.misfire and not fire.manual and not fire.params
+        if plain_rerun and self._oneoff is None and cfg.monitor_execution:
+            # A plain misfire re-run is decided long after its fire (behind a run
+            # that lasted several intervals), from the owners kept for that fire:
+            # its items may have run that very fire elsewhere meanwhile (a
+            # failover taker of a run stopped at a graceful shutdown: 600 s chaos
+            # runs, a duplicate on each store). Items whose last completed run is
+            # of this fire are left out, and the start is conditional on the
+            # results read. Only this fire: a later fire completed elsewhere does
+            # not stand for this one (the item's next start would then find no
+            # gap and the fire would be lost), and an operator's run-now is a
+            # request of its own, run as asked. Read here, once the re-run is
+            # about to start: not on the steps that wait (reshard, registration).
+            self._rerun_results = read_completed(
+                self._s.store, self._s.paths, fire.fire_time, exact=True
+            )
+            ran = sorted(self._rerun_results.completed.intersection(items))
+            if ran:
+                log.info(
+                    "%s: misfire re-run of the fire at %s leaves out items %s: that fire "
+                    "of theirs completed meanwhile",
+                    cfg.name,
+                    fmt_fire(fire.fire_time),
+                    ran,
+                )
+                items = [i for i in items if i not in self._rerun_results.completed]
+                if not items:
+                    return Skipped(SkipReason.COMPLETED, tuple(ran))
         return self._start(fire, items, version)
 
     def finish(self, fire: Fire, result: Launched | Skipped | Deferred) -> None:
