@@ -121,8 +121,9 @@ runs checkpoint every step, records ``resume``, ``ckpt`` and ``ckpt_error`` line
 A call "accepted" is one that returned True with no ``ckpt_error`` of its instance and
 item inside it (a call whose commit met a store error returns True too: its state is
 held and sent again, so whether the store took it is unknown). Runs of one fire and
-item are "earlier" by start time, and one execution's attempts (one fencing token)
-count as one run. Then:
+item are "earlier" and "later" by fencing token (the order of their start commits; a
+run fenced before its code began can begin after its successor), and one execution's
+attempts (one fencing token) count as one run. Then:
 
 9. Resumed from an older checkpoint: a run of a fire that earlier runs checkpointed
    must start from the last checkpoint accepted before it started (one whose call
@@ -161,7 +162,7 @@ import itertools
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1219,7 +1220,7 @@ def _check_fired_work(
     for t in fires:
         count = ops.count_at(p.count, t)
         for item in range(items):
-            changing = ops.count_changing(p, t, item)
+            changing = ops.count_changing(p, t, item, by_item.get(item, []))
             if item >= count and not changing:
                 continue  # not an item of the job at this fire
             pairs += 1
@@ -1244,7 +1245,7 @@ def _check_fired_work(
                     "stop interrupted"
                 )
                 continue
-            if p.strict and (why := _strict_excuse(p, t, item, nobody, leaderless, ops)):
+            if p.strict and (why := _strict_excuse(p, t, item, nobody, leaderless, ops, changing)):
                 excused[why] += 1
             elif p.strict:
                 report.lost.append(
@@ -1687,15 +1688,26 @@ class _OperatorWindows:
                 count = new
         return count
 
-    def count_changing(self, p: Params, t: float, item: int) -> bool:
+    def count_changing(
+        self, p: Params, t: float, item: int, runs: Sequence[Execution] = ()
+    ) -> bool:
         """Whether ``item`` is one a count change adds or removes, at a fire ``t``
         within the change's window (from PRE before it until the reshard it asks for
-        applies: a trigger, the sharding wait and slack)."""
+        applies: a trigger, the sharding wait and slack). For an item the change
+        removes, the window opens earlier for a fire still pending at the cut (no run
+        of the item, ``runs``, for it or a later fire started between the fire and the
+        cut: its owner was killed, frozen or gray, or still ran an earlier fire it
+        folds behind, so its start, failover or misfire re-run was due): nobody is
+        left to run it once the item is gone (600 s ZooKeeper production-like run,
+        seed 20261226: a cut 12 -> 8 came 0.78 s after a fire whose owner froze 0.21 s
+        after it)."""
         for at, old, new in self.counts:
-            if (
-                min(old, new) <= item < max(old, new)
-                and at - p.pre <= t <= at + p.period + p.wait_timeout + p.slack
-            ):
+            if not min(old, new) <= item < max(old, new):
+                continue
+            opens = at - p.pre
+            if new < old and not any(e.fire >= t and t < e.start <= at for e in runs):
+                opens = at - (p.crash_recover + p.wait_timeout + p.work)
+            if opens <= t <= at + p.period + p.wait_timeout + p.slack:
                 return True
         return False
 
@@ -1809,8 +1821,14 @@ def _check_checkpoints(
     resumes = checked = pruned = zombie_refused = 0
     for key, runs in sorted(by_key.items()):
         for y in runs:
-            # another run of the fire (an attempt of the same execution shares its token)
-            later = [x for x in runs if x.token != y.token and x.start > y.start]
+            # another run of the fire that superseded y: a newer fencing token (an
+            # attempt of the same execution shares its token). Ordered by token, not
+            # by when the user code began: a run whose start commit came first can
+            # begin executing after its successor's start (ZooKeeper stateful run,
+            # seed 20261228: a misfire re-run began 0.75 s after the failover run
+            # that fenced it, and the failover run's accepted writes were reported
+            # as a zombie's)
+            later = sorted((x for x in runs if x.token > y.token), key=lambda x: x.start)
             for c in y.checkpoints:
                 successor = next((x for x in later if x.start < c.t), None)
                 if successor is None:
@@ -1825,7 +1843,7 @@ def _check_checkpoints(
             if y.resumed is None:
                 continue
             resumes += bool(y.resumed)
-            earlier = [x for x in runs if x.token != y.token and x.start < y.start]
+            earlier = [x for x in runs if x.token < y.token]
             # accepted, and returned before y started: y's resume read comes after that
             before = sorted(
                 (c.t_end, c.step)
@@ -1833,7 +1851,16 @@ def _check_checkpoints(
                 for c in x.checkpoints
                 if accepted(x, c) and c.t_end < y.start
             )
-            known = {c.step for x in earlier for c in x.checkpoints if c.accepted}
+            # a step any other run of the fire wrote before y began (a fenced run
+            # whose start commit came first can begin after its successor's first
+            # writes and read them: ZooKeeper stateful run, seed 20261228)
+            known = {
+                c.step
+                for x in runs
+                if x.token != y.token
+                for c in x.checkpoints
+                if c.accepted and (x.token < y.token or c.t < y.start)
+            }
             # a run killed between a commit and its ckpt line: the next step may be stored
             known |= {_last_step(x) + 1 for x in earlier if x.end is None}
             newer = {fire for t, fire in writes[key[1]] if fire > key[0] and t < y.start}
@@ -1952,12 +1979,14 @@ def _strict_excuse(
     nobody: list[_Window],
     leaderless: list[_Window],
     ops: _OperatorWindows,
+    changing: bool,
 ) -> str | None:
     """What excuses a pair that neither ran nor was covered, under ``strict``: no
-    healthy instance, the operator's switches, or a store without a leader."""
+    healthy instance, the operator's switches (``changing``: a count change adds or
+    removes the item then), or a store without a leader."""
     if _inside(t, nobody):
         return "no healthy instance"
-    if ops.count_changing(p, t, item):
+    if changing:
         return "operator: sharding_total_count changed"
     if _inside(t, ops.job):
         return "operator: job disabled"

@@ -885,6 +885,25 @@ def test_count_up_and_down_changes_the_checked_items() -> None:
     assert len(lost) == 1 and f"fire {T0 + 18:.3f} item 2" in lost[0]
 
 
+def test_a_fire_of_a_removed_item_pending_at_the_cut_is_the_operators() -> None:
+    """A cut 3 -> 2 at T0+20.6, 0.6 s after a fire whose item 2 nobody had started
+    (its owner frozen, or still running an earlier fire): once the item is gone
+    nobody can run that fire, so the cut excuses it; counted as lost before (the
+    window opened PRE before the cut: 600 s ZooKeeper production-like run, seed
+    20261226). A fire of the item that a later run had passed before the cut is
+    still lost (``test_count_up_and_down_changes_the_checked_items``)."""
+    b = Builder()
+    b.steady()
+    for k in range(10, 20):
+        b.run(A, 2, T0 + k)
+    b.event(T0 + 10.0, "op_count", job="", old=2, new=3)
+    b.event(T0 + 20.6, "op_count", job="", old=3, new=2)
+    b.frame()
+    report = check(b.history())
+    assert not [x for x in report.lost if "item 2" in x], report.lost
+    assert report.ok, report.render()
+
+
 def test_run_now_params_must_reach_every_healthy_owners_items() -> None:
     """A run-now with params: each item's owner must start a run carrying them. Here
     item 1's owner B ran the run-now without them: params lost (the previous checker
@@ -1127,6 +1146,42 @@ def test_zombie_checkpoint_accepted_after_the_takeover_is_a_finding() -> None:
     assert not report.ok and len(report.zombie_writes) == 1
     assert "step 3 accepted" in report.zombie_writes[0] and "had started" in report.zombie_writes[0]
     assert not report.resumed_older
+
+
+def _late_starting_zombie(*, zombie_accepted: bool) -> History:
+    """A run fenced before its code began: its start commit (the older token) came
+    first, its instance froze past its session, the taker claimed the item (the newer
+    token) and began at T0+12.4, and the frozen run's code began only at T0+12.5,
+    resumed from the taker's step 2 and called step 3 at T0+12.7 (refused, or
+    accepted with ``zombie_accepted``). The taker's own writes after T0+12.5 are the
+    valid run's (ZooKeeper stateful run, seed 20261228)."""
+    history = _partition_history(T0 + 12.0).history()  # tokens in start order
+    zombie = next(e for e in history.executions if e.instance == A and e.key == (T0 + 10, 0))
+    taker = next(e for e in history.executions if e.failover)
+    assert zombie.token < taker.token
+    zombie.start = T0 + 12.5
+    zombie.resumed, zombie.resume_step = True, 2
+    zombie.checkpoints = [_ckpt(3, T0 + 12.7, accepted=zombie_accepted)]
+    zombie.refused = not zombie_accepted
+    taker.resumed, taker.resume_step = False, None
+    taker.checkpoints = [_ckpt(1, T0 + 12.41), _ckpt(2, T0 + 12.45), _ckpt(3, T0 + 12.6)]
+    taker.checkpoints += [_ckpt(4, T0 + 12.8)]
+    return history
+
+
+def test_a_run_fenced_before_its_code_began_is_the_zombie_by_its_token() -> None:
+    """Runs of a fire are ordered by fencing token, not by when their code began:
+    the taker's writes after the frozen run began are not a zombie's, the frozen
+    run's refused write counts as a refusal that worked, and its resume from the
+    taker's step 2 is not a state from nowhere. Ordered by start time, this history
+    reported the taker's steps 3 and 4 as zombie writes and the resume as a finding."""
+    report = check(_late_starting_zombie(zombie_accepted=False))
+    assert not report.zombie_writes, report.zombie_writes
+    assert not report.resumed_older, report.resumed_older
+    assert report.stats["zombie_refused"] == 1
+    report = check(_late_starting_zombie(zombie_accepted=True))
+    assert len(report.zombie_writes) == 1 and "step 3 accepted" in report.zombie_writes[0]
+    assert "[normal]" in report.zombie_writes[0].split(" after ")[0]
 
 
 def test_killed_run_may_have_written_the_step_after_its_last_record() -> None:
