@@ -1539,6 +1539,10 @@ def _check_rejoined(
     held by a run whose owner was partitioned a second later, taken over by it 4.1 s
     after the partition)."""
     stop = min((ev.t for ev in events if ev.kind == "stop"), default=math.inf)
+    faults = _fault_intervals(events)
+    for ev in events:
+        if ev.kind == "kill":  # a killed leader's session lives until it expires
+            faults[ev.instance].append((ev.t, ev.t + p.session_timeout))
     for ev in events:
         if ev.kind not in ("heal", "gray_end"):
             continue
@@ -1548,6 +1552,12 @@ def _check_rejoined(
             if given is None:
                 continue
             deadline = max(ev.t, given) + p.quiet_deadline
+        # the reshard that gives it items is the leader's: a fault of the leader
+        # (when recorded) delays it by that fault (600 s ZooKeeper production-like
+        # run, seed 20261226: the leader went gray 3 s after the heal)
+        led = _leader_fault_end(p, events, faults, ev.instance, ev.t, deadline)
+        if led is not None:
+            deadline = max(deadline, led + p.quiet_deadline)
         interrupted = any(
             ev.t < other.t <= deadline
             and other.instance == ev.instance
@@ -1560,6 +1570,36 @@ def _check_rejoined(
             report.not_rejoined.append(
                 f"{ev.instance} healed at {ev.t:.3f} started nothing within {p.quiet_deadline:g}s"
             )
+
+
+def _leader_fault_end(
+    p: Params,
+    events: list[Event],
+    faults: Mapping[str, list[tuple[float, float]]],
+    healed: str,
+    since: float,
+    until: float,
+) -> float | None:
+    """The latest end of a fault (frozen, partitioned, gray, killed) of an instance
+    that led ``p.name``'s job at some time in [``since``, ``until``], other than
+    ``healed``; None when the leaders are not recorded or none was faulted then."""
+    changes = [
+        (ev.t, ev.extra.get("holder"))
+        for ev in events
+        if ev.kind == "leader" and str(ev.extra.get("job", "")) == p.name
+    ]
+    if not changes:
+        return None
+    held = [h for t, h in changes if t <= since][-1:] + [
+        h for t, h in changes if since < t <= until
+    ]
+    ends = [
+        end
+        for holder in {str(h) for h in held if h} - {healed}
+        for start, end in faults.get(holder, [])
+        if start < until and since < end
+    ]
+    return max(ends, default=None)
 
 
 def _first_owning(

@@ -602,7 +602,9 @@ class Driver:
     def watch_assignments(self) -> CoordinationStore:
         """Log every assignment the store holds (with the owners it keeps for recent
         fires) as an ``assignment`` event: the checker tells from it which instance
-        a reshard had just given an item to when a fault hit that instance."""
+        a reshard had just given an item to when a fault hit that instance. And each
+        job's leader as a ``leader`` event (``holder``; None when the node went): a
+        fault of the leader delays the reshard a healed instance waits for."""
         store = open_store(self.url)
         store.start()
         names = [j.name for j in self.plan.jobs] or [JOB]
@@ -625,8 +627,21 @@ class Driver:
                 levels=[[eff, _owners_json(own)] for eff, own in levels],
             )
 
+        leaders = {JobPaths(name).leader: name for name in names}
+
+        def leader(event: WatchEvent) -> None:
+            job = leaders.get(event.path)
+            if job is None:
+                return
+            holder = None if event.value is None else event.value.decode(errors="replace")
+            # "holder", not "instance": the checker reads an event's instance as
+            # the one a fault hit
+            self.log("leader", job=job, holder=holder)
+
         for path in paths:
             store.watch(path, seen)
+        for path in leaders:
+            store.watch(path, leader)
         return store
 
     def run(self) -> None:

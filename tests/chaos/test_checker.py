@@ -677,6 +677,30 @@ def test_a_healed_instance_given_an_item_later_has_its_deadline_from_then() -> N
     assert check(hist).not_rejoined == [], check(hist).not_rejoined
 
 
+def test_a_fault_of_the_leader_after_the_heal_delays_the_rejoin_deadline() -> None:
+    """A healed at T0+16.1 (deadline 9 s) and first started at T0+28: too late, unless
+    the job's leader (the ``leader`` events) was faulted meanwhile: B, the leader, gray
+    from T0+17 to T0+22, so the reshard that gives A items waits for it and the
+    deadline counts from the gray end (600 s ZooKeeper production-like run, seed
+    20261226). A leader that was not faulted, or a fault of an instance that was not
+    the leader, leaves the deadline as it was."""
+
+    def history(leader: str | None, gray: str) -> History:
+        b = _partition_history(T0 + 12.0, rejoin=False)
+        b.run(A, 0, T0 + 28, start=T0 + 28.2)
+        b.event(T0 + 17.0, "gray", gray)
+        b.event(T0 + 22.0, "gray_end", gray)
+        if leader is not None:
+            b.event(T0 + 1.0, "leader", job="", holder=leader)
+        return b.history()
+
+    rejoins = [x for x in check(history(B, B)).not_rejoined if "healed at" in x]
+    assert [x for x in rejoins if f"{T0 + 16.1:.3f}" in x] == [], rejoins
+    for leader, gray in ((None, B), (A, B)):
+        rejoins = check(history(leader, gray)).not_rejoined
+        assert any(f"{A} healed at {T0 + 16.1:.3f}" in x for x in rejoins), (leader, rejoins)
+
+
 def test_empty_history_is_not_a_pass(tmp_path: Path) -> None:
     """A directory without a history (a run that never started) fails, not passes."""
     report = check(load_history(tmp_path, PARAMS))
