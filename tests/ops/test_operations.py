@@ -391,12 +391,51 @@ def test_remove_job(ops: Operations, start: Start) -> None:
         ops.remove_job(JOB)
 
 
+def test_forced_removal_retires_every_instance_that_ran_the_job(
+    ops: Operations, start: Start
+) -> None:
+    """A forced ``remove`` while three instances run the job: it returns with the
+    job gone (the CI once failed it when the instances registered again and
+    re-elected a leader while the subtree was deleted, "children kept appearing"),
+    each instance stops running the job, and nothing of the job comes back."""
+    runtimes = [start(cron=None, interval=0.2)[0] for _ in range(3)]
+    wait_leader(ops)
+    wait_until(lambda: len(ops.store.children(JobPaths(JOB).instances)) == 3)
+    removed = ops.remove_job(JOB, force=True)
+    assert sorted(removed) == sorted(rt.instance_id for rt in runtimes)
+    assert ops.jobs() == []
+    wait_until(
+        lambda: all(rt.runners[JOB].state.stopping for rt in runtimes),
+        message="an instance still runs the removed job",
+    )
+    # retired (each one fenced and stopping): none of them wrote the job again
+    assert list(ops.dump(JobPaths(JOB).root)) == []
+    with pytest.raises(JobLookupError):
+        ops.remove_job(JOB)
+
+
+def test_an_interrupted_removal_is_finished_by_a_second_one(
+    ops: Operations, store: CoordinationStore, start: Start
+) -> None:
+    """``remove`` deletes the config before the rest; a removal that failed after
+    that (the store went away) leaves the job's root, and a second ``remove``
+    still finds the job and finishes it."""
+    rt, _ = start()
+    wait_leader(ops)
+    rt.stop(grace=0)
+    store.delete(JobPaths(JOB).config, recursive=False)  # where the first one stopped
+    with pytest.raises(JobLookupError):
+        ops.job(JOB)
+    assert ops.remove_job(JOB) == []
+    assert not store.exists(JobPaths(JOB).root)
+
+
 def test_remove_stopped_job(ops: Operations, start: Start) -> None:
     rt, _ = start()
     wait_leader(ops)
     rt.stop(grace=0)
     assert ops.remove_job(JOB) == []
-    assert ops.dump(JobPaths(JOB).root) == {}
+    assert list(ops.dump(JobPaths(JOB).root)) == []
 
 
 def test_failover_queue_and_status(ops: Operations, store: CoordinationStore, start: Start) -> None:

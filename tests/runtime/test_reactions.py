@@ -105,7 +105,8 @@ def test_connection_states(state: ConnectionState, commands: list[rx.Command]) -
         (WatchEvent(DELETED, P.trigger(ME)), _seen(), []),
         # the stored config
         (WatchEvent(CREATED, P.config, b"{}"), _seen(), [rx.Work(rx.Task.RELOAD_CONFIG)]),
-        (WatchEvent(DELETED, P.config), _seen(), []),
+        # a deleted config: the job was removed (the reload retires it)
+        (WatchEvent(DELETED, P.config), _seen(), [rx.Work(rx.Task.RELOAD_CONFIG)]),
         # nodes of no interest here
         (WatchEvent(CREATED, P.running(1), b"{}"), _seen(), []),
         (WatchEvent(CREATED, "/elsewhere/entirely", b""), _seen(), []),

@@ -78,9 +78,20 @@ class ShardingService:
             self._flag_absent = False
 
     def set_necessary(self, reason: str) -> None:
-        """Ask for a reshard at the next trigger (idempotent)."""
+        """Ask for a reshard at the next trigger (idempotent). Only while the job's
+        config exists: a leader reacting to the members a forced ``remove`` deleted
+        must not write the removed job's root again."""
         self.forget_flag()
-        self._store.put(self._paths.necessary, necessary_value(reason))
+        done = self._store.commit(
+            [
+                Check(self._paths.config, exists=True),
+                Put(self._paths.necessary, necessary_value(reason)),
+            ]
+        )
+        if not done:
+            log.info(
+                "%s: no reshard flag set (%s): the job's config is gone", self._paths.job, reason
+            )
 
     def is_necessary(self, *, fresh: bool = False) -> bool:
         """Whether a reshard is pending: from the watch's hint when it says the flag is

@@ -17,12 +17,17 @@ from shardkeeper.registry import open_store
 from shardkeeper.registry.base import CoordinationStore
 from shardkeeper.registry.url import RegistrySettings
 
-__all__ = ["OperationsBase", "operator", "stamp"]
+__all__ = ["OperationsBase", "operator", "stamp", "valid_job_name"]
 
 # Same rules as JobConfig names / instance ids: anything else cannot be a node name,
 # so it is reported as unknown instead of as an invalid path.
 _JOB_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}\Z")
 _INSTANCE_ID = re.compile(r"^[A-Za-z0-9._@:=+\-]+\Z")
+
+
+def valid_job_name(job: str) -> bool:
+    """Whether ``job`` could name a job (so it is safe in a registry path)."""
+    return bool(_JOB_NAME.match(job)) and job not in (".", "..")
 
 
 def operator() -> str:
@@ -73,7 +78,7 @@ class OperationsBase:
     # -- lookups --------------------------------------------------------------------
 
     def _job_state(self, job: str) -> JobSnapshot:
-        if not _JOB_NAME.match(job) or job in (".", ".."):
+        if not valid_job_name(job):
             raise JobLookupError(job)
         snap = read_snapshot(self.store, job)
         if snap is None:
@@ -81,7 +86,7 @@ class OperationsBase:
         return snap
 
     def _require_job(self, job: str) -> JobPaths:
-        if not _JOB_NAME.match(job) or job in (".", ".."):
+        if not valid_job_name(job):
             raise JobLookupError(job)
         paths = JobPaths(job)
         node = self.store.get(paths.config)

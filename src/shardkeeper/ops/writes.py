@@ -4,14 +4,20 @@ config edits and replacement, and removal of the job."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from shardkeeper.config import JobConfig
 from shardkeeper.config.secrets import mask_config_data
 from shardkeeper.coordination.config_service import ConfigService
 from shardkeeper.coordination.paths import JobPaths, checkpoint_job_root
-from shardkeeper.errors import ConfigError, OperationRefusedError
-from shardkeeper.ops.base import OperationsBase, operator, stamp
+from shardkeeper.errors import ConfigError, JobLookupError, OperationRefusedError, StoreError
+from shardkeeper.ops.base import OperationsBase, operator, stamp, valid_job_name
+
+#: how long a forced removal waits for the instances that ran the job to retire it
+#: (each does within a lane task of seeing the config deleted), and keeps walking
+#: the job's subtree again while one of them still writes
+_REMOVE_PATIENCE = 15.0
 
 __all__ = ["Writes", "config_to_dict"]
 
@@ -96,23 +102,50 @@ class Writes(OperationsBase):
         """Delete everything stored for ``job``: ``/jobs/{job}`` and its items'
         checkpoints (``/checkpoints/{job}``). Refused (OperationRefusedError) while
         live instances run it, unless ``force``; returns the instances that were
-        still members. Forcing it does not stop them: they keep running the job
-        from memory and write some of its nodes again, so stop them first."""
-        self._require_job(job)
-        paths = JobPaths(job)
+        still members. Forced, the instances that run it see its config deleted
+        and stop running it (the rest of each instance goes on)."""
+        paths = self._removable(job)
         members = self.store.children(paths.instances)
         if members and not force:
             raise OperationRefusedError(
                 f"job {job!r} is run by {len(members)} live instance(s) "
                 f"({', '.join(members)}); stop them first or use force"
             )
-        # the checkpoints first: the job's root (its config) is what makes a second
-        # `remove` find the job, so a failure in between can still be finished with it;
-        # left behind, a new job of the same name with checkpoint_carry would get
-        # them as its first runs' ctx.last_state
+        # the checkpoints first: left behind, a new job of the same name with
+        # checkpoint_carry would get them as its first runs' ctx.last_state
         self.store.delete(checkpoint_job_root(job), recursive=True)
-        self.store.delete(paths.root, recursive=True)
-        return members
+        # then the config: live instances see it go and retire the job (they leave
+        # its membership and leadership); a failure after this point is finished by
+        # a second `remove` (it looks for the job's root, not its config)
+        self.store.delete(paths.config, recursive=False)
+        deadline = time.monotonic() + _REMOVE_PATIENCE
+        # Wait for them to leave before deleting the rest: deleting a member's node
+        # first would make it register again (and elect a leader) while the subtree
+        # goes. One that does not leave in time (an old version, a frozen process)
+        # is deleted anyway.
+        while self.store.children(paths.instances) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while True:
+            try:
+                self.store.delete(paths.root, recursive=True)
+                return members
+            except StoreError:
+                # instances still retiring wrote a node while the subtree was
+                # walked: they stop soon, so walk again until the deadline
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+
+    def _removable(self, job: str) -> JobPaths:
+        """The job's paths when it has a config, or when only its root is left (a
+        removal interrupted after the config was deleted); else JobLookupError."""
+        try:
+            return self._require_job(job)
+        except JobLookupError:
+            paths = JobPaths(job)
+            if valid_job_name(job) and self.store.exists(paths.root):
+                return paths
+            raise
 
 
 def config_to_dict(config: JobConfig, *, reveal: bool = False) -> dict[str, Any]:

@@ -85,7 +85,8 @@ class RunNow:
 
 @dataclass(frozen=True)
 class ConfigChanged:
-    """The stored config was written."""
+    """The stored config was written or deleted (a deleted one means the job was
+    removed: the reload retires it)."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,6 @@ def classify(event: WatchEvent, me: str) -> JobEvent:
         return InstanceSwitched(node.instance)
     if kind == "trigger" and node.instance == me and not deleted:
         return RunNow()
-    if kind == "config" and not deleted:
+    if kind == "config":
         return ConfigChanged()
     return Ignored()

@@ -439,6 +439,9 @@ class JobRunner:
         self.fence_all()
         self.begin_stop()
         self.state.phase.lose_membership(f"retired: {why}")
+        # and leave it for real: a forced `remove` waits for the members to go
+        # before it deletes the rest (a member deleted first would register again)
+        self.unregister()
         if self.on_retire is not None:
             self.on_retire(self)
 

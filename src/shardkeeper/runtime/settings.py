@@ -51,11 +51,11 @@ class JobSettings:
             )
             return
         if stored is None:
-            store, paths = self._s.store, self._s.paths
-            if st.registered and not store.exists(paths.instance(self._s.instance_id)):
-                # The job's whole subtree is gone, config included: an operator
-                # removed the job (``remove --force``). Registering again would undo
-                # that; stop running it here instead.
+            if st.registered:
+                # The config of a job this instance registered is gone: an operator
+                # removed the job (``remove --force`` deletes the config first, then
+                # the rest). Registering again, or electing a leader, would undo
+                # that and race the removal; stop running it here instead.
                 self._port.retire("the job was removed from the registry")
             return
         if stored == st.config:
