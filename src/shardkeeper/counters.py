@@ -54,4 +54,5 @@ class SkipReason(enum.Enum):
     MISSED = "missed by the scheduler (later than the grace time, misfire off)"
     DONE = "one-off job done already"
     COMPLETED = "a misfire re-run whose fire every item of it completed meanwhile"
+    REMOVED = "items an operator's cut of sharding_total_count removed before they started"
     CLOCK_SKEW = "this instance's clock is off the store's by more than max_time_diff_seconds"

@@ -246,3 +246,28 @@ def test_a_refused_start_of_many_items_costs_a_constant_number_of_reads(
     h.flow.step(fire)
     assert sorted(h.started()) == [i for i in range(500) if i != 7]
     assert store.round_trips - before < 30, f"{store.round_trips - before} round trips"
+
+
+def test_items_a_count_cut_removed_are_decided_as_a_skip(server: MemoryServer) -> None:
+    """A fire decided from the owners the assignment keeps for it (a fire that waited
+    behind a freeze or a running item), after an operator cut the count 4 -> 2: items
+    2 and 3 have nobody to run them any more. They were left out without a trace (600
+    s ZooKeeper production-like run, seed 20261226: a cut 12 -> 8 came 0.78 s after a
+    fire whose owner froze); now the decision names them (``removed``; the runner
+    records them as a skip with reason REMOVED, docs/monitoring.md)."""
+    store = server.store()
+    store.start()
+    h = Harness(store, 2)
+    ft = time.time()
+    kept = Assignment(
+        total=2,
+        owners={0: ME, 1: ME},
+        effective_fire=ft + 5,
+        previous=dict.fromkeys(range(4), ME),
+        previous_effective=ft - 10,
+    )
+    store.put(h.services.paths.sharding, kept.to_bytes())
+    result = h.decide(Fire(ft))
+    assert isinstance(result, Launched) and sorted(result.items) == [0, 1]
+    assert h.flow.removed == (2, 3)
+    assert SkipReason.REMOVED.value.startswith("items an operator's cut")

@@ -369,6 +369,8 @@ class Fires:
                     self._last_fire = max(self._last_fire, fire.fire_time)
             self.trigger.finish(fire, result)  # its span (shardkeeper/tracing.py)
             self.record(fire, result)
+            if self.trigger.removed:
+                self.record(fire, Skipped(SkipReason.REMOVED, self.trigger.removed))
             if last and not isinstance(result, Launched) and self.batches.idle:
                 self.on_batch_done()  # a folded fire's misfire re-run, if one is owed
 

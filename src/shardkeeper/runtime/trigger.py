@@ -161,6 +161,9 @@ class TriggerFlow:
         self._oneoff: OneOffView | None = None
         #: a misfire re-run being decided: its items' results as read for it
         self._rerun_results: CompletedView | None = None
+        #: this instance's items of the step's fire that a cut of the count removed
+        #: before they started (lane-confined; recorded as a skip once decided)
+        self.removed: tuple[int, ...] = ()
         #: trace context of the fires deferred here since the last misfire re-run
         #: started: the re-run stands for them and links to them (lane-confined)
         self._deferred_spans: list[str] = []
@@ -194,6 +197,7 @@ class TriggerFlow:
     def step(self, fire: Fire) -> StepResult:
         """One non-blocking attempt at ``fire`` (see module docstring)."""
         cfg = self._state.config
+        self.removed = ()
         if fire.span is None:
             if fire.misfire:
                 fire.replaces = tuple(self._deferred_spans[-tracing.MAX_LINKS :])
@@ -359,12 +363,20 @@ class TriggerFlow:
 
     def _mine(self, assignment: Assignment, fire: Fire) -> list[int]:
         cfg = self._state.config
-        return [
+        owned = [
             i
             for i in assignment.items_of(self._s.instance_id, fire.fire_time)
+            if fire.only is None or i in fire.only
+        ]
+        # The owners kept for an earlier fire may name items an operator has cut
+        # since (a fire delayed behind a freeze or a running item): nobody can run
+        # them any more, so they are recorded as a skip, not left out silently.
+        self.removed = tuple(i for i in owned if i >= cfg.sharding_total_count)
+        return [
+            i
+            for i in owned
             if i not in self._state.disabled_items
             and i < cfg.sharding_total_count
-            and (fire.only is None or i in fire.only)
             and (self._oneoff is None or i not in self._oneoff.completed)
         ]
 
