@@ -271,6 +271,8 @@ class Execution:
     resume_step: int | None = None
     #: whether it said it resumed (None: no resume record, not a stateful run)
     resumed: bool | None = None
+    #: when the run read its resume state (its ``resume`` line; it reads on first use)
+    resume_at: float | None = None
     #: its ctx.checkpoint calls, in order
     checkpoints: list[Checkpoint] = field(default_factory=list)
     #: it stopped because a checkpoint was refused (taken over): not done
@@ -837,6 +839,7 @@ def executions_from_records(
             step = rec.get("resume_step")
             found.resume_step = None if step is None else int(step)
             found.resumed = bool(rec.get("resumed", False))
+            found.resume_at = float(rec["t"]) if "t" in rec else None
         else:
             found.checkpoints.append(
                 Checkpoint(
@@ -1891,15 +1894,16 @@ def _check_checkpoints(
                 for c in x.checkpoints
                 if accepted(x, c) and c.t_end < y.start
             )
-            # a step any other run of the fire wrote before y began (a fenced run
-            # whose start commit came first can begin after its successor's first
-            # writes and read them: ZooKeeper stateful run, seed 20261228)
+            # a step any other run of the fire wrote before y read its resume state
+            # (a fenced run whose start commit came first can begin after its
+            # successor's first writes and read them: ZooKeeper stateful run, seed
+            # 20261228, read the successor's step 3 that began 9 ms after its start)
             known = {
                 c.step
                 for x in runs
                 if x.token != y.token
                 for c in x.checkpoints
-                if c.accepted and (x.token < y.token or c.t < y.start)
+                if c.accepted and (x.token < y.token or c.t < (y.resume_at or y.start))
             }
             # a run killed between a commit and its ckpt line: the next step may be stored
             known |= {_last_step(x) + 1 for x in earlier if x.end is None}

@@ -1206,6 +1206,15 @@ def test_a_run_fenced_before_its_code_began_is_the_zombie_by_its_token() -> None
     report = check(_late_starting_zombie(zombie_accepted=True))
     assert len(report.zombie_writes) == 1 and "step 3 accepted" in report.zombie_writes[0]
     assert "[normal]" in report.zombie_writes[0].split(" after ")[0]
+    # it reads its resume state on first use: the taker's step 3, whose call began
+    # at T0+12.6 (after the frozen run began, before its read), is no state from
+    # nowhere; read before that write began, it would be one
+    history = _late_starting_zombie(zombie_accepted=False)
+    zombie = next(e for e in history.executions if e.instance == A and e.key == (T0 + 10, 0))
+    zombie.resume_step, zombie.resume_at = 3, T0 + 12.65
+    assert not check(history).resumed_older, check(history).resumed_older
+    zombie.resume_at = T0 + 12.55
+    assert "which no earlier run" in check(history).resumed_older[0]
 
 
 def test_killed_run_may_have_written_the_step_after_its_last_record() -> None:
