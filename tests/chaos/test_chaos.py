@@ -162,11 +162,19 @@ def operator_jobs() -> Jobs:
     )
 
 
+#: the gray link of etcd: the proxy cannot hold etcd's requests apart from its
+#: keep-alives (one HTTP/2 connection carries both), so the instance holds its own
+#: requests (``EtcdStore.hold_requests``: SIGUSR1 on, SIGUSR2 off, tests/chaos/worker.py)
+#: while its keep-alives and watch stream go on: the nearest equivalent
+SIGNAL_GRAY = "in-process hold (SIGUSR1/SIGUSR2)"
+
+
 def gray_mode(backend: str) -> str | None:
     """The name of the proxy's gray-link switch for ``backend`` (requests held,
-    session pings let through), or None when the proxy has no such mode (today it
-    reads ZooKeeper's frames; etcd's keep-alives share one HTTP/2 connection with
-    the requests)."""
+    session pings let through), :data:`SIGNAL_GRAY` for etcd, or None when neither
+    can be made."""
+    if backend == "etcd":
+        return SIGNAL_GRAY
     if backend != "zookeeper":
         return None
     if "zookeeper_frames" not in inspect.signature(SlowProxy).parameters:
@@ -572,15 +580,24 @@ class Driver:
             _, proxies = self.links[victim.instance_id]
             self._mid_execution()
             held = self.plan.session_timeout * self.rng.uniform(1.0, 5.0)
-            for x in proxies:
-                setattr(x, self.gray, True)
+            self._set_gray(victim, proxies, True)
             self.log("gray", instance=victim.instance_id, hold=round(held, 2), mode=self.gray)
             time.sleep(held)
-            for x in proxies:
-                setattr(x, self.gray, False)
+            self._set_gray(victim, proxies, False)
             self.log("gray_end", instance=victim.instance_id)
         finally:
             self._done(victim)
+
+    def _set_gray(self, victim: Instance, proxies: list[SlowProxy], on: bool) -> None:
+        """Turn the gray link of ``victim`` on or off (its proxies' switch, or for
+        etcd a signal to the worker, which holds its own requests)."""
+        assert self.gray is not None
+        if self.gray == SIGNAL_GRAY:
+            if victim.proc.poll() is None:
+                victim.proc.send_signal(signal.SIGUSR1 if on else signal.SIGUSR2)
+            return
+        for x in proxies:
+            setattr(x, self.gray, on)
 
     def fault_isolate(self) -> None:
         """Partition one store member from its peers (its clients still reach it)."""
@@ -769,7 +786,7 @@ class Driver:
                 box.heal()
             for x in proxies:
                 x.slow = False
-                if self.gray is not None:
+                if self.gray is not None and self.gray != SIGNAL_GRAY:
                     setattr(x, self.gray, False)
         if self.net is not None:
             for spot in self.net.members:

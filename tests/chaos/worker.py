@@ -51,6 +51,7 @@ import json
 import logging
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -434,6 +435,10 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     rt.store.add_state_listener(on_state)
+    hold = getattr(rt.store, "hold_requests", None)
+    if hold is not None:  # etcd's gray link (tests/chaos/test_chaos.py SIGNAL_GRAY)
+        signal.signal(signal.SIGUSR1, lambda *_: hold(True))
+        signal.signal(signal.SIGUSR2, lambda *_: hold(False))
     try:
         rt.start()
     except Exception as exc:  # report the refusal on one line for the driver to read

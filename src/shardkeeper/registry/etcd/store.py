@@ -495,6 +495,14 @@ class EtcdStore(CoordinationStore):
             self._session.revoke(self._session.lease_id, timeout=timeout)
         self._session.check_soon()
 
+    def hold_requests(self, on: bool) -> None:
+        """Fault hook (tests): a gray link. While on, every request (reads, commits, a
+        lease's revoke) waits unsent and fails with OperationTimeoutError at its
+        deadline, while the session's lease keep-alives and the watch stream go on
+        (the proxy cannot hold etcd's requests apart from its keep-alives: one HTTP/2
+        connection carries both)."""
+        self._transport.hold_requests(on)
+
     def drop_connection(self) -> None:
         """Close the gRPC channel in use and put a new one in its place: requests and
         the watch stream in flight fail, the next ones connect again. The store reports

@@ -238,6 +238,9 @@ class Transport:
         self.member_moves = 0
         self._listener: MemberListener | None = None
         self._lease: Callable[[], int] = lambda: 0
+        #: fault hook (tests): cleared while a gray link holds the unary requests
+        self._flowing = threading.Event()
+        self._flowing.set()
 
     def bind(self, listener: MemberListener, lease: Callable[[], int]) -> None:
         """``listener`` hears of every member left; ``lease`` gives the session's lease
@@ -383,6 +386,8 @@ class Transport:
         for attempt in (1, 2):
             if counted:
                 self.count()
+            if not self._flowing.is_set():
+                limit = self._held(method, limit)
             endpoint, grpc_stub = self._stub(stub)
             try:
                 return getattr(grpc_stub, method)(request, limit, metadata=self.metadata())
@@ -394,6 +399,28 @@ class Transport:
                     self.move_on(endpoint, f"{method}: {exc.code().name} {exc.details()}")
                 raise
         raise AssertionError("unreachable")
+
+    def hold_requests(self, on: bool) -> None:
+        """Fault hook (tests): while on, every unary request (reads, transactions, a
+        lease's grant or revoke) waits unsent, as behind a link that holds them, while
+        the lease keep-alives and the watch stream go on: a gray link the proxy
+        cannot make for etcd (its keep-alives share one HTTP/2 connection with the
+        requests)."""
+        if on:
+            self._flowing.clear()
+        else:
+            self._flowing.set()
+
+    def _held(self, method: str, limit: float) -> float:
+        """Wait while requests are held: the time left of ``limit`` once they flow
+        again, or OperationTimeoutError when it runs out first (never sent, as a
+        request held past its deadline)."""
+        began = time.monotonic()
+        if not self._flowing.wait(limit):
+            raise OperationTimeoutError(
+                f"etcd {method}: no answer within {limit:.1f}s (requests held: gray link)"
+            )
+        return max(limit - (time.monotonic() - began), 0.01)
 
     def read_once(self, request: Range, *, timeout: float) -> Any:
         """One Range request within ``timeout``, neither counted nor re-sent (the
