@@ -494,11 +494,13 @@ def test_thread_count_does_not_grow_with_watches(store: CoordinationStore) -> No
     """Watches share one stream: 40 watches run on as many threads as 1."""
     first = Recorder()
     store.watch("/tw/0", first)
-    baseline = threading.active_count()
+    # Threads that existed before, by identity: a count would also move when a thread of an
+    # earlier test ends meanwhile, which says nothing about this store.
+    before = set(threading.enumerate())
     recorders = [Recorder() for _ in range(40)]
     for i, rec in enumerate(recorders):
         store.watch(f"/tw/{i + 1}", rec)
-    assert threading.active_count() == baseline
+    assert _threads_started_since(before) == []
     for i in range(41):
         store.put(f"/tw/{i}/k", b"x")
     wait_until(
@@ -506,7 +508,12 @@ def test_thread_count_does_not_grow_with_watches(store: CoordinationStore) -> No
         timeout=15,
         message="some watch missed its event",
     )
-    assert threading.active_count() == baseline
+    assert _threads_started_since(before) == []
+
+
+def _threads_started_since(before: set[threading.Thread]) -> list[str]:
+    """Names of live threads that were not alive in ``before``."""
+    return sorted(t.name for t in threading.enumerate() if t not in before)
 
 
 # ---- errors -----------------------------------------------------------------------------------
