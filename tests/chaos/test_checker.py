@@ -701,6 +701,59 @@ def test_a_fault_of_the_leader_after_the_heal_delays_the_rejoin_deadline() -> No
         assert any(f"{A} healed at {T0 + 16.1:.3f}" in x for x in rejoins), (leader, rejoins)
 
 
+def test_an_operators_membership_change_after_the_heal_delays_the_rejoin_deadline() -> None:
+    """A healed at T0+16.1 (deadline 9 s) and first started at T0+28.2: too late,
+    unless an operator asked the job for a reshard meanwhile: an instance disabled at
+    T0+20 (or the job's count changed) gives the deadline from then (600 s etcd
+    production-like run, seed 20261232). A count change of another job, or an action
+    after the first deadline, leaves it as it was."""
+
+    def history(kind: str, at: float, job: str = "") -> History:
+        b = _partition_history(T0 + 12.0, rejoin=False)
+        b.run(A, 0, T0 + 28, start=T0 + 28.2)
+        if kind == "op_count":
+            b.event(at, kind, job=job, old=2, new=2)
+        else:
+            b.event(at, kind, B)
+        return b.history()
+
+    def late(hist: History) -> list[str]:
+        return [x for x in check(hist).not_rejoined if f"{A} healed at {T0 + 16.1:.3f}" in x]
+
+    assert late(history("op_disable_instance", T0 + 20.0)) == []
+    assert late(history("op_enable_instance", T0 + 20.0)) == []
+    assert late(history("op_count", T0 + 20.0)) == []
+    assert late(history("op_count", T0 + 20.0, job="other")) != []
+    assert late(history("op_disable_instance", T0 + 25.5)) != []
+
+
+def test_a_run_now_held_behind_its_item_and_an_earlier_rerun_is_in_time() -> None:
+    """Items of 3 s: a run-now that finds its item running waits for that run and for
+    the misfire re-run of a fire older than the request (fire-time order), so its
+    params may arrive two works after the request plus the waits (600 s etcd
+    production-like run, seed 20261232: 18.7 s, the deadline said 16 s). Later than
+    that stays a finding."""
+    b = Builder()
+    b.steady()
+    at = T0 + 12.3
+    b.event(at, "op_trigger", job="", params={"op": "7-1"}, ok=True)
+    b.run(A, 0, at + 0.05, start=at + 0.1).params = {"op": "7-1"}
+    p = dataclasses.replace(PARAMS, work=3.0)
+    one_work = p.wait_timeout + p.work + 2 * p.period + 2 * p.slack
+    late = b.run(B, 1, at + 0.05, start=at + one_work + 2.0)
+    late.params = {"op": "7-1"}
+    b.frame()
+    hist = b.history()
+    hist.params = p
+    report = check(hist)
+    assert not report.params_lost, report.params_lost
+    late.start = at + p.run_now_deadline + 1.0
+    hist = b.history()
+    hist.params = p
+    report = check(hist)
+    assert len(report.params_lost) == 1 and "item 1 (owner " + B in report.params_lost[0]
+
+
 def test_empty_history_is_not_a_pass(tmp_path: Path) -> None:
     """A directory without a history (a run that never started) fails, not passes."""
     report = check(load_history(tmp_path, PARAMS))
