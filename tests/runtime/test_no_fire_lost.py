@@ -7,9 +7,11 @@ link), so nobody starts its items' fires until B owns them.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,7 +23,7 @@ from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.strategies import average
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.observe import ExecutionRecord, SkipRecord
-from shardkeeper.registry.memory import MemoryServer
+from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
 from shardkeeper.runtime.jobstate import SkipReason
 from shardkeeper.testing.faults import wait_until
@@ -67,16 +69,19 @@ def _cut_off_a(
     runtimes: list[Runtime],
     job: Covering,
     config: JobConfig,
+    before_cut: Callable[[MemoryStore], None] | None = None,
     **kw: Any,
 ) -> tuple[Runtime, Runtime, set[int], float]:
     """A and B share the job; A is cut off from the store until its session expired
-    and B ran A's items. Returns (A, B, A's items, the time A was cut off)."""
+    and B ran A's items (``before_cut`` is given B's store first). Returns (A, B, A's
+    items, the time A was cut off)."""
     a_store = memory_server.store(session_timeout=1.0)
     a = Runtime(a_store, shutdown_grace=1, **kw)
     a.add_job(job, config)
     a.start()
     runtimes.append(a)
-    b = Runtime(memory_server.store(session_timeout=1.0), shutdown_grace=1, **kw)
+    b_store = memory_server.store(session_timeout=1.0)
+    b = Runtime(b_store, shutdown_grace=1, **kw)
     b.add_job(job, config)
     b.start()
     runtimes.append(b)
@@ -94,6 +99,8 @@ def _cut_off_a(
     )
     last_a = max(ft for who, ft, _i, _c in job.snapshot() if who == a.instance_id)
     mine = {i for who, ft, i, _c in job.snapshot() if who == a.instance_id and ft == last_a}
+    if before_cut is not None:
+        before_cut(b_store)
     a_store.suspend()
     cut = time.time()
     wait_until(
@@ -128,6 +135,59 @@ def test_fires_no_instance_started_are_covered_by_the_next_owners_run(
         )
         covering = [cov for who, ft, i, cov in job.snapshot() if i == item and ft == first_b]
         assert covering and covering[0], f"B's first run of item {item} covers nothing"
+
+
+def test_fires_are_covered_when_the_next_owner_cannot_read_the_results_at_first(
+    memory_server: MemoryServer, runtimes: list[Runtime], caplog: pytest.LogCaptureFixture
+) -> None:
+    """B's first read of the item results, when it takes A's items, fails (a store
+    fault): that run cannot know which fires it stands for, so it covers none and
+    writes no result, and B's next run of each item counts from A's last result and
+    covers them. Before, the first run wrote its result and the fires between A's
+    last run and it stood nowhere (600 s etcd chaos run, seed 20261236: 1,645 pairs
+    of a bulk job)."""
+    job = Covering()
+    config = _cfg()
+
+    def fail_the_results_read(store: MemoryStore) -> None:
+        store.fail_next("get_tree", path=JobPaths(JOB).results_root)
+
+    with caplog.at_level(logging.INFO, logger="shardkeeper.runtime.coverage"):
+        _a, b, mine, last_a = _cut_off_a(
+            memory_server, runtimes, job, config, before_cut=fail_the_results_read
+        )
+        # B's second run of each of A's items (the one that counts the fires)
+        wait_until(
+            lambda: all(
+                len(
+                    [
+                        1
+                        for who, ft, i, _c in job.snapshot()
+                        if who == b.instance_id and i == item and ft > last_a
+                    ]
+                )
+                >= 2
+                for item in mine
+            ),
+            20,
+            message=lambda: f"B did not run A's items twice: {job.snapshot()[-8:]}",
+        )
+    assert any("could not read the item results" in r.getMessage() for r in caplog.records)
+    for item in mine:
+        b_runs = sorted(
+            ft
+            for who, ft, i, _c in job.snapshot()
+            if i == item and who == b.instance_id and ft > last_a
+        )
+        first_b = b_runs[0]
+        stood_for = {ft for _w, ft, i, _c in job.snapshot() if i == item} | {
+            c for _w, _ft, i, cov in job.snapshot() if i == item for c in cov
+        }
+        due = {last_a + k for k in range(round(first_b - last_a) + 1)}
+        assert due <= stood_for, (
+            f"item {item}: fires {sorted(due - stood_for)} neither ran nor were folded "
+            f"(A last ran it at {last_a}, B first at {first_b})"
+        )
 
 
 def test_with_misfire_off_fires_no_instance_started_are_recorded_as_skips(

@@ -412,7 +412,8 @@ class Batches:
             error_type=type(error).__qualname__ if error is not None else "",
             error=str(error) if error is not None else "",
         )
-        batch.results[item] = result.to_bytes()
+        if item not in batch.uncounted:  # see Batch.uncounted
+            batch.results[item] = result.to_bytes()
 
     def _stored_history(self, item: int) -> tuple[float, int] | None:
         try:

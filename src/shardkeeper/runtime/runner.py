@@ -551,6 +551,7 @@ class JobRunner:
 
     def launch(self, batch: Batch) -> None:
         """Hand ``batch`` to the workers."""
+        batch.uncounted = self.trigger.coverage.take_uncounted(batch.items)
         self.batches.launch(batch, self._context)
 
     def local_items(self) -> set[int]:
