@@ -914,6 +914,26 @@ def test_a_fire_folded_behind_a_run_the_final_stop_interrupted_is_listed_not_los
     assert any(f"fire {T0 + 33:.3f} item 0" in x for x in check(strict).lost)
 
 
+def test_a_fire_folded_behind_a_run_elsewhere_whose_next_run_the_stop_cut_is_pending() -> None:
+    """Strict: item 0 runs on B (a failover of fire 35) when fire 36 comes, so A folds
+    it; A's next run of the item begins after the fire and the final stop interrupts
+    it (stateful ZooKeeper seed 20261238: 1.36 s before the stop). The fire is pending
+    like that run, listed, not lost; with A's run ended on its own it is lost."""
+    b = Builder()
+    b.steady(skip={(T0 + 35, 0), (T0 + 36, 0)})
+    b.run(B, 0, T0 + 35, start=T0 + 35.2, end=T0 + 36.5, failover=True)
+    rerun = b.run(A, 0, T0 + 35, start=T0 + 36.8, end=T0 + END + 0.5)
+    rerun.stopped = True
+    b.frame()
+    history = b.history()
+    strict = dataclasses.replace(history, params=dataclasses.replace(history.params, strict=True))
+    report = check(strict)
+    assert not [x for x in report.lost if f"fire {T0 + 36:.3f} item 0" in x], report.lost
+    assert any("its next run interrupted by the final stop" in x for x in report.stopped_at_end)
+    rerun.stopped = False
+    assert any(f"fire {T0 + 36:.3f} item 0" in x for x in check(strict).lost)
+
+
 def test_a_pair_folded_into_a_later_run_by_covers_is_excused_as_folded() -> None:
     """A fire that never ran itself but that a later done run names in ctx.covers is
     folded, not lost; the same fire without the covers is lost."""
