@@ -111,6 +111,28 @@ def _cut_off_a(
     return a, b, mine, last_a
 
 
+def _runs_of(job: Covering, rt: Runtime, item: int, after: float) -> list[float]:
+    """Fire times of ``rt``'s runs of ``item`` for fires after ``after``, in order."""
+    return sorted(
+        ft
+        for who, ft, i, _c in job.snapshot()
+        if i == item and who == rt.instance_id and ft > after
+    )
+
+
+def _assert_every_fire_stood_for(job: Covering, item: int, last_a: float, first_b: float) -> None:
+    """Every fire of ``item`` on the schedule from A's last run up to B's first one was
+    run or folded into a run that says so (``ctx.covers``)."""
+    stood_for = {ft for _w, ft, i, _c in job.snapshot() if i == item} | {
+        c for _w, _ft, i, cov in job.snapshot() if i == item for c in cov
+    }
+    due = {last_a + k for k in range(round(first_b - last_a) + 1)}
+    assert due <= stood_for, (
+        f"item {item}: fires {sorted(due - stood_for)} neither ran nor were folded "
+        f"(A last ran it at {last_a}, B first at {first_b})"
+    )
+
+
 def test_fires_no_instance_started_are_covered_by_the_next_owners_run(
     memory_server: MemoryServer, runtimes: list[Runtime]
 ) -> None:
@@ -118,21 +140,8 @@ def test_fires_no_instance_started_are_covered_by_the_next_owners_run(
     config = _cfg()
     _a, b, mine, last_a = _cut_off_a(memory_server, runtimes, job, config)
     for item in mine:
-        first_b = min(
-            ft
-            for who, ft, i, _c in job.snapshot()
-            if i == item and who == b.instance_id and ft > last_a
-        )
-        stood_for = {ft for _w, ft, i, _c in job.snapshot() if i == item} | {
-            c for _w, _ft, i, cov in job.snapshot() if i == item for c in cov
-        }
-        # every fire of the item on the schedule up to B's first run of it was run
-        # or folded into a run that says so
-        due = {last_a + k for k in range(round(first_b - last_a) + 1)}
-        assert due <= stood_for, (
-            f"item {item}: fires {sorted(due - stood_for)} neither ran nor were folded "
-            f"(A last ran it at {last_a}, B first at {first_b})"
-        )
+        first_b = _runs_of(job, b, item, last_a)[0]
+        _assert_every_fire_stood_for(job, item, last_a, first_b)
         covering = [cov for who, ft, i, cov in job.snapshot() if i == item and ft == first_b]
         assert covering and covering[0], f"B's first run of item {item} covers nothing"
 
@@ -158,36 +167,13 @@ def test_fires_are_covered_when_the_next_owner_cannot_read_the_results_at_first(
         )
         # B's second run of each of A's items (the one that counts the fires)
         wait_until(
-            lambda: all(
-                len(
-                    [
-                        1
-                        for who, ft, i, _c in job.snapshot()
-                        if who == b.instance_id and i == item and ft > last_a
-                    ]
-                )
-                >= 2
-                for item in mine
-            ),
+            lambda: all(len(_runs_of(job, b, item, last_a)) >= 2 for item in mine),
             20,
             message=lambda: f"B did not run A's items twice: {job.snapshot()[-8:]}",
         )
     assert any("could not read the item results" in r.getMessage() for r in caplog.records)
     for item in mine:
-        b_runs = sorted(
-            ft
-            for who, ft, i, _c in job.snapshot()
-            if i == item and who == b.instance_id and ft > last_a
-        )
-        first_b = b_runs[0]
-        stood_for = {ft for _w, ft, i, _c in job.snapshot() if i == item} | {
-            c for _w, _ft, i, cov in job.snapshot() if i == item for c in cov
-        }
-        due = {last_a + k for k in range(round(first_b - last_a) + 1)}
-        assert due <= stood_for, (
-            f"item {item}: fires {sorted(due - stood_for)} neither ran nor were folded "
-            f"(A last ran it at {last_a}, B first at {first_b})"
-        )
+        _assert_every_fire_stood_for(job, item, last_a, _runs_of(job, b, item, last_a)[0])
 
 
 def test_with_misfire_off_fires_no_instance_started_are_recorded_as_skips(
