@@ -17,6 +17,8 @@ The rule, per job with the check on (docs/failover.md, "Clock skew"):
   runs for it no more, and writes the ephemeral mark ``/jobs/{job}/skewed/{id}``
   with the reshard flag in one commit: the leader leaves it out of the next
   assignment as it does a disabled instance, so its items run on the others.
+  Until that commit succeeded the leader does not know: a failed one is made again
+  at every housekeeping tick (and in every new session, which took the mark).
   A :class:`~shardkeeper.errors.ClockSkewError` naming the offset and the limit is
   logged as an ERROR.
 * **Back** once the offset is certainly within it: ``|offset| + error <= limit``.
@@ -102,7 +104,11 @@ class ClockMonitor:
         self._tick_lock = threading.Lock()
         self._due = 0.0  # monotonic time of the next measurement
         self._published = b""
-        self._marked_session = ""
+        #: job name -> the session its skew mark was committed in: a skewed job
+        #: without an entry for the current session is marked again at every pass
+        #: until the commit succeeds (level-triggered: a failed commit is retried,
+        #: and a new session, which took the ephemeral marks, gets them again)
+        self._marked: dict[str, str] = {}
         self._published_session = ""
         self._warned_no_clock = False
         #: the latest sample (None before the first answered one)
@@ -180,17 +186,23 @@ class ClockMonitor:
                 self._enter(runner, sample, limit)
             elif was and not now:
                 self._leave(runner, sample, limit)
-            elif now and self._marked_session != session:
-                self._mark(runner, sample, limit)  # a new session took the marks
+            elif now and self._marked.get(name) != session:
+                # not in the store for this session: a new session took the marks,
+                # or the last commit of it failed
+                self._mark(runner, sample, limit)
         for name in [n for n in self.skewed if n not in runners]:
             with self._lock:
                 self.skewed.pop(name, None)
-        if any(name in self.skewed for name in runners):
-            self._marked_session = session
+            self._marked.pop(name, None)
         self._publish(sample, limits)
 
     def _marks_current(self) -> bool:
-        return not self.skewed or self._marked_session == self._session_id()
+        """Whether every skewed job's mark is committed in the current session (if
+        not, the next tick measures and marks again without waiting for ``every``)."""
+        session = self._session_id()
+        with self._lock:
+            skewed = list(self.skewed)
+        return all(self._marked.get(name) == session for name in skewed)
 
     # -- transitions ------------------------------------------------------------------
 
@@ -203,7 +215,11 @@ class ClockMonitor:
         runner.submit("clock-resign", runner.election.resign)
         self._mark(runner, sample, limit)
 
-    def _mark(self, runner: JobRunner, sample: ClockSample, limit: int) -> None:
+    def _mark(self, runner: JobRunner, sample: ClockSample, limit: int) -> bool:
+        """Commit the job's skew mark with the reshard flag; True once it is in the
+        store (remembered for this session), False when the commit failed (the next
+        tick tries again)."""
+        session = self._session_id()
         doc = json.dumps({**sample.to_dict(), "limit": limit}, separators=(",", ":"))
         reason = f"instance clock skewed: {self._me} ({sample.offset:+.3f} s)"
         try:
@@ -214,8 +230,15 @@ class ClockMonitor:
                 ]
             )
         except StoreError as exc:
-            self._marked_session = ""  # try again at the next tick
-            log.warning("%s: could not write the clock-skew mark: %s", runner.name, exc)
+            self._marked.pop(runner.name, None)  # the next tick tries again
+            log.warning(
+                "%s: could not write the clock-skew mark (tried again at the next tick): %s",
+                runner.name,
+                exc,
+            )
+            return False
+        self._marked[runner.name] = session
+        return True
 
     def _leave(self, runner: JobRunner, sample: ClockSample, limit: int) -> None:
         reason = f"instance clock back in sync: {self._me} ({sample.offset:+.3f} s)"
@@ -231,6 +254,7 @@ class ClockMonitor:
             return  # still skewed for the leader: keep refusing, retry next tick
         with self._lock:
             self.skewed.pop(runner.name, None)
+        self._marked.pop(runner.name, None)
         runner.state.clock_skew = None
         runner.request_repair()  # runs for leadership again, claims, etc.
         log.warning(
