@@ -358,9 +358,22 @@ class JobRunner:
 
     def register(self) -> None:
         """Join the job (also after a new session): config, membership, switches,
-        election. Raises on failure; the housekeeping pass retries it."""
+        election. Raises on failure; the housekeeping pass retries it. Does nothing
+        when the job is not UNREGISTERED (nor REGISTERING for the start-up registrar):
+        a stopping job is never joined again."""
         st = self.state
-        st.phase.move({JobPhase.UNREGISTERED: JobPhase.REGISTERING}, "register")
+        with st.lock:
+            moved = st.phase.move({JobPhase.UNREGISTERED: JobPhase.REGISTERING}, "register")
+            # Refused: a stop began (a repair pass that raced it must not join the
+            # stopping job again), or a registration already ended. The start-up
+            # registrar's own move to REGISTERING (registration_pending) goes on.
+            if moved is None and st.phase.current is not JobPhase.REGISTERING:
+                log.info(
+                    "%s: registration not begun: the job is %s here",
+                    self.name,
+                    st.phase.current.value,
+                )
+                return
         try:
             config, count_changed = self.configs.sync(st.config)
             self.settings.adopt(config)
@@ -474,8 +487,10 @@ class JobRunner:
         except StoreError as exc:
             log.warning("%s: could not deregister cleanly: %s", self.name, exc)
 
-    def begin_stop(self, hard: bool = False) -> None:
-        """Stop starting items (and, when hard, fence the running ones off)."""
+    def begin_stop(self, hard: bool = False, notice_at: float | None = None) -> None:
+        """Stop starting items (and, when hard, fence the running ones off). Running
+        items are told to stop (``ctx.should_stop()``) from ``notice_at`` (monotonic;
+        None: now), as the graceful stop's grace period runs out."""
         st = self.state
         if hard:
             # Fenced first, with the time: an item that returns after this (without
@@ -488,6 +503,7 @@ class JobRunner:
         with st.lock:
             if not st.stopping:
                 st.stop_at = time.time()
+                st.stop_notice_at = time.monotonic() if notice_at is None else notice_at
             if hard:
                 st.phase.move(HARD_STOP, "hard stop")
             else:
@@ -610,9 +626,9 @@ class JobRunner:
         self.batches.fence_all()
 
     def fence(self, why: str) -> None:
-        """Fence every execution in progress, logging ``why`` if any was."""
-        if self.batches.fence_all():
-            log.warning("%s: executions fenced: %s", self.name, why)
+        """Fence every execution in progress, logging ``why`` if any was (the log
+        line of Batches.fence_all names it, and so does the items' hand-off)."""
+        self.batches.fence_all(why)
 
     # -- failover -------------------------------------------------------------------
 
