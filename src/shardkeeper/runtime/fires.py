@@ -371,6 +371,8 @@ class Fires:
             self.record(fire, result)
             if self.trigger.removed:
                 self.record(fire, Skipped(SkipReason.REMOVED, self.trigger.removed))
+            if self.trigger.disabled:
+                self.record(fire, Skipped(SkipReason.DISABLED, self.trigger.disabled))
             if last and not isinstance(result, Launched) and self.batches.idle:
                 self.on_batch_done()  # a folded fire's misfire re-run, if one is owed
 
@@ -401,8 +403,6 @@ class Fires:
                     _note_missed(st, fire)
                     # a mark written for an earlier missed fire of the same run
                     # stays until the re-run starts: one commit per run, not per miss
-            if self.trigger.disabled:
-                self.record(fire, Skipped(SkipReason.DISABLED, self.trigger.disabled))
                     unmarked = [i for i in result.items if i not in st.misfire_marked]
                     if shown:
                         # as if written: an unknown outcome may have written them

@@ -164,12 +164,12 @@ class TriggerFlow:
         #: this instance's items of the step's fire that a cut of the count removed
         #: before they started (lane-confined; recorded as a skip once decided)
         self.removed: tuple[int, ...] = ()
-        #: trace context of the fires deferred here since the last misfire re-run
-        #: started: the re-run stands for them and links to them (lane-confined)
-        self._deferred_spans: list[str] = []
         #: this instance's items of the step's fire that an operator had disabled
         #: (lane-confined; recorded as a skip, reason DISABLED, once decided)
         self.disabled: tuple[int, ...] = ()
+        #: trace context of the fires deferred here since the last misfire re-run
+        #: started: the re-run stands for them and links to them (lane-confined)
+        self._deferred_spans: list[str] = []
 
     def forget_assignment(self) -> None:
         """The assignment changed (a watch event) or may have: read it, and the reshard
@@ -201,10 +201,10 @@ class TriggerFlow:
         """One non-blocking attempt at ``fire`` (see module docstring)."""
         cfg = self._state.config
         self.removed = ()
+        self.disabled = ()
         if fire.span is None:
             if fire.misfire:
                 fire.replaces = tuple(self._deferred_spans[-tracing.MAX_LINKS :])
-        self.disabled = ()
             fire.span = tracing.start_fire(
                 cfg.name,
                 self._s.instance_id,
@@ -376,15 +376,15 @@ class TriggerFlow:
         # since (a fire delayed behind a freeze or a running item): nobody can run
         # them any more, so they are recorded as a skip, not left out silently.
         self.removed = tuple(i for i in owned if i >= cfg.sharding_total_count)
-        return [
-            i
-            for i in owned
         # An operator's item disable leaves the item out of the fire: recorded as a
         # skip (reason DISABLED, with the items) so that the fire is accounted for,
         # as a whole job's disable is.
         self.disabled = tuple(
             i for i in owned if i in self._state.disabled_items and i < cfg.sharding_total_count
         )
+        return [
+            i
+            for i in owned
             if i not in self._state.disabled_items
             and i < cfg.sharding_total_count
             and (self._oneoff is None or i not in self._oneoff.completed)
