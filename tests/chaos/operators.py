@@ -137,6 +137,17 @@ class Operator:
         self.out(f"  {time.strftime('%H:%M:%S')} operator: {' '.join(args)} -> {verdict}")
         return ok, began
 
+    def _switch(self, kind: str, args: Sequence[str], **fields: Any) -> bool:
+        """Run a command that switches something off and log ``kind`` (dated when the
+        command began) only once it succeeded: the checkers open an operator window
+        for a switch that took effect, never for an intent (a failed command logs
+        ``op_failed`` only). The switch is undone afterwards either way (a command
+        that timed out may still have taken effect)."""
+        ok, began = self._act(kind, args)
+        if ok:
+            self.target.log(kind, at=began, **fields)
+        return ok
+
     def _undo(self, kind: str, args: Sequence[str], **fields: Any) -> None:
         """Run a command that switches something on again, retried until it worked,
         then log ``kind`` (the end of the excused window)."""
@@ -165,8 +176,7 @@ class Operator:
     def op_disable_item(self) -> None:
         """Switch one item off for a few seconds."""
         job, item = self.jobs.item_job, self.rng.randrange(self.jobs.item_count)
-        self.target.log("op_disable_item", job=job, item=item)
-        self._act("op_disable_item", ["disable", job, "--item", str(item)])
+        self._switch("op_disable_item", ["disable", job, "--item", str(item)], job=job, item=item)
         self._hold()
         self._undo("op_enable_item", ["enable", job, "--item", str(item)], job=job, item=item)
 
@@ -176,16 +186,14 @@ class Operator:
         if len(live) < 2:
             return  # keep one instance to run the items
         inst = self.rng.choice(live)
-        self.target.log("op_disable_instance", instance=inst)
-        self._act("op_disable_instance", ["disable", "--instance", inst])
+        self._switch("op_disable_instance", ["disable", "--instance", inst], instance=inst)
         self._hold()
         self._undo("op_enable_instance", ["enable", "--instance", inst], instance=inst)
 
     def op_disable_job(self) -> None:
         """Switch a whole job off for a few seconds."""
         job = self.jobs.switch_job
-        self.target.log("op_disable_job", job=job)
-        self._act("op_disable_job", ["disable", job])
+        self._switch("op_disable_job", ["disable", job], job=job)
         self._hold()
         self._undo("op_enable_job", ["enable", job], job=job)
 

@@ -42,6 +42,14 @@ commit met a store error still returns True (the state is held and sent again): 
 instance appends a ``ckpt_error`` line (instance, job, item, ``t``) from the
 runtime's log record of it, made inside that call, so that the checker does not
 count such a call as a write the store accepted.
+
+``skip`` lines: the product's skip records (``JobListener.on_skipped``), one line per
+(fire, item): job, instance, item, fire, ``reason`` (the :class:`SkipReason` name in
+lower case: ``disabled``, ``removed``, ``suspended``, ...) and ``t`` (when it was
+recorded). A skip that names no items (a whole job disabled, the instance not
+registered, ...) stands for every item of the job's count at that time: the product
+skipped the whole trigger here, whichever of them this instance owned. The checker
+accepts an operator's pair only with such a line (``disabled`` or ``removed``).
 """
 
 from __future__ import annotations
@@ -55,11 +63,14 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from shardkeeper.config import JobConfig
-from shardkeeper.job import ShardedJob, ShardingContext
+from shardkeeper.counters import SkipReason
+from shardkeeper.job import JobListener, ShardedJob, ShardingContext
+from shardkeeper.observe import SkipRecord
 from shardkeeper.registry import ConnectionState
 from shardkeeper.runtime import Runtime
 
@@ -389,9 +400,56 @@ class CheckpointErrors(logging.Handler):
         )
 
 
+class SkipLines(JobListener):
+    """Appends a ``skip`` line per (fire, item) of each skip record of one job (see the
+    module docstring)."""
+
+    def __init__(self, recorder: Recorder, count: Callable[[], int]) -> None:
+        self.rec = recorder
+        #: the job's sharding_total_count now (for a skip that names no items)
+        self.count = count
+
+    def on_skipped(self, event: SkipRecord) -> None:
+        """Write the lines at once (the job's coordination lane: one write each)."""
+        t = time.time()
+        reason = skip_reason_name(event.reason)
+        for item in event.items or tuple(range(self.count())):
+            self.rec.write(
+                {
+                    "phase": "skip",
+                    "job": event.job,
+                    "instance": event.instance,
+                    "item": item,
+                    "fire": _timestamp(event.fire_time),
+                    "reason": reason,
+                    "t": t,
+                }
+            )
+
+
+def skip_reason_name(value: str) -> str:
+    """A skip record's reason (the :class:`SkipReason` value) as its lower-case name
+    (``disabled``, ``removed``, ...); an unknown text as it is, lower case."""
+    for reason in SkipReason:
+        if reason.value == value:
+            return reason.name.lower()
+    return value.lower()
+
+
 def _timestamp(value: Any) -> float:
     """A fire time (datetime or number) as epoch seconds."""
     return float(value.timestamp()) if hasattr(value, "timestamp") else float(value)
+
+
+def _counter(rt: Runtime, spec: JobSpec) -> Callable[[], int]:
+    """The job's current sharding_total_count (an operator may change it), read from
+    its runner's config; the spec's count before the runner exists."""
+
+    def count() -> int:
+        runner = rt.runners.get(spec.name)
+        return spec.count if runner is None else int(runner.state.config.sharding_total_count)
+
+    return count
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -424,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
             # (or one whose commit met a store error: the ckpt_error line says so)
             checkpoint_interval=0.0,
         )
-        rt.add_job(ChaosJob(spec, rec), cfg)
+        rt.add_job(ChaosJob(spec, rec), cfg, listeners=[SkipLines(rec, _counter(rt, spec))])
     logging.getLogger("shardkeeper.runtime.checkpoints").addHandler(
         CheckpointErrors(rec, rt.instance_id)
     )
