@@ -56,3 +56,4 @@ class SkipReason(enum.Enum):
     COMPLETED = "a misfire re-run whose fire every item of it completed meanwhile"
     REMOVED = "items an operator's cut of sharding_total_count removed before they started"
     CLOCK_SKEW = "this instance's clock is off the store's by more than max_time_diff_seconds"
+    INVALID_REQUEST = "run-now request not valid"

@@ -59,7 +59,11 @@ def test_connection_states(state: ConnectionState, commands: list[rx.Command]) -
     ("event", "seen", "commands"),
     [
         # caches of the assignment and of the reshard flag
-        (WatchEvent(CREATED, P.sharding, b"x"), _seen(), [rx.ForgetAssignment()]),
+        (
+            WatchEvent(CREATED, P.sharding, b"x"),
+            _seen(),
+            [rx.ForgetAssignment(), rx.Work(rx.Task.REQUESTS)],
+        ),
         (WatchEvent(DELETED, P.necessary), _seen(), [rx.NoteReshardFlag(deleted=True)]),
         (WatchEvent(CREATED, P.necessary, b"x"), _seen(), [rx.NoteReshardFlag(deleted=False)]),
         # the watch could not resume, or the whole job went
@@ -103,6 +107,9 @@ def test_connection_states(state: ConnectionState, commands: list[rx.Command]) -
         (WatchEvent(CREATED, P.trigger(ME), b"{}"), _seen(), [rx.Work(rx.Task.RUN_NOW)]),
         (WatchEvent(CREATED, P.trigger("host@2@other"), b"{}"), _seen(), []),
         (WatchEvent(DELETED, P.trigger(ME)), _seen(), []),
+        (WatchEvent(CREATED, P.runnow("r1"), b"{}"), _seen(), [rx.Work(rx.Task.REQUESTS)]),
+        (WatchEvent(CREATED, P.runnow_item("r1", 3), b"{}"), _seen(), []),
+        (WatchEvent(DELETED, P.runnow("r1")), _seen(), []),
         # the stored config
         (WatchEvent(CREATED, P.config, b"{}"), _seen(), [rx.Work(rx.Task.RELOAD_CONFIG)]),
         # a deleted config: the job was removed (the reload retires it)
@@ -121,4 +128,12 @@ def test_the_lane_keys_merge_as_before() -> None:
     task (a burst of queued failover items is one claim on the lane)."""
     assert rx.Work(rx.Task.MEMBER_LEFT, "a").key != rx.Work(rx.Task.MEMBER_LEFT, "b").key
     assert rx.Work(rx.Task.CLAIM).key == "claim"
-    assert {t.value for t in rx.Task} == {"elect", "left", "claim", "switched", "run-now", "config"}
+    assert {t.value for t in rx.Task} == {
+        "elect",
+        "left",
+        "claim",
+        "switched",
+        "run-now",
+        "requests",
+        "config",
+    }

@@ -102,6 +102,7 @@ class ExecutionService:
         item_checks: dict[int, Check] | None = None,
         clear_misfire: Sequence[int] = (),
         traceparents: Mapping[int, str] | None = None,
+        claims: Mapping[int, Sequence[Op]] | None = None,
     ) -> StartResult:
         """Mark ``items`` running for this instance, if no reshard is pending, the
         assignment is unchanged and (``membership``) this instance is still the member
@@ -111,6 +112,9 @@ class ExecutionService:
         ``clear_misfire`` (a misfire re-run): items whose misfire marks are deleted in
         the commit that marks them running. ``traceparents``: each item's execution
         span (shardkeeper/tracing.py), written in its mark for a run that replaces it.
+        ``claims`` (a run-now request's run, coordination/runnow.py): ops committed with
+        each item's mark, its record of the request; refused as ``"claimed"`` when the
+        item has one already.
 
         A commit whose reply is lost may have been applied: the marks are then read
         back, and those that carry this instance and the execution ids it wrote are
@@ -153,6 +157,10 @@ class ExecutionService:
                 groups.append(group)
         else:
             groups = [[] for _ in items]
+        if claims:
+            # the request's record of the item, with its mark: exactly once per item
+            for item, group in zip(items, groups, strict=True):
+                group.extend(claims.get(item, ()))
         if clear_misfire:
             # in the commit that starts the re-run, not one of its own after it
             for item, group in zip(items, groups, strict=True):
@@ -162,7 +170,9 @@ class ExecutionService:
         marked: list[int] = []
         tokens: dict[int, int] = {}
         refused: str | None = None
-        chunks = pack_groups(self._store, groups, fixed, apart=monitor or bool(clear_misfire))
+        chunks = pack_groups(
+            self._store, groups, fixed, apart=monitor or bool(clear_misfire) or bool(claims)
+        )
         # A worklist, not a loop over the packing: a chunk the store refuses as too
         # large (its limits are lower than the packing assumed) is split in two and
         # sent again, so a definite refusal never turns into a skipped fire.
@@ -294,6 +304,8 @@ class ExecutionService:
             return "running"
         if failed_path and failed_path.startswith(self._paths.results_root + "/"):
             return "result"  # an item_checks condition: the item completed meanwhile
+        if failed_path and failed_path.startswith(self._paths.runnow_root + "/"):
+            return "claimed"  # a run-now request's item has its record already
         # the backend could not tell: find out cheaply
         if self._store.exists(self._paths.necessary):
             return "reshard"

@@ -36,7 +36,13 @@ The tree inside a namespace (the same on ZooKeeper and etcd)::
     /jobs/{job}/disabled/instances/{inst}  P  instance gets no items of this job
     /jobs/{job}/skewed/{instance}          E  the instance's clock is past the job's
                                               max_time_diff_seconds: no items for it (JSON)
-    /jobs/{job}/trigger/{instance}         P  "run now" request addressed to one instance
+    /jobs/{job}/trigger/{instance}         P  a one-off job's catch-up addressed to one
+                                              instance (runtime/oneoff.py)
+    /jobs/{job}/runnow/{request}           P  an operator's run-now request (JSON: by, at,
+                                              params, total, items): kept until each of
+                                              its items has a record (coordination/runnow.py)
+    /jobs/{job}/runnow/{request}/{item}    P  the item's record for that request: started
+                                              (created in its start commit) or skipped
     /jobs/{job}/once/{fire}                P  done-marker of a cluster-wide-once listener
     /jobs/{job}/fired/{instance}           P  last fire time this instance started items for
     /jobs/{job}/done                       P  a one-off job (``at``) is done: every item of
@@ -279,8 +285,21 @@ class JobPaths:
         return f"{self.root}/trigger"
 
     def trigger(self, instance_id: str) -> str:
-        """Run-now request for one instance."""
+        """Run-now request for one instance (a one-off job's catch-up)."""
         return f"{self.trigger_root}/{instance_id}"
+
+    @property
+    def runnow_root(self) -> str:
+        """Parent of the operators' run-now requests (coordination/runnow.py)."""
+        return f"{self.root}/runnow"
+
+    def runnow(self, request: str) -> str:
+        """One run-now request of the job."""
+        return f"{self.runnow_root}/{request}"
+
+    def runnow_item(self, request: str, item: int) -> str:
+        """The record of ``item`` for ``request``: started or skipped."""
+        return f"{self.runnow(request)}/{item}"
 
     @property
     def fired_root(self) -> str:
@@ -367,7 +386,8 @@ class JobNode:
     ``sharding``, ``necessary``, ``done``, ``running``, ``failover``, ``misfire``,
     ``disabled_job``,
     ``disabled_item``, ``disabled_instance``, ``skewed``, ``trigger``, ``once``, ``fired``,
-    ``result``, ``progress``, or
+    ``result``, ``progress``, ``runnow`` (a request, ``name`` its id), ``runnow_item``
+    (an item's record of a request), or
     ``root`` for ``/jobs/{job}`` and ``subtree`` for a bare parent such as
     ``/jobs/{job}/running``; ``fence`` for a running mark's fence child). ``item`` is
     set for per-item nodes, ``instance`` for per-instance nodes, ``name`` for once
@@ -414,6 +434,7 @@ _PARENTS = {
     "failover",
     "disabled",
     "skewed",
+    "runnow",
 }
 
 
@@ -448,6 +469,8 @@ def parse(path: str) -> ParsedNode:
             return JobNode(job, _INSTANCE_KINDS[head], instance=rest[1])
         if head == "once":
             return JobNode(job, "once", name=rest[1])
+        if head == "runnow":
+            return JobNode(job, "runnow", name=rest[1])
         if head == "disabled" and rest[1] == "job":
             return JobNode(job, "disabled_job")
         if head in ("disabled", "failover"):
@@ -462,6 +485,13 @@ def parse(path: str) -> ParsedNode:
             return Unknown(path) if item is None else JobNode(job, "disabled_item", item=item)
         if rest[:2] == ["disabled", "instances"]:
             return JobNode(job, "disabled_instance", instance=rest[2])
+        if head == "runnow":
+            item = _item(rest[2])
+            return (
+                Unknown(path)
+                if item is None
+                else JobNode(job, "runnow_item", item=item, name=rest[1])
+            )
         if head == "running" and rest[2].startswith(FENCE_PREFIX):
             item = _item(rest[1])
             return Unknown(path) if item is None else JobNode(job, "fence", item=item, name=rest[2])

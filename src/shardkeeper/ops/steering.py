@@ -1,6 +1,8 @@
 """Steering instances (:class:`Steering`): run-now requests, remote graceful
 shutdown, and switching an instance off or on for a job. Each is a node the running
-instances watch (see :mod:`shardkeeper.coordination.paths`)."""
+instances watch (see :mod:`shardkeeper.coordination.paths`); a run-now request is a
+document of the job, kept until each of its items ran or was skipped
+(:mod:`shardkeeper.coordination.runnow`)."""
 
 from __future__ import annotations
 
@@ -10,12 +12,12 @@ import time
 from collections.abc import Mapping
 
 from shardkeeper.coordination.paths import JobPaths, instance_path, shutdown_path
+from shardkeeper.coordination.runnow import check_request_at, new_request_id, request_value
 from shardkeeper.coordination.sharding import necessary_value
 from shardkeeper.coordination.snapshot import read_snapshots
 from shardkeeper.errors import ConfigError, InstanceLookupError, OperationRefusedError
-from shardkeeper.ops.base import OperationsBase, stamp
-from shardkeeper.registry import batching
-from shardkeeper.registry.base import Check, Delete, Op, Put
+from shardkeeper.ops.base import OperationsBase, operator, stamp
+from shardkeeper.registry.base import Check, Create, Delete, Put
 
 __all__ = ["MAX_TRIGGER_PARAMS_BYTES", "Steering", "check_trigger_params"]
 
@@ -54,9 +56,13 @@ class Steering(OperationsBase):
         instance: str | None = None,
         params: Mapping[str, str] | None = None,
     ) -> list[str]:
-        """Ask one live instance of ``job`` (or every one) to run its items now, with
-        one-off ``params`` (``ctx.params`` of those executions). Returns the instances
-        asked. Refused when the job is disabled or has no live instance;
+        """Run every item of ``job`` now (or, with ``instance``, the items that live
+        instance owns now), once each, with one-off ``params`` (``ctx.params`` of those
+        executions). The request is a document of the job: each item is run by
+        whichever instance owns it when it gets to it (after a death, a partition or a
+        reshard too), or recorded skipped (item disabled, removed by a cut of the
+        count). Returns the live instances of the job (with ``instance``: that one).
+        Refused when the job is disabled or has no live instance;
         InstanceLookupError when ``instance`` is not live; ConfigError naming a bad
         parameter."""
         checked = check_trigger_params(params or {})
@@ -73,18 +79,17 @@ class Steering(OperationsBase):
                     f"{', '.join(state.instances) or 'none'}"
                 )
             targets = [instance]
+            owners = state.assignment.owners if state.assignment is not None else {}
+            items: list[int] | None = sorted(i for i, o in owners.items() if o == instance)
         else:
             targets = list(state.instances)
+            items = None
         if not targets:
             raise OperationRefusedError(f"job {job!r} has no live instance to trigger")
+        at = check_request_at(time.time())
         paths = JobPaths(job)
-        value = stamp("trigger", params=checked) if checked else stamp("trigger")
-        # One commit: either every instance is asked or none (chunked only past the
-        # store's per-commit limit, which a realistic cluster never reaches).
-        ops: list[Op] = [Put(paths.trigger(t), value) for t in targets]
-        size = batching.max_ops_per_commit(self.store)
-        for i in range(0, len(ops), size):
-            self.store.commit(ops[i : i + size])
+        value = request_value(by=operator(), at=at, params=checked, total=state.total, items=items)
+        self.store.commit([Create(paths.runnow(new_request_id(at)), value)])
         return targets
 
     def shutdown(self, instance: str, *, wait: float | None = None) -> bool:

@@ -26,6 +26,7 @@ __all__ = [
     "MemberLeft",
     "Resync",
     "RunNow",
+    "RunNowRequested",
     "classify",
 ]
 
@@ -84,6 +85,11 @@ class RunNow:
 
 
 @dataclass(frozen=True)
+class RunNowRequested:
+    """An operator's run-now request of the job was made (coordination/runnow.py)."""
+
+
+@dataclass(frozen=True)
 class ConfigChanged:
     """The stored config was written or deleted (a deleted one means the job was
     removed: the reload retires it)."""
@@ -108,6 +114,7 @@ JobEvent = (
     | ItemSwitched
     | InstanceSwitched
     | RunNow
+    | RunNowRequested
     | ConfigChanged
     | Resync
     | Ignored
@@ -139,6 +146,8 @@ def classify(event: WatchEvent, me: str) -> JobEvent:
         return InstanceSwitched(node.instance)
     if kind == "trigger" and node.instance == me and not deleted:
         return RunNow()
+    if kind == "runnow" and not deleted:
+        return RunNowRequested()
     if kind == "config":
         return ConfigChanged()
     return Ignored()

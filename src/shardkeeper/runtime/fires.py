@@ -19,7 +19,8 @@ from collections.abc import Callable
 from datetime import datetime
 
 from shardkeeper.coordination.paths import JobPaths
-from shardkeeper.errors import StoreError
+from shardkeeper.coordination.runnow import check_request_at
+from shardkeeper.errors import ConfigError, StoreError
 from shardkeeper.observe import Observers, SkipRecord
 from shardkeeper.registry.base import CoordinationStore
 from shardkeeper.runtime.batches import Batches
@@ -174,10 +175,22 @@ class Fires:
         with self._fires_lock:
             return [f.fire_time for f in self._fires]
 
+    def requests_in_hand(self) -> set[str]:
+        """The run-now requests whose fires are queued, being decided or held here
+        (their pending parts are not queued again meanwhile)."""
+        with self._fires_lock:
+            return {f.request for f in (*self._fires, *self._held_requests) if f.request}
+
+    def request(self, fire: Fire) -> None:
+        """Queue the fire of a run-now request's parts (runtime/runnow.py)."""
+        self._enqueue(fire)
+
     # -- triggers -------------------------------------------------------------------
 
     def run_now(self) -> None:
-        # Every instance uses the time the operator's request carries: one fire time
+        """A request addressed to this instance (``trigger/{instance}``: a one-off
+        job's catch-up): queue it, and delete the node."""
+        # Every instance uses the time the request carries: one fire time
         # cluster-wide, so one assignment serves it (with "now" per instance, a reshard
         # between two instances' fire times could leave items to nobody).
         node = self._store.get(self.paths.trigger(self._me))
@@ -188,7 +201,13 @@ class Fires:
         if node is not None:
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 request = json.loads(node.value)
-                at = float(request["at"])
+                try:
+                    at = check_request_at(request["at"])
+                except ConfigError as exc:
+                    # NaN, infinity, far ahead: never a fire time (review finding 15)
+                    log.error("%s: request %s ignored: %s", self.name, node.value[:200], exc)
+                    self._store.delete(self.paths.trigger(self._me), recursive=False)
+                    return
                 given = request.get("params") or {}
                 params = {str(k): str(v) for k, v in dict(given).items()}
                 if request.get("catchup") and self.state.config.at is not None:
@@ -243,6 +262,16 @@ class Fires:
         # found its items running. A request (params, only) cannot be folded into a
         # plain re-run: it is skipped, said so, only past MAX_QUEUED_REQUESTS.
         st = self.state
+        if fire.request:
+            # a run-now request's parts stay pending in the store: a later look at
+            # the requests (the next housekeeping pass) queues them again
+            log.info(
+                "%s: %d requests already wait; run-now request %s is looked at again later",
+                self.name,
+                MAX_QUEUED_REQUESTS,
+                fire.request,
+            )
+            return
         if not _plain(fire):
             log.warning(
                 "%s: %d requests already wait; run-now at %s (params %s, items %s) skipped",
@@ -306,6 +335,7 @@ class Fires:
                     manual=request.manual,
                     params=dict(request.params),
                     catchup=request.catchup,
+                    request=request.request,
                 )
             )
         return bool(requests)
@@ -383,7 +413,7 @@ class Fires:
                 self.record(fire, result.skipped)
             return
         if isinstance(result, Deferred):
-            if st.config.misfire and not _plain(fire):
+            if (st.config.misfire or fire.request) and not _plain(fire):
                 # a request: run again as it was once the batch ends (its params and
                 # items kept), not folded into the plain misfire re-run
                 with self._fires_lock:
@@ -428,6 +458,17 @@ class Fires:
             detail = f" (items {list(result.items)})"
         if result.reason is SkipReason.MEMBERSHIP:
             self._port.request_repair()
+        if fire.request:
+            # not a skip of the request: its parts without a record stay pending in
+            # the store, and are run by whoever owns them at the next look
+            log.info(
+                "%s: run-now request %s not started here now (%s%s); it stays pending",
+                self.name,
+                fire.request,
+                result.reason.value,
+                detail,
+            )
+            return
         if result.reason is not SkipReason.STOPPING:
             self._on_skip(self.name, result.reason, fire.fire_time, detail)
             if self._observers:
@@ -516,5 +557,5 @@ def _keep_missed(st: JobState, misfire_at: float, misfire_last: float | None) ->
 
 def _plain(fire: Fire) -> bool:
     """Whether ``fire`` carries nothing a misfire re-run would lose (no run-now
-    params, no catch-up's item subset)."""
-    return not fire.params and fire.only is None and not fire.catchup
+    request or params, no catch-up's item subset)."""
+    return not fire.params and fire.only is None and not fire.catchup and not fire.request

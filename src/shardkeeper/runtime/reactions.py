@@ -58,6 +58,7 @@ class Task(enum.Enum):
     CLAIM = "claim"
     RESHARD = "switched"  # arg: why
     RUN_NOW = "run-now"
+    REQUESTS = "requests"
     RELOAD_CONFIG = "config"
 
 
@@ -187,7 +188,8 @@ def on_event(seen: Seen, event: WatchEvent) -> list[Command]:
     """What a change of one of this job's nodes makes the job do, in order."""
     done: list[Command] = []
     if event.path == seen.paths.sharding:
-        done.append(ForgetAssignment())
+        # a new assignment may give us parts of pending run-now requests
+        done += [ForgetAssignment(), Work(Task.REQUESTS)]
     elif event.path == seen.paths.necessary:
         done.append(NoteReshardFlag(event.kind is EventKind.DELETED))
     match ev.classify(event, seen.me):
@@ -214,6 +216,8 @@ def on_event(seen: Seen, event: WatchEvent) -> list[Command]:
                 done.append(Work(Task.RESHARD, "instance switched"))
         case ev.RunNow():
             done.append(Work(Task.RUN_NOW))
+        case ev.RunNowRequested():
+            done.append(Work(Task.REQUESTS))
         case ev.ConfigChanged():
             done.append(Work(Task.RELOAD_CONFIG))
         case _:

@@ -13,6 +13,8 @@ reference MemoryStore):
 * ``settings.JobSettings``: the stored config and the switches;
 * ``oneoff.OneOffDuties``: a one-off job's done marker and catch-ups (only when
   the config has ``at``);
+* ``runnow.RunNowDuties``: the operators' run-now requests (our parts run, and as
+  leader the parts nobody can run recorded skipped);
 * ``reactions``: connection states and registry events (typed hints from
   ``events.classify``) turned into commands, a pure function; the runner executes
   the commands.
@@ -84,6 +86,7 @@ from shardkeeper.runtime.oneoff import OneOffDuties
 from shardkeeper.runtime.phase import HARD_STOP, JOINED, REGISTER_FAILED, STOP, JobPhase
 from shardkeeper.runtime.pool import Lanes, WorkerPool
 from shardkeeper.runtime.repair import RepairPass
+from shardkeeper.runtime.runnow import RunNowDuties
 from shardkeeper.runtime.services import JobServices
 from shardkeeper.runtime.settings import JobSettings
 from shardkeeper.runtime.trigger import Fire, Skipped, TriggerFlow, fmt_fire
@@ -188,6 +191,9 @@ class JobRunner:
             observers=self._observers,
         )
         self.repairs = RepairPass(services, self.state, self.leader, self.batches, self)
+        self.runnow = RunNowDuties(
+            services, self.state, self.leader, self.fires, on_skip=self.fires.record
+        )
         #: failover claims between their commit and their batch's launch: their new
         #: mark is ours but neither owned by a batch nor of a fire being decided
         self._claims_in_flight = 0
@@ -351,6 +357,8 @@ class JobRunner:
                 return lambda: self.sharding.set_necessary(work.arg)
             case rx.Task.RUN_NOW:
                 return self.fires.run_now
+            case rx.Task.REQUESTS:
+                return self.runnow.check
             case rx.Task.RELOAD_CONFIG:
                 return self.settings.reload_config
 
@@ -534,12 +542,14 @@ class JobRunner:
             or self._pass_count == 0
             or self.batches.unfinished()
             or self.claim_wanted()
+            or self.runnow.pending
         )
 
     def repair(self) -> list[str]:
         """One housekeeping pass (runs on the lane)."""
         self._pass_count += 1
         done = self.repairs.run()
+        done += self.runnow.check()
         if self.state.config.at is not None:
             oneoff = self.oneoff.check()
             if oneoff is not None:

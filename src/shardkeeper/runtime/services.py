@@ -9,6 +9,7 @@ from shardkeeper.coordination.election import LeaderElection
 from shardkeeper.coordination.execution import ExecutionService
 from shardkeeper.coordination.failover import FailoverService
 from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.coordination.runnow import RunNowService
 from shardkeeper.coordination.sharding import ShardingService
 from shardkeeper.registry.base import CoordinationStore
 
@@ -17,9 +18,9 @@ __all__ = ["JobServices"]
 
 @dataclass(frozen=True)
 class JobServices:
-    """Election, sharding, execution marks, failover and config of one job over one
-    store, for one instance. Tests build one over a MemoryStore; the runtime over the
-    real store."""
+    """Election, sharding, execution marks, failover, config and run-now requests of
+    one job over one store, for one instance. Tests build one over a MemoryStore;
+    the runtime over the real store."""
 
     store: CoordinationStore
     paths: JobPaths
@@ -29,6 +30,7 @@ class JobServices:
     execution: ExecutionService
     failover: FailoverService
     configs: ConfigService
+    runnow: RunNowService
 
     @classmethod
     def build(cls, store: CoordinationStore, job: str, instance_id: str) -> JobServices:
@@ -43,4 +45,5 @@ class JobServices:
             execution=ExecutionService(store, paths, instance_id),
             failover=FailoverService(store, paths, instance_id),
             configs=ConfigService(store, paths),
+            runnow=RunNowService(store, paths, instance_id),
         )

@@ -76,6 +76,9 @@ class Fire:
     params: dict[str, str] = field(default_factory=dict)
     #: a one-off job's catch-up, asked for by its leader (not an operator's re-run)
     catchup: bool = False
+    #: the id of the operator's run-now request this fire runs parts of
+    #: (coordination/runnow.py): each item's start commit creates its record
+    request: str = ""
     #: a misfire re-run: the latest fire folded into it (the fires of the schedule
     #: after ``fire_time`` up to this one ran nowhere: the re-run covers them)
     folds_until: float | None = None
@@ -434,6 +437,9 @@ class TriggerFlow:
             item_checks=self._item_checks(items),
             clear_misfire=marked,
             traceparents={i: tracing.traceparent(span) for i, span in spans.items()},
+            claims={i: self._s.runnow.claim_ops(fire.request, i, ids[i]) for i in items}
+            if fire.request
+            else None,
         )
         if result.marked:
             if marked:
@@ -465,6 +471,15 @@ class TriggerFlow:
             return Launched(tuple(result.marked))
         if result.reason == "limit":
             return Skipped(SkipReason.STORE_LIMIT, tuple(items))
+        if result.reason == "claimed":
+            # some items of the request have their record already (run by another
+            # owner, or skipped by the leader): decide the others again
+            recorded = self._s.runnow.recorded(fire.request)
+            left = [i for i in items if recorded is not None and i not in recorded]
+            if not left:
+                return Skipped(SkipReason.NO_ITEMS, tuple(items))
+            fire.only = frozenset(left) if fire.only is None else fire.only & frozenset(left)
+            return self._retry(fire, "run-now items recorded meanwhile")
         if result.reason in ("reshard", "assignment", "unknown"):
             self.forget_assignment()
         if result.reason == "reshard":

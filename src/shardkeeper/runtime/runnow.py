@@ -1,0 +1,173 @@
+"""Run-now requests on this instance: run the parts that are ours, and (as leader)
+record the parts nobody can run and retire finished requests.
+
+A request lives in the store until each of its items has a record
+(coordination/runnow.py); this module only reads it again, level-triggered: at
+every housekeeping pass and on every event that may give us a part (a new request,
+a new assignment). So a missed event, a partition, a restart, a reshard or a
+failover delays a part, it never loses it:
+
+* owner: for each pending request, the items without a record that the current
+  assignment gives us (enabled ones) are queued as one fire, ``Fire.request`` set,
+  at our clock's time now; the start commit creates each item's record with its
+  mark, on the condition that it has none (exactly once per item per request);
+* leader: the parts of a disabled item, of an item a count cut removed, of a
+  disabled job, or of a request that is not valid are recorded skipped (with a
+  skip record to the observers); a request whose items all have a record is
+  deleted.
+
+Runs on the job's lane, like every coordination task of the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+from shardkeeper.coordination.runnow import RunNowRequest
+from shardkeeper.errors import StoreError
+from shardkeeper.runtime.fires import Fires
+from shardkeeper.runtime.jobstate import JobState, SkipReason
+from shardkeeper.runtime.leader import LeaderDuties
+from shardkeeper.runtime.services import JobServices
+from shardkeeper.runtime.trigger import Fire, Skipped
+
+__all__ = ["RunNowDuties"]
+
+log = logging.getLogger(__name__)
+
+
+class RunNowDuties:
+    """The run-now requests of one job on this instance (module docstring)."""
+
+    def __init__(
+        self,
+        services: JobServices,
+        state: JobState,
+        leader: LeaderDuties,
+        fires: Fires,
+        *,
+        on_skip: Callable[[Fire, Skipped], None],
+    ) -> None:
+        self._s = services
+        self._state = state
+        self._leader = leader
+        self._fires = fires
+        self._on_skip = on_skip
+        #: the last look found requests with parts still to record (housekeeping then
+        #: looks at every tick, not only in the job's round-robin turn)
+        self.pending = False
+        #: requests already reported as not valid (logged once)
+        self._reported: set[str] = set()
+
+    def check(self) -> list[str]:
+        """One look at the requests (lane task); returns what it did."""
+        st = self._state
+        if st.stopping or st.suspended or not st.registered:
+            return []
+        try:
+            requests = self._s.runnow.pending()
+        except StoreError as exc:
+            log.info("%s: could not read the run-now requests: %s", self._s.paths.job, exc)
+            self.pending = True
+            return []
+        done: list[str] = []
+        self.pending = any(r.pending() for r in requests)
+        try:
+            if self._leader.is_leader:
+                done += self._lead(requests)
+            if st.skip_reason() is None and self.pending:
+                done += self._own(requests)
+        except StoreError as exc:
+            # the next look (housekeeping pass, event) does it again from a fresh read
+            log.info("%s: run-now requests: %s", self._s.paths.job, exc)
+        if done:
+            log.info("%s: %s", self._s.paths.job, "; ".join(done))
+        return done
+
+    def _own(self, requests: list[RunNowRequest]) -> list[str]:
+        st = self._state
+        assignment, _version = self._s.sharding.read()
+        total = st.config.sharding_total_count
+        now = time.time()
+        if assignment is None or assignment.total != total:
+            # no assignment for the current count yet: the leader's fire makes one
+            # (the others look again when it is written, a watch event)
+            if not self._leader.is_leader:
+                return []
+            owners: Mapping[int, str] = dict.fromkeys(range(total), self._s.instance_id)
+        else:
+            # the owners of a fire now (a reshard may apply from a later fire only)
+            owners = assignment.owners_for(now)
+        me = self._s.instance_id
+        in_hand = self._fires.requests_in_hand()
+        done: list[str] = []
+        for request in requests:
+            if request.invalid or request.id in in_hand:
+                continue
+            with st.lock:
+                disabled = set(st.disabled_items)
+            mine = [
+                i
+                for i in request.pending()
+                if owners.get(i) == me and i < total and i not in disabled
+            ]
+            if not mine:
+                continue
+            self._fires.request(
+                Fire(
+                    now,
+                    manual=True,
+                    params=dict(request.params),
+                    only=frozenset(mine),
+                    request=request.id,
+                )
+            )
+            done.append(f"run-now {request.id}: items {mine}")
+        return done
+
+    def _lead(self, requests: list[RunNowRequest]) -> list[str]:
+        st = self._state
+        cfg = st.config
+        with st.lock:
+            disabled = set(st.disabled_items)
+            job_off = st.disabled_job or cfg.disabled
+        done: list[str] = []
+        for request in requests:
+            pending = request.pending()
+            if not pending:
+                self._s.runnow.delete(request.id)
+                self._reported.discard(request.id)
+                done.append(f"run-now {request.id} done")
+                continue
+            skips: dict[SkipReason, list[int]] = {}
+            if request.invalid:
+                if request.id not in self._reported:
+                    self._reported.add(request.id)
+                    log.error(
+                        "%s: run-now request %s is not valid, its items are recorded skipped: %s",
+                        cfg.name,
+                        request.id,
+                        request.invalid,
+                    )
+                skips[SkipReason.INVALID_REQUEST] = pending
+            elif job_off:
+                skips[SkipReason.DISABLED] = pending
+            else:
+                removed = [i for i in pending if i >= cfg.sharding_total_count]
+                off = [i for i in pending if i in disabled and i < cfg.sharding_total_count]
+                if removed:
+                    skips[SkipReason.REMOVED] = removed
+                if off:
+                    skips[SkipReason.DISABLED] = off
+            for reason, items in skips.items():
+                why = reason.value if not request.invalid else f"{reason.value}: {request.invalid}"
+                recorded = self._s.runnow.skip(request.id, items, why)
+                if recorded:
+                    self._on_skip(
+                        Fire(request.at, manual=True, params=dict(request.params)),
+                        Skipped(reason, tuple(recorded)),
+                    )
+                    done.append(f"run-now {request.id}: items {recorded} skipped ({reason.name})")
+        return done
