@@ -91,7 +91,7 @@ SLOW_STALL = 0.3
 #: through (SlowProxy(zookeeper_frames=True).hold_requests: ZooKeeper only)
 GRAY_MODES = ("hold_requests",)
 #: the bulk job: items per instance (each fire's start spans several commits) and its
-#: interval (what 4 instances sustain on a 2-core machine: see docs/failover.md);
+#: interval (what 4 instances sustain on a 2-core machine: see docs/validation.md);
 #: SHARDKEEPER_CHAOS_BULK_INTERVAL=N overrides it for one run
 BULK_PER_INSTANCE = 2500
 BULK_INTERVAL_VAR = "SHARDKEEPER_CHAOS_BULK_INTERVAL"
@@ -1048,7 +1048,7 @@ def test_chaos_long(
         operator=True,
         # the product's default timings (a production-like run): 2 s sessions on a
         # 2-core machine running 3 store members and 4 instances of this workload
-        # lose sessions with no fault at all (docs/failover.md)
+        # lose sessions with no fault at all (docs/validation.md)
         session_timeout=DEFAULT_SESSION_TIMEOUT,
         operation_timeout=DEFAULT_OPERATION_TIMEOUT,
     )
