@@ -4,7 +4,8 @@
   called once per item this instance owns at each trigger.
 * :class:`DataflowJob`: implement ``fetch_data(ctx)`` and ``process_data(ctx, data)``;
   with ``streaming = True`` it loops until a fetch returns nothing or the runtime
-  asks it to stop (``ctx.should_stop()``: shutdown, fenced off, timed out).
+  asks it to stop (``ctx.should_stop()``: a graceful stop's grace running out,
+  fenced off, timed out).
 * :class:`ScriptJob`: set ``command``; it runs once per item with the context as
   JSON (last argument and ``SHARDKEEPER_CONTEXT``); a non-zero exit is a failure.
 
@@ -59,9 +60,12 @@ class StopReason(enum.StrEnum):
     does a failover run of the item of an instance that died.
     """
 
-    SHUTDOWN = "shutdown"
-    """This instance is stopping gracefully: wrap up and return; the execution is
-    still valid (its writes are still this instance's to make)."""
+    SHUTDOWN = "shutdown grace ending"
+    """This instance is stopping gracefully and its grace period (``shutdown_grace``)
+    ends within ``shutdown_notice`` seconds: checkpoint and return now; the execution
+    is still valid (its writes are still this instance's to make). Not said while the
+    grace period has time left: a graceful stop lets running items finish. (Its
+    value was ``"shutdown"``, said as the stop began.)"""
     FENCED = "fenced"
     """``ctx.is_valid()`` is false: this instance may no longer own the item (another
     may take it over). Write nothing more."""
@@ -263,9 +267,11 @@ class ShardingContext:
         return self._valid()
 
     def should_stop(self) -> bool:
-        """True when THIS execution must end: the instance is stopping, the execution
-        is fenced off, or it timed out (:meth:`stop_reason` says which). A pending
-        reshard is no reason: the new assignment applies from the next fire.
+        """True when THIS execution must end: the grace period of the instance's
+        graceful stop is running out (not as the stop begins: running items may
+        finish within the grace), the execution is fenced off, or it timed out
+        (:meth:`stop_reason` says which). A pending reshard is no reason: the new
+        assignment applies from the next fire.
 
         An execution that returns without raising after it was told to stop is
         recorded ``interrupted``, not ``ok``, and its item is run again (handed to
@@ -276,7 +282,7 @@ class ShardingContext:
     def stop_reason(self) -> StopReason | None:
         """Why this execution must end (a :class:`StopReason`), or None when it may go
         on. ``timeout`` comes first, then ``fenced`` (a hard stop fences too), then
-        ``shutdown`` (a graceful stop: still valid)."""
+        ``shutdown grace ending`` (a graceful stop's grace runs out: still valid)."""
         reason = self._stop()
         if reason is StopReason.TIMEOUT:
             return reason

@@ -17,7 +17,7 @@ of the workload kinds of :data:`KINDS`:
   step. Like the example of docs/concepts.md it stops when a checkpoint is refused
   (taken over) and not on a mere ``ctx.is_valid()`` false, so a zombie that wakes up
   writes, and the store must refuse it; it returns early on a graceful stop
-  (``stop_reason() == "shutdown"``: its successor resumes). With ``crash`` (the
+  as its grace runs out (``StopReason.SHUTDOWN``: its successor resumes). With ``crash`` (the
   process executor only) a run that is not a failover run may end its worker
   process with ``os._exit`` after an accepted checkpoint: the item is handed to
   failover, the instance must go on.
@@ -69,7 +69,7 @@ from typing import Any
 
 from shardkeeper.config import JobConfig
 from shardkeeper.counters import SkipReason
-from shardkeeper.job import JobListener, ShardedJob, ShardingContext
+from shardkeeper.job import JobListener, ShardedJob, ShardingContext, StopReason
 from shardkeeper.observe import SkipRecord
 from shardkeeper.registry import ConnectionState
 from shardkeeper.runtime import Runtime
@@ -273,7 +273,7 @@ class ChaosJob(ShardedJob):
                 valid_through = before
             elif invalid_at is None:
                 invalid_at = before
-            if ctx.stop_reason() == "shutdown":
+            if ctx.stop_reason() is StopReason.SHUTDOWN:
                 stopped = True  # a graceful stop: hand the item over, the successor resumes
                 break
             # the step's work: a little arithmetic, then the rest of the step waiting
@@ -325,7 +325,7 @@ class ChaosJob(ShardedJob):
             "acc": acc,
         }
         if stopped:
-            out.update(stopped=True, stop_reason="shutdown")
+            out.update(stopped=True, stop_reason=StopReason.SHUTDOWN.value)
         return out
 
     def _crash_step(self, ctx: ShardingContext, first: int, steps: int) -> int | None:

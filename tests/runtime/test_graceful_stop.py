@@ -1,6 +1,6 @@
 """A graceful stop loses nothing (issue 25 section 3, review finding 6).
 
-* An item that returns after ``ctx.should_stop()`` told it the instance is stopping
+* An item that returns after ``ctx.should_stop()`` told it the grace period runs out
   may have left its work half-done: it is recorded ``interrupted`` (it used to be
   ``ok``, and the work was gone), and its item runs again: with failover on, handed
   to failover and run elsewhere at once; with failover off, at its next owner's next
@@ -20,7 +20,7 @@ import pytest
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.model import RunningMark
 from shardkeeper.coordination.paths import JobPaths
-from shardkeeper.job import ShardingContext
+from shardkeeper.job import ShardingContext, StopReason
 from shardkeeper.observe import Outcome
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
@@ -82,8 +82,8 @@ def _marks_of(store: MemoryStore, instance: str) -> list[int]:
     return items
 
 
-def _stop_in_background(rt: Runtime) -> threading.Thread:
-    stopper = threading.Thread(target=rt.stop, name="test-graceful-stop")
+def _stop_in_background(rt: Runtime, grace: float | None = None) -> threading.Thread:
+    stopper = threading.Thread(target=lambda: rt.stop(grace), name="test-graceful-stop")
     stopper.start()
     return stopper
 
@@ -92,23 +92,24 @@ def _stop_in_background(rt: Runtime) -> threading.Thread:
 def test_an_item_that_returns_when_told_to_stop_is_interrupted_and_runs_again(
     memory_server: MemoryServer, runtimes: list[Runtime], failover: bool
 ) -> None:
-    """A graceful stop while A's item polls should_stop(): it is told "shutdown",
-    returns, is recorded interrupted (not ok), and the item runs again on B: the
-    same execution as a failover run (failover on), or at B's next fire of it once
-    it owns it (failover off). Nothing is left marked."""
+    """A graceful stop (grace 2 s) while A's item polls should_stop() and would
+    outlast it: as the grace runs out it is told "shutdown grace ending", returns, is
+    recorded interrupted (not ok), and the item runs again on B: the same execution
+    as a failover run (failover on), or at B's next fire of it once it owns it
+    (failover off). Nothing is left marked."""
     admin = memory_server.store()
     admin.start()
     rt_a, rt_b, job, a_records = _pair(memory_server, runtimes, failover)
     held = wait_until(
         lambda: [r for r in job.runs if r.instance == rt_a.instance_id and r.held], 10
     )[0]
-    stopper = _stop_in_background(rt_a)
+    stopper = _stop_in_background(rt_a, grace=2.0)
     try:
         wait_until(lambda: held.returned, 10, message="the held item was never told to stop")
         wait_until(lambda: a_records.outcome_of(held.execution_id) is not None, 10)
         # compared as text: the outcome is new (3005b15 recorded "ok")
         assert a_records.outcome_of(held.execution_id) == "interrupted"
-        assert held.stopped == "shutdown"  # ctx.stop_reason()
+        assert held.stopped == StopReason.SHUTDOWN.value  # "shutdown grace ending"
         stopper.join(30)
         assert not stopper.is_alive(), "the graceful stop did not finish"
         stopped_at = time.time()
@@ -234,8 +235,8 @@ def test_an_item_that_returns_after_the_grace_period_ended_runs_again(
     wait_until(item_started.is_set, 15, message="A started no item")
     real_begin_stop = runner_a.begin_stop
 
-    def begin_stop(hard: bool = False) -> None:
-        real_begin_stop(hard)
+    def begin_stop(hard: bool = False, notice_at: float | None = None) -> None:
+        real_begin_stop(hard, notice_at)
         if hard:
             job.release.set()  # it returns now, fenced, before A leaves
             returned.wait(10)

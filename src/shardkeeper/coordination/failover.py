@@ -136,13 +136,16 @@ class FailoverService:
         *,
         keep: bool,
         extra: Mapping[int, Sequence[Op]] | None = None,
+        why: Mapping[int, str] | None = None,
     ) -> list[int]:
         """Move this instance's own marks of ``marks`` (item -> (token, queue entry,
         fence)) to the failover queue (``keep``) or delete them, each only while it is
-        still ours. Used for items of a fenced batch that never started. Returns the
-        items moved; a mark that is gone or replaced is left alone. ``extra`` (item ->
-        ops) go in the item's commit: the last checkpoint the run held unwritten
-        (coordination/checkpoints.py), for its successor to resume from."""
+        still ours. Used for items whose run here did not complete: never started or
+        ran while fenced, interrupted by a stop, crashed. Returns the items moved; a
+        mark that is gone or replaced is left alone. ``extra`` (item -> ops) go in the
+        item's commit: the last checkpoint the run held unwritten
+        (coordination/checkpoints.py), for its successor to resume from. ``why``
+        (item -> reason) is what the log line says of each item."""
         moved: list[int] = []
         left = dict(marks)
         # An entry of another fire may wait for the item (one entry per item): it is
@@ -170,12 +173,18 @@ class FailoverService:
             if not left:
                 break
         moved.sort()
-        if moved:
+        # one line per reason: "fenced" was said of every item, also of those a
+        # graceful stop interrupted (newcomer review N9)
+        by_why: dict[str, list[int]] = {}
+        for item in moved:
+            by_why.setdefault((why or {}).get(item, "not completed here"), []).append(item)
+        for reason, items in by_why.items():
             log.info(
-                "%s: items %s of a fenced execution %s",
+                "%s: items %s %s (%s)",
                 self._paths.job,
-                moved,
-                "handed to failover" if keep else "unmarked",
+                items,
+                "handed to failover" if keep else "unmarked (run at their next fire)",
+                reason,
             )
         return moved
 

@@ -79,6 +79,8 @@ class Batch:
     failover: bool = False
     misfire: bool = False
     fenced: bool = False
+    #: why it was fenced (Batches.fence_all): said again when its items are handed off
+    fenced_why: str = ""
     #: when it was fenced (wall time, as an attempt's end is taken): an item that
     #: had returned before is done, one still running then ran fenced
     fenced_at: float | None = None
@@ -91,8 +93,9 @@ class Batch:
     timed_out: set[int] = field(default_factory=set)
     #: crashed items handed to failover (recorded crashed, run again elsewhere)
     crash_handoff: set[int] = field(default_factory=set)
-    #: items whose ``ctx.should_stop()`` answered true (shutdown or hard stop): one
-    #: that then returns is interrupted, not done
+    #: items whose ``ctx.should_stop()`` answered true (the grace period of a graceful
+    #: stop running out, or a hard stop): one that then returns is interrupted, not
+    #: done
     told_to_stop: set[int] = field(default_factory=set)
     #: when it was launched here (monotonic seconds)
     launched_at: float = field(default_factory=time.monotonic)
@@ -123,3 +126,6 @@ class _Unfinished:
     #: further ops of each item's completion or hand-off commit: its last checkpoint
     #: and progress (runtime/checkpoints.py), so they are retried with it
     extra: dict[int, list[Op]] = field(default_factory=dict)
+    #: why each handed-off item is handed off (interrupted as the grace ran out,
+    #: fenced and why, crashed): the hand-off's log line says it
+    why: dict[int, str] = field(default_factory=dict)

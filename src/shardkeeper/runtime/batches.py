@@ -211,13 +211,17 @@ class Batches:
     def stop_reason(self, batch: Batch, item: int) -> StopReason | None:
         """Why ``item`` of ``batch`` must end, as far as this instance knows (its
         ``ctx.stop_reason()`` adds fencing): its execution timed out, or the instance
-        is stopping. A stop answered here is remembered: an execution that then
-        returns is interrupted, not done. A pending reshard is no reason (the new
-        assignment applies from the next fire)."""
+        is stopping and its grace period runs out (``JobState.stop_notice_at``; not
+        as the stop begins: until then the item may finish its work, which is what
+        a graceful stop promises). A stop answered here is remembered: an execution
+        that then returns is interrupted, not done. A pending reshard is no reason
+        (the new assignment applies from the next fire)."""
         if item in batch.timed_out:
             return StopReason.TIMEOUT
         st = self._state
-        if st.stopping or st.hard_stop:
+        with st.lock:
+            ending = st.hard_stop or (st.stopping and time.monotonic() >= st.stop_notice_at)
+        if ending:
             with self._lock:
                 batch.told_to_stop.add(item)
             return StopReason.SHUTDOWN
@@ -523,6 +527,7 @@ class Batches:
             now = time.time()
             for b in fresh:
                 b.fenced = True
+                b.fenced_why = why
                 b.fenced_at = now
         self.start_deferred_now()  # they see the fence and end at once
         items = sorted(i for b in fresh for i in b.items)
@@ -575,6 +580,7 @@ class Batches:
             {i: batch.covers[i] for i in never if batch.covers.get(i)},
             {i: tp for i in never if (tp := tracing.traceparent(batch.spans.get(i)))},
             extra,
+            {i: self._handoff_why(batch, i) for i in never},
         )
         try:
             self._settle(entry)
@@ -596,6 +602,21 @@ class Batches:
             self._call_listeners("after", [batch.contexts[i] for i in batch.items], batch.fire_time)
         finally:
             self._on_idle()
+
+    @staticmethod
+    def _handoff_why(batch: Batch, item: int) -> str:
+        """Why ``item`` of ``batch`` is handed off rather than done, for the log line
+        of its hand-off (it used to call every one "a fenced execution", a graceful
+        stop's interrupted items too)."""
+        outcome = batch.outcomes.get(item)
+        fence = f"fenced ({batch.fenced_why})" if batch.fenced_why else "fenced"
+        if item in batch.crash_handoff:
+            return "crashed"
+        if outcome == INTERRUPTED:
+            return f"interrupted when told to stop: {StopReason.SHUTDOWN.value}"
+        if outcome == ZOMBIE:
+            return f"ran while {fence}"
+        return f"not started: {fence}"
 
     def _checkpoint_ops(
         self, batch: Batch, ran: dict[int, int], never: dict[int, int]
@@ -662,7 +683,7 @@ class Batches:
                 )
                 for item, token in entry.handoff.items()
             }
-            self._s.failover.hand_off(marks, keep=keep, extra=entry.extra)
+            self._s.failover.hand_off(marks, keep=keep, extra=entry.extra, why=entry.why)
             entry.handoff.clear()
 
     def retry_unfinished(self) -> bool:

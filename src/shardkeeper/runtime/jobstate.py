@@ -33,6 +33,7 @@ OWNERS: dict[str, str] = {
     "member_revision": "runner",  # registration ok
     "register_error": "runner",  # registration failed or left to housekeeping
     "stop_at": "runner",  # begin_stop
+    "stop_notice_at": "runner",  # begin_stop
     "queue_hint": "runner",  # watch events, claims, the repair pass's listing
     "disabled_job": "settings",  # switches: events, re-reads, a batched registration
     "disabled_items": "settings",
@@ -69,6 +70,9 @@ class JobState:
     #: wall time the graceful stop began: fires before it are still decided and run
     #: in the grace period (their items are this instance's; nobody else runs them)
     stop_at: float = 0.0
+    #: monotonic time from which a graceful stop tells running items to stop
+    #: (``ctx.should_stop()``): as its grace period runs out, not as it begins
+    stop_notice_at: float = 0.0
     disabled_job: bool = False
     disabled_items: set[int] = field(default_factory=set)
     queue_hint: set[int] = field(default_factory=set)
