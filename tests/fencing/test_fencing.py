@@ -10,7 +10,6 @@ import re
 import textwrap
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,41 +32,11 @@ from shardkeeper.fencing import (
 )
 from shardkeeper.job import ShardingContext
 from shardkeeper.testing.faults import wait_until
+from tests.fencing.helpers import ACCOUNTS, DATA, FIRE, METADATA, Ctx, ctx, fire, held, value, write
+from tests.fencing.helpers import waiting_on_lock as _waiting_on_lock
 from tests.test_packaging import OPTIONAL, _child
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@dataclass(frozen=True)
-class Ctx:
-    """The fields of a ShardingContext a fenced write reads."""
-
-    fencing_token: int
-    item: int = 0
-    job_name: str = "export"
-    instance_id: str = "inst"
-    execution_id: str = "exec"
-
-
-def ctx(token: int, **kw: object) -> Ctx:
-    return Ctx(token, **kw)  # type: ignore[arg-type]
-
-
-METADATA = sa.MetaData()
-DATA = sa.Table(
-    "data",
-    METADATA,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("value", sa.String(50), nullable=True),
-)
-ACCOUNTS = sa.Table(
-    "accounts",
-    METADATA,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("region", sa.String(20), nullable=False),
-    sa.Column("balance", sa.Integer, nullable=False),
-    sa.Column("fence_token", sa.BigInteger, nullable=True),
-)
 
 
 class Base(DeclarativeBase):
@@ -88,30 +57,6 @@ def db(engine: sa.Engine) -> sa.Engine:
     METADATA.create_all(engine)
     Base.metadata.create_all(engine)
     return engine
-
-
-def held(engine: sa.Engine, item: int = 0, job: str = "export") -> tuple[int, str, str] | None:
-    """The fence row of (job, item): token, instance, execution."""
-    t = fence_table()
-    with engine.connect() as conn:
-        row = conn.execute(
-            sa.select(t.c.token, t.c.instance_id, t.c.execution_id).where(
-                t.c.job == job, t.c.item == item
-            )
-        ).first()
-    return None if row is None else (row.token, row.instance_id, row.execution_id)
-
-
-def value(engine: sa.Engine, id_: int = 1) -> str | None:
-    with engine.connect() as conn:
-        return conn.execute(sa.select(DATA.c.value).where(DATA.c.id == id_)).scalar()
-
-
-def write(engine: sa.Engine, c: Ctx, text: str) -> None:
-    """One fenced transaction: the item's fence, then the data row."""
-    with fenced(engine, c) as guard:
-        guard.execute(sa.delete(DATA).where(DATA.c.id == 1))
-        guard.execute(sa.insert(DATA).values(id=1, value=text))
 
 
 # -- the fence row ---------------------------------------------------------------------------
@@ -291,18 +236,7 @@ def test_concurrent_claims_are_ordered_by_their_commits(db: sa.Engine) -> None:
         thread = threading.Thread(target=taker, daemon=True)
         thread.start()
 
-        def waiting_on_lock() -> bool:
-            with db.connect() as conn:
-                return bool(
-                    conn.execute(
-                        sa.text(
-                            "SELECT count(*) FROM pg_stat_activity "
-                            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                        )
-                    ).scalar()
-                )
-
-        wait_until(waiting_on_lock, 20, message="the newer claim never waited")
+        wait_until(lambda: _waiting_on_lock(db), 20, message="the newer claim never waited")
         assert done == []
         zombie.commit()
     thread.join(20)
@@ -336,7 +270,7 @@ def balances(engine: sa.Engine) -> dict[int, tuple[int, int | None]]:
 
 
 def test_fenced_update_newer_wins_older_refused_equal_passes(accounts: sa.Engine) -> None:
-    with accounts.begin() as conn:  # NULL: never fenced, writable
+    with accounts.begin() as conn:
         assert fenced_update(conn, ACCOUNTS, {"balance": 10}, {"id": 1}, ctx(10)) == 1
     with accounts.begin() as conn:
         assert fenced_update(conn, ACCOUNTS, {"balance": 12}, {"id": 1}, ctx(12)) == 1
@@ -345,23 +279,16 @@ def test_fenced_update_newer_wins_older_refused_equal_passes(accounts: sa.Engine
     with pytest.raises(FencedWriteError) as refused, accounts.begin() as conn:
         fenced_update(conn, ACCOUNTS, {"balance": 11}, {"id": 1}, ctx(11))
     assert (refused.value.token, refused.value.current) == (11, 12)
-    assert str(refused.value) == (
-        "write refused: table 'accounts' has rows of id=1 written with token 12, newer "
-        "than this execution's token 11 (job 'export' item 0): another execution took the "
-        "item over; roll this transaction back (0 older rows were updated in it)"
-    )
+    assert str(refused.value).startswith("write refused: job 'export' item 0 is fenced at token 12")
     assert balances(accounts)[1] == (13, 12)
+    assert held(accounts) == (12, "inst", "exec")  # the claim is the item's fence row
 
 
-def test_fenced_update_of_several_rows_is_all_or_nothing(accounts: sa.Engine) -> None:
+def test_fenced_update_is_refused_before_it_writes_a_row(accounts: sa.Engine) -> None:
     with accounts.begin() as conn:
         fenced_update(conn, ACCOUNTS, {"balance": 5}, {"id": 2}, ctx(20))
     region = ACCOUNTS.c.region == "eu"
-    # row 1 is older, row 2 newer: row 1's update is undone with the transaction
-    with (
-        pytest.raises(FencedWriteError, match="1 older rows were updated"),
-        accounts.begin() as conn,
-    ):
+    with pytest.raises(FencedWriteError), accounts.begin() as conn:
         fenced_update(conn, ACCOUNTS, {"balance": 7}, region, ctx(15))
     assert balances(accounts) == {1: (0, None), 2: (5, 20), 3: (0, None)}
     with accounts.begin() as conn:
@@ -369,9 +296,47 @@ def test_fenced_update_of_several_rows_is_all_or_nothing(accounts: sa.Engine) ->
     assert balances(accounts) == {1: (9, 21), 2: (9, 21), 3: (0, None)}
 
 
-def test_fenced_update_of_no_row_is_zero(accounts: sa.Engine) -> None:
+@pytest.mark.parametrize("newer_did", ["moved the row out of where", "deleted the row"])
+def test_fenced_update_refuses_a_zombie_whose_rows_a_newer_execution_changed(
+    accounts: sa.Engine, newer_did: str
+) -> None:
+    """The review's finding 7: the newer execution set the column ``where`` names (a
+    status the job changes), or deleted the row; the zombie's same update matched
+    nothing and returned 0, and its insert after it was accepted. The claim is the
+    item's, not the rows': refused whether they still match or not."""
+    pending = {"id": 1, "region": "eu"}  # region stands for a status: eu = pending
+    with accounts.begin() as conn:
+        if newer_did == "deleted the row":
+            fence(conn, ctx(200))
+            conn.execute(sa.delete(ACCOUNTS).where(ACCOUNTS.c.id == 1))
+        else:
+            n = fenced_update(conn, ACCOUNTS, {"region": "done", "balance": 2}, pending, ctx(200))
+            assert n == 1
+    before = balances(accounts)
+    with pytest.raises(FencedWriteError) as refused, accounts.begin() as conn:
+        fenced_update(conn, ACCOUNTS, {"region": "done", "balance": 1}, pending, ctx(100))
+        conn.execute(sa.insert(ACCOUNTS).values(id=4, region="done", balance=1))
+    assert (refused.value.token, refused.value.current) == (100, 200)
+    assert balances(accounts) == before  # neither the update nor the insert
+
+
+def test_fenced_update_of_no_row_is_zero_and_holds_the_fence(accounts: sa.Engine) -> None:
+    """0 for the execution that holds the fence: the insert it then makes in the
+    transaction is fenced with it, and an older execution's is refused."""
     with accounts.begin() as conn:
         assert fenced_update(conn, ACCOUNTS, {"balance": 1}, {"id": 99}, ctx(10)) == 0
+        conn.execute(sa.insert(ACCOUNTS).values(id=99, region="eu", balance=1, fence_token=10))
+    assert held(accounts) == (10, "inst", "exec")
+    with pytest.raises(FencedWriteError), accounts.begin() as conn:
+        fenced_update(conn, ACCOUNTS, {"balance": 2}, {"id": 98}, ctx(9))
+    assert 98 not in balances(accounts)
+
+
+def test_fenced_update_without_a_token_column(accounts: sa.Engine) -> None:
+    with accounts.begin() as conn:
+        n = fenced_update(conn, DATA, {"value": "x"}, {"id": 1}, ctx(10), token_column=None)
+        assert n == 0
+    assert held(accounts) == (10, "inst", "exec")
 
 
 def test_fenced_update_of_an_orm_class_in_a_session(db: sa.Engine) -> None:
@@ -411,6 +376,11 @@ def conn() -> Iterator[sa.Connection]:
         (ctx(5, item="3"), "item '3' of job 'export'"),
         (ctx(5, job_name=""), "ctx Ctx(fencing_token=5, item=0, job_name='', "),
         (object(), "ctx <object object at 0x"),
+        (ctx(5, fire_time=None), "fire_time=None of job 'export' item 0: a fenced write orders"),
+        (
+            ctx(5, fire_time=datetime(2026, 12, 7)),  # naive: refused
+            "fire_time=datetime.datetime(2026, 12, 7, 0, 0) of job 'export' item 0: a fenced",
+        ),
     ],
 )
 def test_a_bad_context_is_refused_naming_the_value(
@@ -508,7 +478,8 @@ def test_without_sqlalchemy_one_line_names_the_extra() -> None:
 
 def test_the_module_docstring_example_runs(tmp_path: Path) -> None:
     """The example of shardkeeper.fencing's docstring, as written, on a SQLite file: a
-    newer execution's export is kept, an older one's is refused and undone."""
+    newer execution's export is kept, an older one's is refused and undone, and so is
+    a stale failover run's: an older fire, though claimed later with a larger token."""
     doc = shardkeeper.fencing.__doc__ or ""
     match = re.search(r"late export::\n\n((?:    .*\n|\n)+)", doc)
     assert match, "no example in shardkeeper.fencing's docstring"
@@ -532,7 +503,7 @@ def test_the_module_docstring_example_runs(tmp_path: Path) -> None:
     exports.create(engine)
     job = namespace["ExportInvoices"]()
 
-    def run(at: int) -> None:
+    def run(at: int, fire_time: datetime) -> None:
         running["token"] = at
         sc = ShardingContext(
             job_name="export-invoices",
@@ -540,15 +511,18 @@ def test_the_module_docstring_example_runs(tmp_path: Path) -> None:
             item_parameter="eu",
             sharding_total_count=1,
             job_parameter="",
-            fire_time=datetime.now(UTC),
+            fire_time=fire_time,
             instance_id=f"vm@{at}",
             execution_id="export-invoices@1#0",
             fencing_token=at,
         )
         job.execute(sc)
 
-    for token in (12, 11):
-        run(token)
+    # fire F1's run (12); a zombie of F1 (11); F0's stale failover run, claimed after
+    # F1 ran (21: a larger token, an older fire); fire F2's run (30)
+    for token, fire_time in ((12, fire(60)), (11, fire(60)), (21, FIRE), (30, fire(120))):
+        run(token, fire_time)
     with engine.connect() as conn:
-        assert conn.execute(sa.select(exports.c.region, exports.c.token)).all() == [("eu", 12)]
+        rows = conn.execute(sa.select(exports.c.region, exports.c.token)).all()
+    assert sorted(rows) == [("eu", 12), ("eu", 30)]
     engine.dispose()
