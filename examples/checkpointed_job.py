@@ -85,7 +85,7 @@ class LedgerImport(ShardedJob):
         log_file = self.out / f"shard-{ctx.item}.log"
         for batch in range(start, end):
             if ctx.should_stop():
-                return  # stopping or fenced: the checkpoint says where to go on
+                return  # grace running out, or fenced: the checkpoint says where to go on
             self.import_batch(ctx.item, batch, log_file)
             # one conditional commit (coalesced): refused once the item is not ours
             if not ctx.checkpoint({"next": batch + 1}):
