@@ -158,6 +158,7 @@ partitions (p50/p95/max).
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import math
@@ -192,7 +193,7 @@ HEALTHY = ("up", "thaw", "heal", "gray_end")
 FAULT_ENDS = {"freeze": "thaw", "partition": "heal", "gray": "gray_end"}
 DISCONNECTED = ("suspended", "lost")
 #: the record phases that belong to one job (the others are the instance's)
-JOB_PHASES = ("start", "end", "resume", "ckpt", "ckpt_error")
+JOB_PHASES = ("start", "end", "resume", "ckpt", "ckpt_error", "skip")
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,21 @@ class Params:
     #: leader and the operator's switches excuse a pair. Off: the owner's fault
     #: before the start excuses it too (misfire off, or the original chaos job).
     strict: bool = False
+    #: the most of a job's pairs that may be excused outside the folded and operator
+    #: categories (pending at the stop, and under ``strict=False`` the fault windows)
+    excused_ceiling: float = 0.05
+
+    @property
+    def stuck_bound(self) -> float:
+        """Seconds an execution may stay in progress: its work, the sharding wait, a
+        session expiry with its failover and repair (3 st + 2 P)."""
+        return self.work + self.wait_timeout + 3 * self.session_timeout + 2 * self.period
+
+    @property
+    def pending_cap(self) -> int:
+        """The most pairs of one item that may be pending at the final stop: the fires
+        of one work and one sharding wait, and the run's own."""
+        return math.ceil((self.work + self.wait_timeout) / self.period - 1e-9) + 1
 
     @property
     def run_now_deadline(self) -> float:
@@ -361,6 +377,25 @@ class Snapshot:
     t_end: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """One ``skip`` line: the product's skip record of one (fire, item)."""
+
+    job: str
+    instance: str
+    item: int
+    fire: float
+    #: the product's reason, lower case (``disabled``, ``removed``, ``suspended``, ...)
+    reason: str
+    #: when it was recorded (None: unknown)
+    t: float | None = None
+
+    @property
+    def key(self) -> tuple[float, int]:
+        """(fire time rounded to ms, item)."""
+        return (round(self.fire, 3), self.item)
+
+
 @dataclass
 class History:
     """Everything the checker reads."""
@@ -385,6 +420,13 @@ class History:
     #: per instance: start times of its executions of every job of the run (None:
     #: this history's executions only)
     activity: dict[str, list[float]] | None = None
+    #: this job's skip lines (the product's skip records, one per (fire, item))
+    skips: list[Skip] = field(default_factory=list)
+    #: whether the run's records hold any skip line (of any job): then an operator's
+    #: pair needs its skip line
+    skips_recorded: bool = False
+    #: where ``excused.jsonl`` is written by :func:`check` (None: not written)
+    workdir: Path | None = None
 
 
 @dataclass
@@ -422,6 +464,18 @@ class Report:
     zombie_writes: list[str] = field(default_factory=list)
     #: crashed worker processes that took their instance down
     crash_down: list[str] = field(default_factory=list)
+    #: every pair neither done nor lost: job, fire, item, category, evidence
+    excused_pairs: list[dict[str, Any]] = field(default_factory=list)
+    #: covers entries that are implausible and alone claimed a pair (it is lost)
+    bad_covers: list[str] = field(default_factory=list)
+    #: 'disabled'/'removed' skip records no operator action that succeeded explains
+    bad_skips: list[str] = field(default_factory=list)
+    #: run-now items excused (operator switch, pending at stop, owner changed)
+    run_now_excused: list[str] = field(default_factory=list)
+    #: every recovery of an instance: checked or skipped, with the reason
+    rejoin_log: list[str] = field(default_factory=list)
+    #: excused share over the ceiling
+    excess: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -440,6 +494,8 @@ class Report:
             or self.resumed_older
             or self.zombie_writes
             or self.crash_down
+            or self.bad_skips
+            or self.excess
         )
 
     def verdict(self, limit: int = 5) -> str:
@@ -458,6 +514,8 @@ class Report:
             "resumed from an older checkpoint": self.resumed_older,
             "zombie checkpoints accepted": self.zombie_writes,
             "crashes that took the instance down": self.crash_down,
+            "skips without an operator action": self.bad_skips,
+            "excused share over the ceiling": self.excess,
         }
         lines = [
             f"FAILED {name} ({len(found)}): " + "; ".join(str(f) for f in found[:limit])
@@ -526,7 +584,10 @@ class Report:
             f"{s.get('run_now_delivered', 0)}, excused: {s.get('run_now_excused', 0)})",
             f"start commits per (instance, fire): {s.get('commits_line', 'n/a')}",
             f"fenced without takeover (store disconnected during the run): "
-            f"{len(self.fenced_no_takeover)}",
+            f"{len(self.fenced_no_takeover)}"
+            + ("" if not p.strict else " (strict: a failure, counted as lost)"),
+            "rejoin: "
+            + (", ".join(f"{k} {v}" for k, v in sorted(s.get("rejoin", {}).items())) or "none"),
         ]
         if s.get("ckpt_calls"):
             lines.append(
@@ -554,6 +615,11 @@ class Report:
             ("RESUMED FROM AN OLDER CHECKPOINT", self.resumed_older),
             ("ZOMBIE CHECKPOINTS ACCEPTED", self.zombie_writes),
             ("CRASHES THAT TOOK THE INSTANCE DOWN", self.crash_down),
+            ("SKIPS WITHOUT AN OPERATOR ACTION", self.bad_skips),
+            ("EXCUSED SHARE OVER THE CEILING", self.excess),
+            ("implausible covers entries (their pairs are lost)", self.bad_covers),
+            ("run-now items excused (listed)", self.run_now_excused),
+            ("recoveries: rejoin checked or skipped", self.rejoin_log),
             ("interrupted at the final stop (not failed)", self.stopped_at_end),
             (
                 "sessions lost without an instance fault (reported, not failed)",
@@ -715,6 +781,24 @@ def _history(raw: _Raw, params: Params, job: str | None) -> History:
             errors[(str(rec["instance"]), int(rec["item"]))].append(float(rec["t"]))
     for seq in states.values():
         seq.sort()
+    skips: list[Skip] = []
+    for rec in records:
+        if rec.get("phase") != "skip":
+            continue
+        try:
+            skips.append(
+                Skip(
+                    job=str(rec.get("job", "")),
+                    instance=str(rec.get("instance", "") or ""),
+                    item=int(rec["item"]),
+                    fire=float(rec["fire"]),
+                    reason=_skip_reason(rec["reason"]),
+                    t=_opt_float(rec.get("t")),
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            continue  # a torn line
+    skips.sort(key=lambda x: (x.fire, x.item))
     activity: dict[str, list[float]] = defaultdict(list)
     for rec in raw.records:  # every job's: is an instance still at work at all
         if rec.get("phase") == "start":
@@ -732,13 +816,18 @@ def _history(raw: _Raw, params: Params, job: str | None) -> History:
         assignments=[(t, levels) for name, t, levels in raw.assignments if mine(name)],
         checkpoint_errors={k: sorted(v) for k, v in errors.items()},
         activity=dict(activity),
+        skips=skips,
+        skips_recorded=any(r.get("phase") == "skip" for r in raw.records),
     )
 
 
 def load_history(workdir: Path, params: Params) -> History:
     """Read ``exec-*.jsonl``, ``events.jsonl`` and ``snapshots.jsonl`` from ``workdir``
-    (a run of one job: every record is the job's)."""
-    return _history(_read_raw(workdir), params, None)
+    (a run of one job: every record is the job's). :func:`check` writes the
+    excused pairs to ``workdir / "excused.jsonl"``."""
+    history = _history(_read_raw(workdir), params, None)
+    history.workdir = workdir
+    return history
 
 
 def load_histories(workdir: Path, params: Mapping[str, Params]) -> dict[str, History]:
@@ -905,22 +994,34 @@ def check(history: History) -> Report:
     disconnected = _disconnected_intervals(history.states, events)
     leaderless = _leaderless_windows(p, events)
     ops = _OperatorWindows.of(p, events)
-    folded = _folded_by_covers(execs)
+    switches = _Switches.of(p, events, history)
+    horizon = _horizon(events, execs)
+    spans = _fault_spans(p, events, history.states, horizon)
 
-    _check_started_work(
-        report, p, events, by_key, disconnected, leaderless, _fault_intervals(events), folded
-    )
-    _check_fired_work(
-        report, history, events, by_key, by_item, disconnected, leaderless, ops, folded
-    )
+    if p.strict:
+        _check_pairs_strict(report, history, events, by_key, by_item, switches)
+    else:
+        folded = _folded_by_covers(execs)
+        _check_started_work(
+            report, p, events, by_key, disconnected, leaderless, _fault_intervals(events), folded
+        )
+        _check_fired_work(
+            report, history, events, by_key, by_item, disconnected, leaderless, ops, folded
+        )
+        for key, n in report.excused.items():
+            report.excused_pairs.append(
+                {"job": p.name, "fire": None, "item": None, "category": key, "count": n,
+                 "evidence": "not strict: a timing window (counted, not listed per pair)"}
+            )  # fmt: skip
     _check_overlaps(report, by_item)
     _check_duplicates(report, events, by_key, disconnected)
     _check_stuck(report, history, events, ops)
+    _check_stuck_executions(report, p, execs, horizon)
     _check_self_shutdowns(report, history, events)
-    _check_rejoined(report, p, events, execs, history.assignments)
+    _check_rejoin(report, p, events, execs, switches, spans, horizon)
     _spurious_session_losses(report, p, history, events)
     _latencies(report, events, execs, by_key)
-    _check_run_now(report, history, events, by_item, disconnected, leaderless, ops)
+    _check_run_now_bounded(report, history, events, by_item, switches, spans, horizon)
     _check_checkpoints(report, history, by_key)
     _check_crashes(report, history, events)
     _figures(report, execs)
@@ -935,7 +1036,29 @@ def check(history: History) -> Report:
         interrupted=sum(1 for e in execs if e.end is None),
         invalid=sum(1 for e in ended if e.valid is False),
     )
+    _check_excused_share(report)
+    if history.workdir is not None:
+        write_excused(history.workdir / "excused.jsonl", [report])
     return report
+
+
+def _check_excused_share(report: Report) -> None:
+    """Fail when the pairs excused outside the folded and operator categories
+    (pending at the stop; under ``strict=False`` every fault window) are more than
+    :attr:`Params.excused_ceiling` of the job's pairs."""
+    p = report.params
+    pairs = int(report.stats.get("pairs", 0))
+    other = sum(
+        n
+        for reason, n in report.excused.items()
+        if excuse_category(reason) not in ("folded", "operator")
+    )
+    if pairs and other > p.excused_ceiling * pairs:
+        report.excess.append(
+            f"{other} of {pairs} pairs ({100 * other / pairs:.1f}%) excused outside the folded "
+            f"and operator categories: more than the ceiling {100 * p.excused_ceiling:g}% "
+            f"({', '.join(f'{k}={v}' for k, v in sorted(report.excused.items()))})"
+        )
 
 
 def _describe_event(ev: Event) -> str:
@@ -1475,6 +1598,9 @@ def _check_stuck(
     p = history.params
     quiet = [ev.t for ev in events if ev.kind == "quiet"]
     if not quiet:
+        report.stuck.append(
+            "no 'quiet' event: the registry's state after the faults was never judged"
+        )
         return
     q = max(quiet)
     live = _live_at(events, q)
@@ -2122,6 +2248,736 @@ def _strict_excuse(
     return None
 
 
+# ---- strict pairs: every pair run, folded by a plausible covers entry, the operator's
+# ---- with the product's skip record, or pending at the final stop (bounded) --------
+
+#: fire times closer than this are the same fire (src/shardkeeper/runtime/coverage.py)
+SAME_FIRE = 1e-3
+#: skip reasons that name an operator's action: the only ones that excuse a pair
+OPERATOR_SKIPS = ("disabled", "removed")
+#: the categories of pairs that are neither done nor lost (``excused.jsonl``)
+FOLDED = "folded: a plausible covers entry of a done run"
+OP_VERIFIED = "operator: skip record of a command that succeeded"
+OP_UNVERIFIABLE = "operator: unverifiable (the run records no skips)"
+OP_NO_ITEM = "operator: the assignment in effect had no such item"
+PENDING_OWN = "pending at stop: its own run cut by the final stop"
+PENDING_COVERS = "pending at stop: in the covers of a run cut by the final stop"
+PENDING_DURING = "pending at stop: came while a run cut by the final stop went on"
+
+
+def _skip_reason(value: Any) -> str:
+    """A skip reason as compared: lower case, without an enum prefix."""
+    text = str(value).strip().lower()
+    return text[len("skipreason.") :] if text.startswith("skipreason.") else text
+
+
+def _op_failed(events: list[Event], n: int, action: str, undo: str, key: object) -> bool:
+    """Whether the command of the switch event ``events[n]`` failed: an ``op_failed``
+    of that action logged after it, before its undo or its next switch (an operator
+    of an older run logged a switch before its command, a failure after it)."""
+    ev = events[n]
+    for other in events[n + 1 :]:
+        if other.kind == undo and _switch_key(other) == key:
+            return False
+        if other.kind == "op_failed" and str(other.extra.get("action")) == action:
+            return True
+        if other.kind == ev.kind and _switch_key(other) == key:
+            return False
+    return False
+
+
+def _switch_key(ev: Event) -> object:
+    if ev.kind in ("op_disable_item", "op_enable_item"):
+        return (str(ev.extra.get("job", "")), int(ev.extra.get("item", -1)))
+    if ev.kind in ("op_disable_job", "op_enable_job"):
+        return str(ev.extra.get("job", ""))
+    return ev.instance
+
+
+def _level_size(owners: Mapping[int, str]) -> int:
+    if isinstance(owners, OwnerList):
+        return len(owners._owner)
+    return (max(owners) + 1) if owners else 0
+
+
+@dataclass
+class _Switches:
+    """The operator's actions that succeeded, for one job (an ``op_failed`` of the
+    action after a switch, before its undo, means no window)."""
+
+    #: per item / the whole job: (from the command, to its enable + P, what)
+    items: dict[int, list[_Window]]
+    job: list[_Window]
+    #: per instance: its switch-offs (explain its own skips, excuse no pair)
+    instances: dict[str, list[_Window]]
+    #: (time, old, new) of every count change
+    counts: list[tuple[float, int, int]]
+    #: (change time, item) -> until when an added item is not due yet
+    added_until: dict[tuple[float, int], float]
+    #: switches whose command failed (reported)
+    failed: list[str]
+    initial: int
+
+    @classmethod
+    def of(cls, p: Params, events: list[Event], history: History) -> _Switches:
+        """From the ``op_*`` events and the assignment records."""
+        items: dict[int, list[_Window]] = defaultdict(list)
+        job: list[_Window] = []
+        instances: dict[str, list[_Window]] = defaultdict(list)
+        failed: list[str] = []
+        for n, ev in enumerate(events):
+            if ev.kind == "op_disable_instance" and ev.instance:
+                if _op_failed(events, n, ev.kind, "op_enable_instance", ev.instance):
+                    continue
+                back = next(
+                    (x.t for x in events[n + 1 :] if x.kind == "op_enable_instance"
+                     and x.instance == ev.instance),
+                    math.inf,
+                )  # fmt: skip
+                instances[ev.instance].append(
+                    _Window(ev.t, back + p.period, f"op_disable_instance {ev.instance}@{ev.t:.3f}")
+                )
+            if str(ev.extra.get("job", "")) != p.name:
+                continue
+            if ev.kind in ("op_disable_item", "op_disable_job"):
+                undo = ev.kind.replace("disable", "enable")
+                key = _switch_key(ev)
+                if _op_failed(events, n, ev.kind, undo, key):
+                    failed.append(f"{ev.kind} {key} at {ev.t:.3f}: its command failed, no window")
+                    continue
+                back = next(
+                    (x.t for x in events[n + 1 :] if x.kind == undo and _switch_key(x) == key),
+                    math.inf,
+                )
+                w = _Window(ev.t, back + p.period, f"{ev.kind}@{ev.t:.3f}..{back:.3f}")
+                if ev.kind == "op_disable_item":
+                    items[int(ev.extra.get("item", -1))].append(w)
+                else:
+                    job.append(w)
+        counts = [
+            (ev.t, int(ev.extra["old"]), int(ev.extra["new"]))
+            for ev in events
+            if ev.kind == "op_count"
+            and str(ev.extra.get("job", "")) == p.name
+            and "old" in ev.extra
+            and "new" in ev.extra
+        ]
+        added: dict[tuple[float, int], float] = {}
+        for c, old, new in counts:
+            for item in range(old, new):
+                birth = math.inf
+                for t, levels in history.assignments:
+                    if t < c:
+                        continue
+                    for eff, owners in levels:
+                        if eff >= c - p.period and item in owners:
+                            birth = min(birth, eff)
+                    if math.isfinite(birth):
+                        break
+                end = c + p.wait_timeout + p.period
+                added[(c, item)] = max(end, birth - SAME_FIRE) if math.isfinite(birth) else end
+        return cls(dict(items), job, dict(instances), counts, added, failed, p.count)
+
+    def count_at(self, t: float) -> int:
+        """The job's count at ``t``."""
+        count = self.initial
+        for c, _old, new in self.counts:
+            if c <= t:
+                count = new
+        return count
+
+    def max_items(self) -> int:
+        """The most items the job ever had."""
+        return max([self.initial] + [max(o, n) for _t, o, n in self.counts])
+
+    def membership(self, p: Params, t: float, item: int) -> tuple[bool, str | None]:
+        """Whether (t, item) is a pair of the job, and the operator action that
+        succeeded and may have kept it from running (None: none)."""
+        reason = None
+        for c, old, new in self.counts:
+            early = c - (p.work + p.wait_timeout + p.period)
+            if new < old and new <= item < old and early <= t <= c + p.wait_timeout + p.period:
+                reason = f"op_count {old}->{new}@{c:.3f} removed item {item}"
+            if new > old and old <= item < new and c <= t <= self.added_until[(c, item)]:
+                reason = f"op_count {old}->{new}@{c:.3f} added item {item} (not due yet)"
+        if reason is not None:
+            return True, reason
+        if item >= self.count_at(t):
+            return False, None
+        if w := _inside(t, self.job):
+            return True, w.reason
+        if w := _inside(t, self.items.get(item, [])):
+            return True, w.reason
+        return True, None
+
+    def skip_cause(self, p: Params, s: Skip) -> str | None:
+        """The operator action that succeeded and explains a ``disabled`` or
+        ``removed`` skip line (at its fire or when recorded), else None."""
+        for x in (s.fire, s.t):
+            if x is None:
+                continue
+            _member, op = self.membership(p, x, s.item)
+            if op is not None:
+                return op
+            for c, old, new in self.counts:
+                if new < old and new <= s.item < old and c <= x and self.count_at(x) <= s.item:
+                    return f"op_count {old}->{new}@{c:.3f} removed item {s.item}"
+            if w := _inside(x, self.instances.get(s.instance, [])):
+                return w.reason
+        return None
+
+
+class _Covers:
+    """Which ``covers`` entries of done runs are plausible (module docstring)."""
+
+    def __init__(self, p: Params, by_item: Mapping[int, list[Execution]]) -> None:
+        self.p = p
+        self.done_by_end: dict[int, list[Execution]] = {}
+        self.done_ends: dict[int, list[float]] = {}
+        for item, runs in by_item.items():
+            done = sorted((e for e in runs if e.done), key=lambda e: e.end or 0.0)
+            self.done_by_end[item] = done
+            self.done_ends[item] = [e.end or 0.0 for e in done]
+        self.done_keys = {e.key for runs in self.done_by_end.values() for e in runs}
+        # the covers under the plain bound (for the gap test of check())
+        self.simple: set[tuple[float, int]] = set()
+        for runs in self.done_by_end.values():
+            for e in runs:
+                prev = self.prev_done(e.item, e.start, e)
+                for c in e.covers:
+                    c = round(c, 3)
+                    if c < e.start + SAME_FIRE and (
+                        prev is None or c > round(prev.fire, 3) + SAME_FIRE / 2
+                    ):
+                        self.simple.add((c, e.item))
+
+    def prev_done(self, item: int, before: float, exclude: Execution) -> Execution | None:
+        """The item's last done run that ended by ``before`` (other than ``exclude``)."""
+        ends = self.done_ends.get(item, [])
+        runs = self.done_by_end.get(item, [])
+        i = bisect.bisect_right(ends, before) - 1
+        while i >= 0:
+            if runs[i] is not exclude:
+                return runs[i]
+            i -= 1
+        return None
+
+    def accounted(self, t: float, item: int) -> bool:
+        return (t, item) in self.done_keys or (t, item) in self.simple
+
+    def check(self, e: Execution, c: float) -> str | None:
+        """None when ``c`` in ``e.covers`` is plausible, else why not: on the schedule,
+        before the run's start, before its own fire unless it is a misfire re-run,
+        after the fire of the item's previous done run (passed over when that run
+        names no earlier fire and the fires just before it stand nowhere else: a run
+        whose results read failed writes no result, docs/failover.md)."""
+        p = self.p
+        c = round(c, 3)
+        if abs(c / p.period - round(c / p.period)) * p.period >= SAME_FIRE:
+            return f"{c:.3f} is not on the schedule (period {p.period:g})"
+        if c >= e.start + SAME_FIRE:
+            return f"{c:.3f} is after the run's start {e.start:.3f}"
+        if not e.misfire and c >= round(e.fire, 3) - SAME_FIRE / 2:
+            return f"{c:.3f} is not before the fire {e.fire:.3f} of a run that is no misfire re-run"
+        prev = self.prev_done(e.item, e.start, e)
+        while prev is not None and c <= round(prev.fire, 3) + SAME_FIRE / 2:
+            if any(x < prev.fire - SAME_FIRE for x in prev.covers):
+                break
+            before = self.prev_done(e.item, prev.start, prev)
+            lo = round(before.fire, 3) if before is not None else c - p.period
+            gap = [
+                round(k * p.period, 3)
+                for k in range(
+                    math.floor(lo / p.period + 1e-9) + 1,
+                    math.ceil(round(prev.fire, 3) / p.period - 1e-9),
+                )
+            ]
+            if not gap or all(self.accounted(g, e.item) for g in gap):
+                break
+            prev = before
+        if prev is not None and c <= round(prev.fire, 3) + SAME_FIRE / 2:
+            return (
+                f"{c:.3f} is not after the fire {prev.fire:.3f} of the item's previous done "
+                f"run ({prev.instance}, ended {prev.end:.3f})"
+            )
+        return None
+
+
+def _evidence(e: Execution) -> str:
+    return f"execution {e.execution_id} on {e.instance} started {e.start:.3f}"
+
+
+def _check_pairs_strict(
+    report: Report,
+    history: History,
+    events: list[Event],
+    by_key: dict[tuple[float, int], list[Execution]],
+    by_item: dict[int, list[Execution]],
+    ops: _Switches,
+) -> None:
+    """Every (fire, item) of the window is done, folded by a plausible covers entry,
+    the operator's (with the product's skip record when the run records skips),
+    pending at the final stop (bounded), or lost. Nothing else excuses a pair: with
+    misfire on, the fires of a leaderless store, an outage, a freeze or a partition
+    are folded into the item's next run, and its covers must say so."""
+    p = history.params
+    ups = [ev.t for ev in events if ev.kind == "up"]
+    stops = [ev.t for ev in events if ev.kind == "stop"]
+    if not ups:
+        report.lost.append("no instance ever came up: the history is empty, nothing was checked")
+        return
+    stop = min(stops) if stops else max((e.start for e in history.executions), default=0.0)
+    k0 = math.ceil((min(ups) + p.session_timeout + p.period) / p.period - 1e-9)
+    k1 = math.floor((stop - max(p.pre, p.work + p.period)) / p.period + 1e-9)
+    fires = [round(k * p.period, 3) for k in range(k0, k1 + 1)]
+    cov = _Covers(p, by_item)
+    folded: dict[tuple[float, int], Execution] = {}
+    bad: dict[tuple[float, int], list[str]] = defaultdict(list)
+    for runs in cov.done_by_end.values():
+        for e in runs:
+            for c in e.covers:
+                why = cov.check(e, c)
+                key = (round(c, 3), e.item)
+                if why is None:
+                    folded.setdefault(key, e)
+                else:
+                    bad[key].append(f"{why} [{e.describe()}]")
+    for key, rows in sorted(bad.items()):
+        if key not in cov.done_keys and key not in folded:
+            report.bad_covers += [f"item {key[1]}: covers entry {row}" for row in rows]
+    # runs the final stop cut: started within work + P of it, still in progress at
+    # it or ended not done within P + OP of it (handed over as the stop began)
+    cut: dict[int, list[tuple[Execution, set[float]]]] = defaultdict(list)
+    if stops:
+        for e in history.executions:
+            if e.done or e.start < stop - p.work - p.period:
+                continue
+            at_stop = (e.end is None and e.until >= stop) or (e.end is not None and e.end >= stop)
+            handed = e.end is not None and e.end >= stop - (p.period + p.operation_timeout)
+            if at_stop or handed:
+                ok = {round(c, 3) for c in e.covers if cov.check(e, c) is None}
+                cut[e.item].append((e, ok))
+    skips: dict[tuple[float, int], list[Skip]] = defaultdict(list)
+    for s in history.skips:
+        skips[s.key].append(s)
+    excused: dict[str, int] = defaultdict(int)
+    pending: dict[int, list[tuple[float, str, str]]] = defaultdict(list)
+    covered = pairs = 0
+    for t in fires:
+        for item in range(ops.max_items()):
+            member, op = ops.membership(p, t, item)
+            if not member:
+                continue
+            pairs += 1
+            runs = by_key.get((t, item), [])
+            if any(e.done for e in runs):
+                covered += 1
+                continue
+            if (t, item) in folded:
+                excused[FOLDED] += 1
+                report.excused_pairs.append(_pair(p, t, item, FOLDED, _evidence(folded[t, item])))
+                continue
+            note = ""
+            if op is not None:
+                sk = next((s for s in skips.get((t, item), []) if s.reason in OPERATOR_SKIPS), None)
+                if sk is not None:
+                    why = f"{op}; skip '{sk.reason}' by {sk.instance} at {sk.t}"
+                    excused[OP_VERIFIED] += 1
+                    report.excused_pairs.append(_pair(p, t, item, OP_VERIFIED, why))
+                    continue
+                if not history.skips_recorded:
+                    excused[OP_UNVERIFIABLE] += 1
+                    report.excused_pairs.append(_pair(p, t, item, OP_UNVERIFIABLE, op))
+                    continue
+                if _no_such_item(p, history, t, item):
+                    excused[OP_NO_ITEM] += 1
+                    report.excused_pairs.append(_pair(p, t, item, OP_NO_ITEM, op))
+                    continue
+                note = f"; inside {op} but no 'disabled' or 'removed' skip record names it"
+            why_pending = None
+            for e, ok in cut.get(item, []):
+                if abs(round(e.fire, 3) - t) < SAME_FIRE / 2:
+                    why_pending = PENDING_OWN
+                elif t in ok:
+                    why_pending = PENDING_COVERS
+                elif e.start < t <= e.until:
+                    why_pending = PENDING_DURING
+                if why_pending:
+                    pending[item].append((t, why_pending, e.describe()))
+                    break
+            if why_pending:
+                continue
+            report.lost.append(_lost_line(t, item, runs, bad.get((t, item)), events) + note)
+    for item, held in sorted(pending.items()):
+        if len(held) > p.pending_cap:
+            for t, why, what in held:
+                report.lost.append(
+                    f"pending at stop over the cap ({len(held)} > {p.pending_cap} for the "
+                    f"item): fire {t:.3f} item {item}: {why}: {what}"
+                )
+            continue
+        for t, why, what in held:
+            excused[why] += 1
+            report.excused_pairs.append(_pair(p, t, item, why, what))
+            report.stopped_at_end.append(f"fire {t:.3f} item {item}: {why}: {what}")
+    # bad skips: a 'disabled' or 'removed' skip record no operator action explains
+    for s in history.skips:
+        if s.reason in OPERATOR_SKIPS and ops.skip_cause(p, s) is None:
+            report.bad_skips.append(
+                f"fire {s.fire:.3f} item {s.item}: skip '{s.reason}' by {s.instance} at {s.t} "
+                "without an operator action that succeeded (item, job, count or instance)"
+            )
+    report.excused = dict(excused)
+    report.stats.update(
+        fires=len(fires),
+        first_fire=fires[0] if fires else 0.0,
+        last_fire=fires[-1] if fires else 0.0,
+        pairs=pairs,
+        covered=covered,
+        covers_folded=excused.get(FOLDED, 0),
+        switches_failed=ops.failed,
+    )
+    stopped = [e for e in history.executions if e.stopped]
+    report.stats.update(
+        stopped=len(stopped),
+        stopped_rerun=sum(
+            1 for e in stopped if any(x.done and x.start >= (e.end or 0) for x in by_key[e.key])
+        ),
+    )
+
+
+def _pair(p: Params, t: float, item: int, category: str, evidence: str) -> dict[str, Any]:
+    return {"job": p.name, "fire": t, "item": item, "category": category, "evidence": evidence}
+
+
+def _no_such_item(p: Params, history: History, fire: float, item: int) -> bool:
+    """Whether the assignment in effect at ``fire`` (of the newest record written by
+    fire + WAIT) had no item ``item`` (a cut had taken effect, a raise not yet)."""
+    chosen = None
+    for t, levels in history.assignments:
+        if t > fire + p.wait_timeout:
+            break
+        chosen = levels
+    for eff, owners in chosen or []:
+        if fire >= eff - 1e-6:
+            return _level_size(owners) <= item
+    return False
+
+
+def _lost_line(
+    t: float,
+    item: int,
+    runs: list[Execution],
+    bad: list[str] | None,
+    events: list[Event],
+) -> str:
+    if runs:
+        what = (
+            "started but never completed validly: fire "
+            + f"{t:.3f} item {item}: "
+            + "; ".join(e.describe() for e in runs)
+        )
+    else:
+        what = f"never ran nor covered: fire {t:.3f} item {item}"
+    if bad:
+        what += "; claimed only by implausible covers: " + " | ".join(bad[:2])
+    return f"{what} ({_context(t, events)})"
+
+
+# ---- stuck executions, rejoin and run-now under the bounds of the promise ----------
+
+#: events after which an instance is back from a fault (the rejoin check)
+RECOVERIES = ("heal", "thaw", "gray_end", "up", "op_enable_instance")
+#: instance faults that leave the process running, and the event that ends each
+FAULT_SPANS = {"freeze": "thaw", "partition": "heal", "gray": "gray_end", "slow": "fast"}
+
+
+def _horizon(events: list[Event], execs: list[Execution]) -> float:
+    stops = [ev.t for ev in events if ev.kind == "stop"]
+    if stops:
+        return min(stops)
+    return max([e.start for e in execs] + [ev.t for ev in events] + [0.0])
+
+
+def _fault_spans(
+    p: Params, events: list[Event], states: Mapping[str, list[tuple[float, str]]], horizon: float
+) -> dict[str, list[tuple[float, float, str]]]:
+    """Per instance, (start, end, what) of each fault the records show: freeze..thaw,
+    partition..heal, gray..gray_end, slow..fast, term..down, a kill or self-exit for
+    st + P, the operator's disable..enable of it (a command that succeeded), and its
+    store disconnected (its own state records)."""
+    out: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    open_: dict[tuple[str, str], float] = {}
+    ends = {v: k for k, v in FAULT_SPANS.items()}
+    for n, ev in enumerate(events):
+        inst = ev.instance
+        if ev.kind in FAULT_SPANS or ev.kind == "term":
+            open_.setdefault((inst, ev.kind), ev.t)
+        elif ev.kind in ends and (inst, ends[ev.kind]) in open_:
+            out[inst].append((open_.pop((inst, ends[ev.kind])), ev.t, ends[ev.kind]))
+        elif ev.kind == "down" and (inst, "term") in open_:
+            out[inst].append((open_.pop((inst, "term")), ev.t, "term"))
+        if ev.kind in ("kill", "self_exit"):
+            out[inst].append((ev.t, ev.t + p.session_timeout + p.period, ev.kind))
+        if ev.kind == "op_disable_instance" and not _op_failed(
+            events, n, ev.kind, "op_enable_instance", inst
+        ):
+            open_.setdefault((inst, "operator disable"), ev.t)
+        elif ev.kind == "op_enable_instance" and (inst, "operator disable") in open_:
+            out[inst].append((open_.pop((inst, "operator disable")), ev.t, "operator disable"))
+    for (inst, kind), t in open_.items():
+        out[inst].append((t, horizon, kind))
+    for inst, seq in states.items():
+        since = None
+        for t, state in seq:
+            if state in DISCONNECTED:
+                since = t if since is None else since
+            elif since is not None:
+                out[inst].append((since, t, "store disconnected"))
+                since = None
+        if since is not None:
+            out[inst].append((since, horizon, "store disconnected"))
+    return out
+
+
+def _longest(spans: Iterable[tuple[float, float, str]], a: float, b: float) -> tuple[float, str]:
+    best = (0.0, "")
+    for s, e, what in spans:
+        if s < b and e > a and e - s > best[0]:
+            best = (e - s, f"{what} {s:.3f}..{e:.3f}")
+    return best
+
+
+def _check_stuck_executions(
+    report: Report, p: Params, execs: list[Execution], horizon: float
+) -> None:
+    """An execution in progress (to its end, its process's death, or the stop) longer
+    than work + WAIT + 3 st + 2 P holds its item: stuck."""
+    bound = p.stuck_bound
+    for e in execs:
+        until = e.end if e.end is not None else e.until
+        span = min(until, horizon) - e.start
+        if span > bound:
+            report.stuck.append(f"execution in progress {span:.1f}s > {bound:g}s: {e.describe()}")
+
+
+def _check_rejoin(
+    report: Report,
+    p: Params,
+    events: list[Event],
+    execs: list[Execution],
+    ops: _Switches,
+    faults: Mapping[str, list[tuple[float, float, str]]],
+    horizon: float,
+) -> None:
+    """An instance back from a fault (heal, thaw, gray_end, up, the operator's
+    enable) starts a run of the job within work + WAIT + 3 st + 2 P, plus the longest
+    fault of the job's leader in that span, and never later than 2 quiet deadlines
+    after; unless it was faulted or switched off again meanwhile, the deadline passes
+    the stop, the job was disabled, or the job had fewer items than live enabled
+    instances. Each recovery is reported checked or skipped, with the reason."""
+    starts: dict[str, list[float]] = defaultdict(list)
+    for e in execs:
+        starts[e.instance].append(e.start)
+    for seq in starts.values():
+        seq.sort()
+    leaders = [
+        (ev.t, str(ev.extra.get("holder")))
+        for ev in events
+        if ev.kind == "leader" and str(ev.extra.get("job", "")) == p.name and ev.extra.get("holder")
+    ]
+    counts: dict[str, int] = defaultdict(int)
+    for n, ev in enumerate(events):
+        if ev.kind not in RECOVERIES or not ev.instance:
+            continue
+        x, h = ev.instance, ev.t
+        base = p.stuck_bound
+        held = [who for t, who in leaders if t <= h][-1:] + [
+            who for t, who in leaders if h < t <= h + base
+        ]
+        ext, why = 0.0, ""
+        for who in set(held) - {x}:
+            longest = _longest(faults.get(who, []), h, h + base)
+            if longest[0] > ext:
+                ext, why = longest
+        deadline = min(h + base + ext, h + 2 * p.quiet_deadline)
+        head = f"{x} back ({ev.kind}) at {h:.3f}"
+        skipped = None
+        if deadline > horizon:
+            skipped = "deadline past the stop"
+        elif any(
+            h < o.t <= deadline
+            and o.instance == x
+            and (o.kind in UNHEALTHY or o.kind == "op_disable_instance")
+            for o in events[n + 1 :]
+        ):
+            skipped = "faulted or switched off again"
+        elif any(w.start < deadline and w.end > h for w in ops.job):
+            skipped = "job disabled"
+        elif min(
+            [ops.count_at(h)] + [new for c, _o, new in ops.counts if h < c <= deadline]
+        ) < _max_live(events, h, deadline):
+            skipped = "fewer items than live enabled instances"
+        if skipped:
+            counts[f"skipped: {skipped}"] += 1
+            report.rejoin_log.append(f"{head}: skipped ({skipped})")
+            continue
+        counts["checked"] += 1
+        seq = starts.get(x, [])
+        i = bisect.bisect_right(seq, h)
+        if i < len(seq) and seq[i] <= deadline:
+            report.rejoin_log.append(f"{head}: checked, first start {seq[i] - h:.1f}s after")
+            continue
+        line = (
+            f"{head} started no run of the job within {deadline - h:.1f}s"
+            + (f" (+{ext:.1f}s leader fault: {why})" if ext else "")
+            + f" ({_context(h, events)})"
+        )
+        report.rejoin_log.append(f"{head}: checked, NOT REJOINED")
+        report.not_rejoined.append(line)
+    report.stats["rejoin"] = dict(counts)
+
+
+def _max_live(events: list[Event], a: float, b: float) -> int:
+    """The most instances live (up, not faulted) and not switched off in [a, b]."""
+    live: set[str] = set()
+    off: set[str] = set()
+    best = 0
+    for n, ev in enumerate(events):
+        if ev.t > b:
+            break
+        if ev.kind in HEALTHY:
+            live.add(ev.instance)
+        elif ev.kind in UNHEALTHY:
+            live.discard(ev.instance)
+        elif ev.kind == "op_disable_instance" and not _op_failed(
+            events, n, ev.kind, "op_enable_instance", ev.instance
+        ):
+            off.add(ev.instance)
+        elif ev.kind == "op_enable_instance":
+            off.discard(ev.instance)
+        if ev.t >= a:
+            best = max(best, len(live - off))
+    return max(best, len(live - off))
+
+
+def _check_run_now_bounded(
+    report: Report,
+    history: History,
+    events: list[Event],
+    by_item: dict[int, list[Execution]],
+    ops: _Switches,
+    faults: Mapping[str, list[tuple[float, float, str]]],
+    horizon: float,
+) -> None:
+    """Every run-now with params of this job that succeeded: each item starts a run
+    with exactly those params within :attr:`Params.run_now_deadline` plus the longest
+    fault of its owner (by the runs or the assignment) overlapping that span. Else
+    lost, unless an operator switch of the item or job overlapped it, its deadline
+    passed the stop, or an assignment written in the span moved that item to another
+    owner: those are listed (``run_now_excused``), each with its reason."""
+    p = history.params
+    triggers = [
+        ev
+        for ev in events
+        if ev.kind == "op_trigger"
+        and str(ev.extra.get("job", "")) == p.name
+        and ev.extra.get("ok", True)
+        and ev.extra.get("params")
+    ]
+    known = {
+        json.dumps(ev.extra["params"], sort_keys=True)
+        for ev in events
+        if ev.kind == "op_trigger" and str(ev.extra.get("job", "")) == p.name
+    }
+    for e in history.executions:
+        if e.params and json.dumps(e.params, sort_keys=True) not in known:
+            report.params_unknown.append(f"{e.describe()} params {e.params}")
+    delivered = 0
+    for ev in triggers:
+        wanted = {str(k): str(v) for k, v in dict(ev.extra["params"]).items()}
+        for item in range(ops.count_at(ev.t)):
+            runs = by_item.get(item, [])
+            owners = {
+                o
+                for o in (
+                    _owner_at(runs, ev.t),
+                    _assigned_owner(history.assignments, ev.t, item, ev.t + p.wait_timeout),
+                )
+                if o
+            }
+            ext, why = 0.0, ""
+            for _ in range(3):  # the span grows with the fault that extends it
+                end = ev.t + p.run_now_deadline + ext
+                best = max(
+                    (_longest(faults.get(o, []), ev.t, end) for o in owners), default=(0.0, "")
+                )
+                if best[0] <= ext:
+                    break
+                ext, why = best
+            deadline = ev.t + p.run_now_deadline + ext
+            got = sorted(
+                e.start for e in runs if e.params == wanted and e.start >= ev.t - SAME_FIRE
+            )
+            if got and got[0] <= deadline:
+                delivered += 1
+                continue
+            who = ", ".join(sorted(owners)) or "?"
+            head = (
+                f"run-now {wanted} at {ev.t:.3f}: item {item} (owner {who}), "
+                f"deadline {deadline - ev.t:.1f}s" + (f" (+{ext:.1f}s: {why})" if ext else "")
+            )
+            late = f"; ran {got[0] - ev.t:.1f}s after" if got else "; never ran"
+            excuse = None
+            for w in (*ops.job, *ops.items.get(item, [])):
+                if w.start < deadline and w.end > ev.t:
+                    excuse = f"operator: {w.reason}"
+            for c, old, new in ops.counts:
+                if new < old and new <= item < old and ev.t - p.period <= c <= deadline:
+                    excuse = f"operator: op_count {old}->{new}@{c:.3f} removed the item"
+            if excuse is None and deadline > horizon and not got:
+                excuse = "pending at stop: the deadline passes the stop"
+            if excuse is None:
+                moved = _moved(history, item, ev.t - p.period - p.slack, deadline)
+                if moved:
+                    excuse = f"owner changed: {moved}"
+            if excuse is not None:
+                report.run_now_excused.append(f"{head}{late}: {excuse}")
+                continue
+            report.params_lost.append(f"{head}{late} ({_context(ev.t, events)})")
+    report.stats.update(
+        run_now=len(triggers),
+        run_now_delivered=delivered,
+        run_now_excused=len(report.run_now_excused),
+    )
+
+
+def _moved(history: History, item: int, a: float, b: float) -> str | None:
+    """An assignment written in [a, b] that gave ``item`` another owner than the
+    record before it (its newest level), else None."""
+    before: str | None = None
+    for t, levels in history.assignments:
+        owner = levels[0][1].get(item) if levels else None
+        if a <= t <= b and before is not None and owner != before:
+            return f"assignment at {t:.3f} moved item {item} from {before} to {owner}"
+        if t > b:
+            break
+        before = owner
+    return None
+
+
+def write_excused(path: Path, reports: Iterable[Report]) -> int:
+    """Write every excused or pending pair of ``reports`` to ``path``, one JSON line
+    each (job, fire, item, category, evidence); the number written."""
+    n = 0
+    with path.open("w") as fh:
+        for report in reports:
+            for row in report.excused_pairs:
+                fh.write(json.dumps(row, separators=(",", ":")) + "\n")
+                n += 1
+    return n
+
+
 def excuse_category(reason: str) -> str:
     """The group an excuse reason belongs to: ``folded``, ``no healthy instance``,
     ``store without a leader``, ``operator``, or ``owner dead/frozen before start``
@@ -2130,6 +2986,8 @@ def excuse_category(reason: str) -> str:
     fire; issue 25 section 4 is to make those run or fold instead)."""
     if reason.startswith(("coalesced", "folded")):
         return "folded"
+    if reason.startswith("pending at stop"):
+        return "pending at stop"
     if reason == "no healthy instance":
         return reason
     if reason.startswith("store without a leader"):
@@ -2224,5 +3082,8 @@ def _p50_max(values: list[float]) -> str:
 
 
 def check_jobs(workdir: Path, params: Mapping[str, Params]) -> JobsReport:
-    """Load a multi-job run from ``workdir`` and check each job of ``params``."""
-    return JobsReport({name: check(h) for name, h in load_histories(workdir, params).items()})
+    """Load a multi-job run from ``workdir`` and check each job of ``params``; every
+    job's excused and pending pairs go to ``workdir / "excused.jsonl"``."""
+    jobs = JobsReport({name: check(h) for name, h in load_histories(workdir, params).items()})
+    write_excused(workdir / "excused.jsonl", jobs.reports.values())
+    return jobs
