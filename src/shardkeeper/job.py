@@ -203,6 +203,9 @@ class ShardingContext:
     #: later fires that came while the item ran and were folded into it. Oldest
     #: first; at most 100 (the newest).
     covers: tuple[datetime, ...] = ()
+    #: how many more fires, older than the first of :attr:`covers`, this run stands
+    #: for without listing them (a gap of more than 100 fires); 0 usually
+    covered_before: int = 0
     _valid: Callable[[], bool] = field(default=_always_true, repr=False, compare=False)
     _stop: Callable[[], StopReason | None] = field(default=_no_stop, repr=False, compare=False)
     _item_state: ItemState = field(default_factory=LocalItemState, repr=False, compare=False)
@@ -307,6 +310,7 @@ class ShardingContext:
             "props": dict(self.props),
             "params": dict(self.params),
             "covers": [t.isoformat() for t in self.covers],
+            "covered_before": self.covered_before,
         }
 
 

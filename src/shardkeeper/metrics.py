@@ -122,8 +122,8 @@ class RuntimeMetrics:
     def on_execution(self, record: ExecutionRecord) -> None:
         """Count one execution (called on the worker thread: increments only)."""
         self.executions.labels(record.job, record.outcome.value).inc()
-        if record.covers:
-            self.covered.labels(record.job).inc(len(record.covers))
+        if record.covers or record.covered_before:
+            self.covered.labels(record.job).inc(len(record.covers) + record.covered_before)
         if record.outcome is Outcome.FENCED:
             return
         self.duration.labels(record.job).observe(record.duration)

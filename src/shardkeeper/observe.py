@@ -82,6 +82,9 @@ class ExecutionRecord:
     attempt: int = 1
     #: fire times this run stood for (``ctx.covers``: no run started them)
     covers: tuple[float, ...] = ()
+    #: how many more, older fires it stood for without listing them
+    #: (``ctx.covered_before``: a gap longer than ``covers`` lists)
+    covered_before: int = 0
     #: the run's last ``ctx.progress`` report as JSON (done, total, note, at), for a
     #: run that did not end ok (failed, timed out, fenced, interrupted); "" otherwise
     progress: str = ""

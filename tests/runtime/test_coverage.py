@@ -10,7 +10,7 @@ from shardkeeper.config import JobConfig
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.results import ItemResult
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
-from shardkeeper.runtime.coverage import MAX_COVERS, Coverage, FireSchedule
+from shardkeeper.runtime.coverage import MAX_COVERS, Coverage, Covered, FireSchedule
 from shardkeeper.scheduling.triggers import build_trigger
 
 P = JobPaths("cov")
@@ -73,7 +73,7 @@ def test_an_item_whose_owner_died_before_its_fire_covers_that_fire(store: Memory
     cov = Coverage(store, P)
     _result(store, 3, 800.0)
     _result(store, 4, 808.0)  # ran at its previous fire elsewhere: no gap
-    assert cov.gaps([3, 4, 5], 816.0, _every(8), monitored=True) == {3: (808.0,)}
+    assert cov.gaps([3, 4, 5], 816.0, _every(8), monitored=True) == {3: Covered((808.0,))}
     # decided now: the next fire has no gap and reads nothing
     before = store.round_trips
     assert cov.gaps([3, 4, 5], 824.0, _every(8), monitored=True) == {}
@@ -85,7 +85,7 @@ def test_fires_this_instance_skipped_are_covered_by_its_next_run(store: MemorySt
     cov.decided([0], 800.0)
     _result(store, 0, 800.0)
     # 808 and 816 were skipped here (say the store did not answer)
-    assert cov.gaps([0], 824.0, _every(8), monitored=True) == {0: (808.0, 816.0)}
+    assert cov.gaps([0], 824.0, _every(8), monitored=True) == {0: Covered((808.0, 816.0))}
 
 
 def test_without_monitoring_nothing_is_read_or_covered(store: MemoryStore) -> None:
@@ -107,7 +107,11 @@ def test_an_item_that_never_completed_is_counted_from_when_it_was_first_due(
     _result(store, 1, 808.0)
     births = {1: 800.0, 2: 800.0, 3: 808.001}
     gaps = cov.gaps([1, 2, 3], 824.0, _every(8), monitored=True, born=births.get)
-    assert gaps == {1: (816.0,), 2: (800.0, 808.0, 816.0), 3: (816.0,)}
+    assert gaps == {
+        1: Covered((816.0,)),
+        2: Covered((800.0, 808.0, 816.0)),
+        3: Covered((816.0,)),
+    }
     # unknown birth (an assignment written by an older version): nothing to count from
     assert Coverage(store, P).gaps([5], 824.0, _every(8), monitored=True, born=births.get) == {}
     # born at this very fire: nothing earlier was due

@@ -73,6 +73,9 @@ class Batch:
     params: dict[str, str] = field(default_factory=dict)
     #: earlier fire times each item's run stands for (runtime/coverage.py)
     covers: dict[int, tuple[float, ...]] = field(default_factory=dict)
+    #: how many fires, older than those listed in ``covers``, each item's run stands
+    #: for too (a gap longer than MAX_COVERS fires: counted, not listed)
+    covered_before: dict[int, int] = field(default_factory=dict)
     #: items whose earlier fires could not be counted (the results read failed):
     #: their completion writes no result, so that the next run counts them
     uncounted: frozenset[int] = frozenset()

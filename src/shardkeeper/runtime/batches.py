@@ -470,6 +470,7 @@ class Batches:
                 traceback=trace,
                 attempt=attempt or batch.attempts.get(item, 1),
                 covers=batch.covers.get(item, ()),
+                covered_before=batch.covered_before.get(item, 0),
                 progress=self._last_progress(batch, item) if outcome != OK else "",
             )
         )

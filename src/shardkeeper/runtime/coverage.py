@@ -19,6 +19,20 @@ last run's mark, so with our marks in place no other run of it can still be goin
 and its ``fire_time`` is the last fire of the item that ran to its end anywhere. The
 covered fires are the schedule's fire times strictly between that and this fire.
 
+Fires an operator switched off are no run's to cover: a fire this instance skipped
+because the job, or the item, was disabled (``disabled``, recorded as that skip) is
+remembered here as held, and the gap leaves it out (a catch-up job must not process
+the window the operator switched off, and the pair must not be counted twice, as a
+skip and as a fold). All instances see a job's disable and skip its fires alike, so
+the item's next owner knows those fires whoever owned it; an item's disable is known
+to the owners that skipped it. An instance that was not running then (started
+later) does not know them, and its first run of the item may still list them.
+
+A run lists at most :data:`MAX_COVERS` of them, the newest (``ctx.covers``): a longer
+gap (an outage of more than 100 intervals) is not lost for that, the run counts the
+older ones it stands for without listing them (``ctx.covered_before``, the history's
+``covered_before`` column, ``shardkeeper_covered_fires_total``).
+
 An item that never completed anywhere (the first fires of a new job, or of items a
 raised count added) is counted from when it was first due: the assignment says so
 (``Assignment.births``), so the first fires lost to a fault are covered by the item's
@@ -32,7 +46,8 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -44,15 +59,17 @@ from shardkeeper.coordination.results import ItemResult
 from shardkeeper.errors import StoreError
 from shardkeeper.registry.base import CoordinationStore, Node
 
-__all__ = ["MAX_COVERS", "SAME_FIRE", "Coverage", "FireSchedule"]
+__all__ = ["MAX_COVERS", "SAME_FIRE", "Coverage", "Covered", "FireSchedule", "counted", "listed"]
 
 log = logging.getLogger(__name__)
 
-#: most fire times one run reports covering (older missed fires are counted in
+#: most fire times one run lists as covered (older missed fires are counted in
 #: ``covered_before``, not listed: a document per run stays small)
 MAX_COVERS = 100
 #: fire times closer than this are the same fire (they are floats from one schedule)
 SAME_FIRE = 1e-3
+#: most operator-held stretches of fires remembered, for the job and for each item
+MAX_HELD = 64
 #: most trigger steps one look-up walks (a cron schedule fires at most once a second)
 _WALK_LIMIT = 100_000
 _YEAR = 366 * 86400.0
@@ -74,13 +91,23 @@ class FireSchedule:
     def between(self, after: float, before: float, limit: int = MAX_COVERS) -> list[float]:
         """Fire times strictly between ``after`` and ``before``: the newest ``limit``
         of them, oldest first."""
+        return self.window(after, before, limit)[0]
+
+    def window(
+        self, after: float, before: float, limit: int = MAX_COVERS
+    ) -> tuple[list[float], int]:
+        """Fire times strictly between ``after`` and ``before``: the newest ``limit``
+        of them, oldest first, and how many older ones there are besides (a schedule
+        that is walked, not an interval, counts those of its first 100,000 steps)."""
         if self._every:
             every, origin = self._every, self._origin
             first = math.floor((after + SAME_FIRE - origin) / every) + 1
             last = math.ceil((before - SAME_FIRE - origin) / every) - 1
+            older = max(0, last - limit + 1 - first)
             first = max(first, last - limit + 1)
-            return [origin + k * every for k in range(first, last + 1)]
+            return [origin + k * every for k in range(first, last + 1)], older
         out: list[float] = []
+        older = 0
         now = datetime.fromtimestamp(after, UTC) + timedelta(seconds=SAME_FIRE)
         prev: datetime | None = None
         for _ in range(_WALK_LIMIT):  # bounded: a gap of more fires keeps the oldest
@@ -94,9 +121,10 @@ class FireSchedule:
                 out.append(ts)
                 if len(out) > limit:
                     del out[0]
+                    older += 1
             prev = nxt
             now = nxt + timedelta(seconds=SAME_FIRE)
-        return out
+        return out, older
 
     def previous(self, before: float) -> float | None:
         """The latest fire time before ``before`` (None: none within a year)."""
@@ -107,6 +135,41 @@ class FireSchedule:
                 return found[-1]
             span *= 4
         return None
+
+
+@dataclass(frozen=True)
+class Covered:
+    """The earlier fires one run of an item stands for: ``fires``, listed (the newest
+    :data:`MAX_COVERS`, oldest first: ``ctx.covers``), and ``before`` more, older
+    than those, counted but not listed (``ctx.covered_before``)."""
+
+    fires: tuple[float, ...] = ()
+    before: int = 0
+
+    def __post_init__(self) -> None:
+        if self.before < 0:
+            raise ValueError(f"before={self.before!r}: a count of fires is >= 0")
+
+    def __bool__(self) -> bool:
+        return bool(self.fires) or self.before > 0
+
+    def plus(self, more: Iterable[float], before: int = 0) -> Covered:
+        """These and the fire times ``more`` (and ``before`` older unlisted ones): the
+        newest :data:`MAX_COVERS` listed, the rest counted."""
+        merged = sorted({*self.fires, *more})
+        cut = max(0, len(merged) - MAX_COVERS)
+        return Covered(tuple(merged[cut:]), self.before + before + cut)
+
+
+def listed(covered: Mapping[int, Covered]) -> dict[int, tuple[float, ...]]:
+    """The listed fire times per item (``Batch.covers``), items with any."""
+    return {item: c.fires for item, c in covered.items() if c.fires}
+
+
+def counted(covered: Mapping[int, Covered]) -> dict[int, int]:
+    """The older fires counted but not listed per item (``Batch.covered_before``),
+    items with any."""
+    return {item: c.before for item, c in covered.items() if c.before}
 
 
 class Coverage:
@@ -124,6 +187,24 @@ class Coverage:
         #: items started here whose earlier fires could not be counted (the results
         #: read failed): their runs must not write a result (take_uncounted)
         self._uncounted: set[int] = set()
+        #: stretches [first, last] of consecutive schedule fires skipped here because
+        #: an operator disabled the job (every item's), oldest first; kept across
+        #: sessions: they are facts about the job, not about our membership
+        self._held: list[tuple[float, float]] = []
+        #: the same for fires of single items an operator disabled
+        self._held_items: dict[int, list[tuple[float, float]]] = {}
+
+    def held(self, fire_time: float, schedule: FireSchedule, items: Collection[int] | None) -> None:
+        """The schedule's fire at ``fire_time`` was skipped here for an operator's
+        reason (the job disabled: ``items`` None; or these disabled ``items``): no
+        run covers it (module docstring)."""
+        prev = schedule.previous(fire_time)
+        with self._lock:
+            if items is None:
+                _hold(self._held, fire_time, prev)
+            else:
+                for item in items:
+                    _hold(self._held_items.setdefault(item, []), fire_time, prev)
 
     def forget(self) -> None:
         """A new session or membership: what was decided before says nothing now."""
@@ -170,9 +251,10 @@ class Coverage:
         *,
         monitored: bool,
         born: Callable[[int], float | None] | None = None,
-    ) -> dict[int, tuple[float, ...]]:
+    ) -> dict[int, Covered]:
         """For items just started for ``fire_time``: the schedule's earlier fires that
-        no run stands for yet, per item that has any (module docstring). ``born``
+        no run stands for yet, per item that has any (module docstring): the newest
+        :data:`MAX_COVERS` listed, the older ones counted. ``born``
         says when an item was first due (``Assignment.born``): an item with no
         result is counted from there. One store read at most, and none when every
         item was decided here at its previous fire. Never raises: an unreadable
@@ -215,23 +297,51 @@ class Coverage:
             )
             return {}
         stored = self._last_fires(tree)
-        out: dict[int, tuple[float, ...]] = {}
+        out: dict[int, Covered] = {}
         for item in unknown:
             seen = [t for t in (stored.get(item), known[item]) if t is not None]
             if seen:
                 if max(seen) >= prev - SAME_FIRE:
                     continue  # no gap
-                missed = schedule.between(max(seen), fire_time)
+                missed, older = self._missed(item, schedule, max(seen), fire_time)
             else:
                 first_due = born(item) if born is not None else None
                 if first_due is None:
                     continue  # never ran anywhere, and nothing to count from
                 # due from the first fire at or after ``first_due`` (a reshard that
                 # applies from the next fire is dated a millisecond after this one)
-                missed = schedule.between(first_due - 1.5 * SAME_FIRE, fire_time)
+                missed, older = self._missed(item, schedule, first_due - 1.5 * SAME_FIRE, fire_time)
             if missed:
-                out[item] = tuple(missed)
+                out[item] = Covered(tuple(missed), older)
         return out
+
+    def _missed(
+        self, item: int, schedule: FireSchedule, after: float, before: float
+    ) -> tuple[list[float], int]:
+        """The schedule's fires strictly between ``after`` and ``before`` that no
+        operator held here for ``item``: the newest MAX_COVERS, and how many older."""
+        with self._lock:
+            held = sorted(
+                (first, last)
+                for first, last in (*self._held, *self._held_items.get(item, ()))
+                if last > after and first < before
+            )
+        # the stretches of (after, before) outside the held ones, oldest first (a
+        # held stretch's own ends are held fires: strictly between leaves them out)
+        spans: list[tuple[float, float]] = []
+        lo = after
+        for first, last in held:
+            if first > lo:
+                spans.append((lo, first))
+            lo = max(lo, last)
+        spans.append((lo, before))
+        fires: list[float] = []
+        older = 0
+        for lo, hi in reversed(spans):
+            got, more = schedule.window(lo, hi, MAX_COVERS - len(fires))
+            fires[:0] = got
+            older += more
+        return fires, older
 
     def _last_fires(self, tree: dict[str, Node]) -> dict[int, float]:
         root = self._paths.results_root + "/"
@@ -245,3 +355,18 @@ class Coverage:
             except DocumentError:
                 continue
         return out
+
+
+def _hold(stretches: list[tuple[float, float]], fire_time: float, prev: float | None) -> None:
+    """Add the held fire ``fire_time`` (whose schedule predecessor is ``prev``) to
+    ``stretches``: it extends the stretch that ends at ``prev``, else starts one."""
+    for n, (first, last) in enumerate(stretches):
+        if first - SAME_FIRE <= fire_time <= last + SAME_FIRE:
+            return  # held already
+        if prev is not None and abs(last - prev) <= SAME_FIRE:
+            stretches[n] = (first, fire_time)
+            break
+    else:
+        stretches.append((fire_time, fire_time))
+        stretches.sort()
+    del stretches[:-MAX_HELD]

@@ -78,7 +78,7 @@ from shardkeeper.registry.base import ConnectionState, WatchEvent
 from shardkeeper.runtime import reactions as rx
 from shardkeeper.runtime.batches import Batch, Batches
 from shardkeeper.runtime.checkpoints import ItemStates
-from shardkeeper.runtime.coverage import MAX_COVERS
+from shardkeeper.runtime.coverage import Covered, counted, listed
 from shardkeeper.runtime.fires import Fires, SkipSink
 from shardkeeper.runtime.jobstate import JobState, SkipReason
 from shardkeeper.runtime.leader import LeaderDuties
@@ -607,6 +607,7 @@ class JobRunner:
             props=dict(cfg.props),
             params=dict(batch.params),
             covers=tuple(datetime.fromtimestamp(t, UTC) for t in batch.covers.get(item, ())),
+            covered_before=batch.covered_before.get(item, 0),
             _valid=lambda: item not in batch.timed_out and self.valid(batch),
             # timed out or stopping; never a pending reshard (batches.stop_reason)
             _stop=lambda: self.batches.stop_reason(batch, item),
@@ -723,8 +724,8 @@ class JobRunner:
                 # as with a trigger's start; and the earlier fires handed off while
                 # this one waited in the queue (its folds)
                 gaps = self.trigger.covers_for(items, fire_time)
-                covers = {
-                    c.item: tuple(sorted({*gaps.get(c.item, ()), *c.entry.folds}))[-MAX_COVERS:]
+                covered = {
+                    c.item: gaps.get(c.item, Covered()).plus(c.entry.folds)
                     for c in group
                     if c.entry.folds or c.item in gaps
                 }
@@ -737,7 +738,8 @@ class JobRunner:
                         execution_ids={c.item: c.entry.execution_id for c in group},
                         failover=True,
                         session=session,
-                        covers=covers,
+                        covers=listed(covered),
+                        covered_before=counted(covered),
                         spans={c.item: span for c in group if (span := spans.get(c.item))},
                     )
                 )

@@ -37,7 +37,14 @@ from shardkeeper.coordination.oneoff import OneOffService, OneOffView
 from shardkeeper.coordination.results import CompletedView, read_completed
 from shardkeeper.registry.base import Check
 from shardkeeper.runtime.batches import Batch, execution_id
-from shardkeeper.runtime.coverage import MAX_COVERS, SAME_FIRE, Coverage, FireSchedule
+from shardkeeper.runtime.coverage import (
+    SAME_FIRE,
+    Coverage,
+    Covered,
+    FireSchedule,
+    counted,
+    listed,
+)
 from shardkeeper.runtime.jobstate import JobState, SkipReason
 from shardkeeper.runtime.leader import LeaderDuties, ReshardStep
 from shardkeeper.runtime.services import JobServices
@@ -236,6 +243,8 @@ class TriggerFlow:
             # being skipped for a blip.
             return Wait(POLL * 2, "connection to the store suspended")
         if reason is not None:
+            if reason is SkipReason.DISABLED:
+                self._hold(fire, None)  # the operator's: no later run covers it
             return Skipped(reason)
         ft = fire.fire_time
         if ft < self._state.joined_at - 1e-3:
@@ -379,6 +388,10 @@ class TriggerFlow:
         # since (a fire delayed behind a freeze or a running item): nobody can run
         # them any more, so they are recorded as a skip, not left out silently.
         self.removed = tuple(i for i in owned if i >= cfg.sharding_total_count)
+        # items an operator disabled: this fire of theirs is no later run's to cover
+        held = [i for i in owned if i in self._state.disabled_items]
+        if held:
+            self._hold(fire, held)
         # An operator's item disable leaves the item out of the fire: recorded as a
         # skip (reason DISABLED, with the items) so that the fire is accounted for,
         # as a whole job's disable is.
@@ -445,6 +458,7 @@ class TriggerFlow:
             if marked:
                 with self._state.lock:  # their misfire marks went with the commit
                     self._state.misfire_marks_cleared(result.marked)
+            covered = self._covers(list(result.marked), ft, fire.folds_until)
             batch = Batch(
                 fire_time=ft,
                 items=list(result.marked),
@@ -454,7 +468,8 @@ class TriggerFlow:
                 misfire=fire.misfire,
                 session=session,
                 params=dict(fire.params),
-                covers=self._covers(list(result.marked), ft, fire.folds_until),
+                covers=listed(covered),
+                covered_before=counted(covered),
                 spans={i: span for i in result.marked if (span := spans[i]) is not None},
             )
             self._launch(batch)
@@ -503,6 +518,7 @@ class TriggerFlow:
         # are ours: adopt them instead of calling them "running elsewhere".
         adopted = self._s.execution.read_back(items, ids) if cfg.monitor_execution else {}
         if adopted:
+            covered = self._covers(sorted(adopted), ft, fire.folds_until)
             batch = Batch(
                 fire_time=ft,
                 items=sorted(adopted),
@@ -512,7 +528,8 @@ class TriggerFlow:
                 misfire=fire.misfire,
                 session=session,
                 params=dict(fire.params),
-                covers=self._covers(sorted(adopted), ft, fire.folds_until),
+                covers=listed(covered),
+                covered_before=counted(covered),
                 spans={i: span for i in adopted if (span := spans[i]) is not None},
             )
             self._launch(batch)
@@ -565,26 +582,40 @@ class TriggerFlow:
             return Launched(step.items, Skipped(SkipReason.RUNNING_ELSEWHERE, gone))
         return step
 
-    def covers_for(self, items: list[int], fire_time: float) -> dict[int, tuple[float, ...]]:
+    def covers_for(self, items: list[int], fire_time: float) -> dict[int, Covered]:
         """The earlier fires a failover claim of ``items`` for ``fire_time`` stands for,
         as a start of them here would (lane task): a dead owner's fires between the
         item's last completed run and the claimed one were never run anywhere, and
         nothing else would ever cover them. Marks the items decided at ``fire_time``."""
         return self._covers(items, fire_time)
 
+    def _fire_schedule(self) -> FireSchedule:
+        """The schedule of the job's current config (built again when it changed)."""
+        cfg = self._state.config
+        if self._schedule is None or self._schedule[0] is not cfg:
+            self._schedule = (cfg, FireSchedule(build_trigger(cfg)))
+        return self._schedule[1]
+
+    def _hold(self, fire: Fire, items: list[int] | None) -> None:
+        """``fire`` of the job (``items`` None) or of ``items`` is skipped because an
+        operator disabled it: no run stands for it later (runtime/coverage.py). Only
+        the schedule's own fires: a run-now or a misfire re-run is not one."""
+        if fire.manual or fire.misfire or fire.params or self._state.config.at is not None:
+            return
+        self.coverage.held(fire.fire_time, self._fire_schedule(), items)
+
     def _covers(
         self, items: list[int], fire_time: float, folds_until: float | None = None
-    ) -> dict[int, tuple[float, ...]]:
+    ) -> dict[int, Covered]:
         """The fires of just-started ``items`` that no run stood for: the earlier ones
         (runtime/coverage.py) and, for a misfire re-run, the later fires folded into
         it here up to ``folds_until``. With misfire on this run is their fold; with it
-        off they are recorded as skips (owner gone) and the run covers nothing."""
+        off they are recorded as skips (owner gone) and the run covers nothing. Each
+        item's newest MAX_COVERS are listed, the older ones counted (``Covered``)."""
         cfg = self._state.config
         if cfg.at is not None:
             return {}  # a one-off job has one fire: nothing before it to cover
-        if self._schedule is None or self._schedule[0] is not cfg:
-            self._schedule = (cfg, FireSchedule(build_trigger(cfg)))
-        schedule = self._schedule[1]
+        schedule = self._fire_schedule()
         # the start commit checked the version this assignment was read at
         read = self._decided_from
         gaps = self.coverage.gaps(
@@ -597,19 +628,32 @@ class TriggerFlow:
         if folds_until is not None and folds_until > fire_time + SAME_FIRE and cfg.misfire:
             # the fires that came while the run ahead went on (or queued behind it)
             # and were folded into this re-run: it stands for them, and says so
-            folded = (*schedule.between(fire_time, folds_until), folds_until)[-MAX_COVERS:]
-            gaps = {
-                item: tuple(sorted({*gaps.get(item, ()), *folded}))[-MAX_COVERS:] for item in items
-            }
+            between, older = schedule.window(fire_time, folds_until)
+            folded = (*between, folds_until)
+            gaps = {item: gaps.get(item, Covered()).plus(folded, older) for item in items}
             self.coverage.decided(items, folds_until)
         if not gaps or cfg.misfire:
             return gaps
         by_fire: dict[float, list[int]] = {}
         for item, missed in gaps.items():
-            for ft in missed:
+            for ft in missed.fires:
                 by_fire.setdefault(ft, []).append(item)
         for ft in sorted(by_fire):
             self._on_missed(ft, tuple(sorted(by_fire[ft])))
+        unlisted = {item: c.before for item, c in gaps.items() if c.before}
+        if unlisted:
+            # recorded one skip a fire for the newest MAX_COVERS of each item only:
+            # the older ones are counted here, not dropped without a word
+            log.warning(
+                "%s: %d older fires of items %s ran nowhere before %s and are not "
+                "recorded one by one (misfire off; the newest of each are recorded as "
+                "owner_gone skips): per item %s",
+                cfg.name,
+                sum(unlisted.values()),
+                sorted(unlisted),
+                fmt_fire(fire_time),
+                unlisted,
+            )
         return {}
 
     def _start_rest(
