@@ -723,8 +723,8 @@ def fenced_update(
     values; ``where`` is a SQL condition (``accounts.c.id == 7``) or a mapping of column
     names to values (``{"id": 7}``). ``token_column`` (an integer column, BIGINT) gets
     the writer's token, a record of which execution wrote each row; ``None`` writes
-    none. The rows need not belong to the item: whatever the transaction writes is
-    fenced by the item's fence, so two items must not write the same rows::
+    none. The fence is the item's, not the rows': rows that two items' executions both
+    write are not ordered between them::
 
         with engine.begin() as conn:
             if fenced_update(conn, accounts, {"balance": 42}, {"id": 7}, ctx) == 0:
