@@ -86,6 +86,9 @@ class HistoryEntry:
     #: the run's last progress report (JSON: done, total, note, at) when it did not
     #: end ok ("" otherwise)
     progress: str = ""
+    #: how many fires, older than those in :attr:`covers`, this run stood for
+    #: without listing them (``ctx.covered_before``)
+    covered_before: int = 0
 
     @property
     def covered(self) -> tuple[float, ...]:

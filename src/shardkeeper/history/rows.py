@@ -35,6 +35,7 @@ def execution_row(record: ExecutionRecord) -> Row:
         "covers": ",".join(f"{t:.3f}" for t in record.covers),
         "scope": record.scope,
         "progress": record.progress,
+        "covered_before": record.covered_before,
     }
 
 
@@ -62,6 +63,7 @@ def skip_rows(record: SkipRecord) -> list[Row]:
             "covers": "",
             "scope": record.scope,
             "progress": "",
+            "covered_before": 0,
         }
         for item in (record.items or (WHOLE_FIRE,))
     ]

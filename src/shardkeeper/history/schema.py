@@ -65,6 +65,10 @@ executions = Table(
     # the last ctx.progress report (JSON) of a run that failed, timed out or was
     # fenced; a server default for older writers, as scope
     Column("progress", Text, nullable=False, default="", server_default=""),
+    # how many fires, older than those in covers, the run stood for without listing
+    # them (ctx.covered_before: a gap of more than 100 fires); a server default for
+    # older writers, as scope
+    Column("covered_before", Integer, nullable=False, default=0, server_default="0"),
     # the CLI's queries: one job newest first; failures; retention by age; one execution
     Index("ix_executions_job_started", "job", "started"),
     Index("ix_executions_outcome", "outcome"),
@@ -88,6 +92,7 @@ ADDED_COLUMNS: dict[str, str] = {
     # old rows get LEGACY_SCOPE
     "scope": "ALTER TABLE executions ADD COLUMN scope VARCHAR(1000) NOT NULL DEFAULT ''",
     "progress": "ALTER TABLE executions ADD COLUMN progress TEXT NOT NULL DEFAULT ''",
+    "covered_before": "ALTER TABLE executions ADD COLUMN covered_before INTEGER NOT NULL DEFAULT 0",
 }
 
 #: indexes added after the first release, created on an older table once its columns
