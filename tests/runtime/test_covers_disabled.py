@@ -161,3 +161,31 @@ def test_the_first_run_after_an_operator_enables_the_job_covers_nothing() -> Non
     finally:
         rt.stop()
         server.shutdown()
+
+
+def test_the_first_run_after_an_operator_enables_an_item_covers_nothing() -> None:
+    """The same for one item switched off (``disabled/items/1``) while item 0 runs on."""
+    server = MemoryServer()
+    seen = _Seen()
+    rt = Runtime(server.store(), shutdown_grace=0, observers=[seen])
+    rt.add_job(_Keep(seen), JobConfig(name="dis", interval=0.2, sharding_total_count=2))
+    try:
+        rt.start()
+        wait_until(lambda: len(seen.after(0)) >= 4, 20, message="the job never ran")
+        rt.store.put(P.disabled_item(1), b"")
+        off = time.time()
+        wait_until(
+            lambda: sum(c.item == 0 for c in seen.after(off)) >= 8, 20, message="item 0 stopped"
+        )
+        rt.store.delete(P.disabled_item(1))
+        enabled = time.time()
+        first = wait_until(
+            lambda: [c for c in seen.after(enabled) if c.item == 1], 20, message="item 1 never ran"
+        )
+        assert all(
+            c.item != 1 for c in seen.after(off + 0.4) if c.fire_time.timestamp() < enabled - 0.4
+        )
+        assert (first[0].covers, getattr(first[0], "covered_before", 0)) == ((), 0)
+    finally:
+        rt.stop()
+        server.shutdown()
