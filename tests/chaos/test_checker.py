@@ -20,6 +20,7 @@ from tests.chaos.checker import (
     Execution,
     History,
     Params,
+    Skip,
     Snapshot,
     check,
     load_history,
@@ -1502,3 +1503,373 @@ def test_a_run_that_raises_still_writes_its_end_line(tmp_path: Path) -> None:
     end = lines[1]
     assert end["valid"] is False and end["valid_through"] is None and end["invalid_at"]
     assert "CheckpointUnavailableError" in end["error"]
+
+
+# ---- must-fail histories of the strict rules (issue 35 section 1; the audit's mutants) --
+# Each excuse category has a history with a real defect of another cause in the same
+# shape, which must fail, beside the legitimate history that passes.
+
+
+def _skip(item: int, fire: float, reason: str, instance: str = A) -> Skip:
+    return Skip(job="", instance=instance, item=item, fire=fire, reason=reason, t=fire + 0.01)
+
+
+def _outage_history(kind: str, *, folded: bool) -> History:
+    """Fires 10..13 of both items run nowhere: the store had no leader (``leaderless``)
+    or every instance was frozen (``outage``) from T0+10 to T0+14. With ``folded``
+    each item's run of fire 14 names them in its covers (misfire on)."""
+    b = Builder()
+    gap = {(T0 + k, i) for k in range(10, 14) for i in (0, 1)}
+    b.steady(skip=gap)
+    if kind == "leaderless":
+        b.event(T0 + 10.0, "store_kill", member=0, leader=True)
+        b.event(T0 + 13.8, "store_leader", member=1)
+        b.event(T0 + 14.5, "store_up", member=0)
+    else:
+        for inst in (A, B):
+            b.event(T0 + 10.0, "freeze", inst)
+            b.event(T0 + 13.9, "thaw", inst)
+    if folded:
+        for e in b.executions:
+            if e.fire == T0 + 14:
+                e.covers = tuple(T0 + k for k in range(10, 14))
+    b.frame()
+    return _strict(b.history())
+
+
+@pytest.mark.parametrize("kind", ["leaderless", "outage"])
+def test_a_leaderless_store_or_an_outage_excuses_nothing_unless_folded(kind: str) -> None:
+    """Audit mutant a3: pairs that never ran during a store without a leader, or while
+    no instance was healthy, were excused by the window alone. With misfire on the
+    product folds them into each item's next run: named in its covers they pass
+    (folded, listed with the covering run as evidence); not named, they are lost."""
+    report = check(_outage_history(kind, folded=False))
+    assert not report.ok
+    assert len([x for x in report.lost if "never ran nor covered" in x]) == 8, report.lost
+    report = check(_outage_history(kind, folded=True))
+    assert report.ok, report.render()
+    assert report.excused_by_category == {"folded": 8}
+    assert all("execution job@" in x["evidence"] for x in report.excused_pairs)
+
+
+def _count_cut_history(*, removed_skips: bool, skips_recorded: bool = True) -> History:
+    """The operator cut the count 2 -> 1 at T0+20 (assignment of count 1 from then);
+    B, healthy, ran none of item 1's fires from T0+14 on. With ``removed_skips`` the
+    product's ``removed`` skip records name those fires."""
+    b = Builder()
+    b.steady(skip={(T0 + k, 1) for k in range(14, END)})
+    b.event(T0 + 20.0, "op_count", job="", old=2, new=1)
+    b.frame()
+    history = _strict(b.history())
+    history.assignments = [
+        (T0 - 0.3, [(T0, {0: A, 1: B})]),
+        (T0 + 20.0, [(T0 + 20.0, {0: A}), (T0, {0: A, 1: B})]),
+    ]
+    if removed_skips:
+        history.skips = [_skip(1, T0 + k, "removed", B) for k in range(14, 20)]
+    elif skips_recorded:
+        history.skips = [_skip(0, T0 + 3, "suspended")]  # the run records skips
+    history.skips_recorded = skips_recorded
+    return history
+
+
+def test_a_count_cut_excuses_only_pairs_the_product_recorded_as_removed() -> None:
+    """Audit mutant a4: a healthy owner's pairs in the 6 s before a count cut were
+    excused because no run of the item came (absence of evidence). Now a pair in the
+    cut's window needs the product's ``removed`` skip record: without one (the run
+    records skips) the 6 pairs are lost; with them they pass, verified. Fires after
+    the cut, which the assignment in effect no longer has, are the operator's."""
+    report = check(_count_cut_history(removed_skips=False))
+    assert not report.ok and len(report.lost) == 6, report.lost
+    for k in range(14, 20):
+        assert any(f"fire {T0 + k:.3f} item 1" in x for x in report.lost), (k, report.lost)
+    assert all("no 'disabled' or 'removed' skip record names it" in x for x in report.lost)
+    report = check(_count_cut_history(removed_skips=True))
+    assert report.ok, report.render()
+    cat = {k: v for k, v in report.excused.items()}
+    assert cat["operator: skip record of a command that succeeded"] == 6
+    assert cat["operator: the assignment in effect had no such item"] == 7  # fires 20..26
+    # a run without any skip line (before the worker recorded them): unverifiable
+    report = check(_count_cut_history(removed_skips=False, skips_recorded=False))
+    assert report.ok and report.excused["operator: unverifiable (the run records no skips)"] == 13
+
+
+def _item_disable_history(*, failed: bool, skips: bool) -> History:
+    b = Builder()
+    b.steady(skip={(T0 + k, 1) for k in range(10, 16)})
+    b.event(T0 + 9.8, "op_disable_item", job="", item=1)
+    if failed:
+        b.event(T0 + 9.9, "op_failed", action="op_disable_item", args=["disable"])
+    b.event(T0 + 15.2, "op_enable_item", job="", item=1)
+    b.frame()
+    history = _strict(b.history())
+    history.skips_recorded = True
+    if skips:
+        history.skips = [_skip(1, T0 + k, "disabled", B) for k in range(10, 16)]
+    return history
+
+
+def test_an_item_disable_excuses_only_with_a_skip_record_and_a_command_that_worked() -> None:
+    """Audit: an item-disable command that failed still opened an excuse window, and
+    the window was the operator's intent. Now the disable must have succeeded (no
+    ``op_failed`` of it) and each pair needs the product's ``disabled`` skip record.
+    A failed command opens no window: its 6 pairs are lost, and the skip records it
+    left are skips without a cause."""
+    report = check(_item_disable_history(failed=False, skips=True))
+    assert report.ok, report.render()
+    assert report.excused == {"operator: skip record of a command that succeeded": 6}
+    report = check(_item_disable_history(failed=False, skips=False))
+    assert len(report.lost) == 6 and not report.ok
+    report = check(_item_disable_history(failed=True, skips=False))
+    assert len(report.lost) == 6 and not report.ok
+    report = check(_item_disable_history(failed=True, skips=True))
+    assert len(report.lost) == 6 and len(report.bad_skips) == 6
+
+
+def test_a_disabled_skip_record_without_an_operator_action_is_a_finding() -> None:
+    """The product saying "disabled" or "removed" for a pair no operator switched off
+    (or cut) fails the run, even when the pair ran anyway."""
+    b = Builder()
+    b.steady()
+    b.frame()
+    history = _strict(b.history())
+    history.skips = [_skip(0, T0 + 20, "disabled"), _skip(1, T0 + 21, "suspended")]
+    history.skips_recorded = True
+    report = check(history)
+    assert (
+        not report.ok
+        and len(report.bad_skips) == 1
+        and "fire 1000020.000 item 0" in (report.bad_skips[0])
+    )
+
+
+def _run_now_history(**assignment_or_fault: str) -> Builder:
+    """A run-now at T0+12.3 reaches item 0 (A) but never item 1, whose owner B is
+    healthy throughout."""
+    b = Builder()
+    b.steady()
+    at = T0 + 12.3
+    b.event(at, "op_trigger", job="", params={"op": "7-7"}, ok=True)
+    b.run(A, 0, at, start=at + 0.2).params = {"op": "7-7"}
+    b.frame()
+    return b
+
+
+def test_a_run_now_lost_is_not_excused_by_a_reshard_or_a_store_fault_nearby() -> None:
+    """Audit mutants d2, d3: any assignment written in the window, or any store
+    member's fault in it, excused every item's missing params. Now a reshard that
+    leaves item 1 with B, and a follower's kill that B never noticed, excuse nothing:
+    lost. An assignment that moved item 1 to A in the window excuses it, listed."""
+    b = _run_now_history()
+    history = b.history()
+    history.assignments = [
+        (T0 - 0.3, [(T0, {0: A, 1: B})]),
+        (T0 + 13.0, [(T0 + 14.0, {0: A, 1: B}), (T0, {0: A, 1: B})]),
+    ]
+    report = check(history)
+    assert len(report.params_lost) == 1 and "item 1" in report.params_lost[0], report.render()
+    b = _run_now_history()
+    b.event(T0 + 13.0, "store_kill", member=2, leader=False)
+    b.event(T0 + 16.0, "store_up", member=2)
+    report = check(b.history())
+    assert len(report.params_lost) == 1 and "item 1" in report.params_lost[0]
+    history = _run_now_history().history()
+    history.assignments = [
+        (T0 - 0.3, [(T0, {0: A, 1: B})]),
+        (T0 + 13.0, [(T0 + 14.0, {0: A, 1: A}), (T0, {0: A, 1: B})]),
+    ]
+    report = check(history)
+    assert not report.params_lost, report.params_lost
+    assert len(report.run_now_excused) == 1 and "owner changed" in report.run_now_excused[0]
+
+
+def test_implausible_covers_claim_nothing() -> None:
+    """Audit: folds were accepted on any covers entry. Fire 20 of item 0 never ran;
+    each of these runs names it, implausibly: the run of fire 23, whose previous done
+    runs (fires 21 and 22, nothing between them) came after fire 20; an entry off the
+    schedule; an entry after the run began; and a normal run naming a later fire than
+    its own. Each leaves the pair lost and
+    the entry listed. A misfire re-run naming it, after the item's last done run,
+    folds it."""
+    # the item's previous done run (fire 21) came after fire 20
+    b = Builder()
+    b.steady(skip={(T0 + 20, 0)})
+    next(e for e in b.executions if e.item == 0 and e.fire == T0 + 23).covers = (T0 + 20,)
+    b.frame()
+    report = check(_strict(b.history()))
+    assert any(f"fire {T0 + 20:.3f} item 0" in x for x in report.lost)
+    assert any("previous done run" in x for x in report.bad_covers), report.bad_covers
+    # off the schedule / after the run's start / a normal run naming a later fire
+    for entry, fire, start, why in (
+        (T0 + 20.5, T0 + 21, None, "not on the schedule"),
+        (T0 + 20.0, T0 + 19, T0 + 19.01, "after the run's start"),
+        (T0 + 20.0, T0 + 19, T0 + 20.5, "not before the fire"),
+    ):
+        b = Builder()
+        b.steady(skip={(T0 + 20, 0), (fire, 0)})
+        run = b.run(A, 0, fire, start=start)
+        run.covers = (entry,)
+        b.frame()
+        report = check(_strict(b.history()))
+        assert any(f"fire {T0 + 20:.3f} item 0" in x for x in report.lost), (why, report.lost)
+        assert any(why in x for x in report.bad_covers), (why, report.bad_covers)
+    b = Builder()
+    b.steady(skip={(T0 + 19, 0), (T0 + 20, 0)})
+    run = b.run(A, 0, T0 + 19, start=T0 + 20.5)
+    run.covers, run.misfire = (T0 + 20,), True
+    b.frame()
+    report = check(_strict(b.history()))
+    assert report.ok, report.render()
+
+
+def test_a_crashed_or_fenced_pair_never_run_again_is_lost() -> None:
+    """Audit mutant g1 and "fenced without takeover": a crash 26 s before the stop
+    whose pair nobody ran again passed while any run of the item was in flight at the
+    stop; a fenced run whose instance measured a disconnect passed as "fenced without
+    takeover". Both are lost under the strict rules (the product hands such a run to
+    failover); B's failover run of the pair makes each pass."""
+    for crashed in (True, False):
+        b = Builder()
+        b.steady(skip={(T0 + 11, 0), (T0 + 36, 0)})
+        run = b.run(A, 0, T0 + 11, end=T0 + 11.2, valid=False, valid_through=T0 + 11.1)
+        run.crashed = crashed
+        if not crashed:
+            b.state(A, T0 + 11.05, "suspended")
+            b.state(A, T0 + 11.5, "reconnected")
+        late = b.run(A, 0, T0 + 36, start=T0 + 36.1, end=T0 + END + 0.3)
+        late.stopped = True
+        b.frame()
+        report = check(_strict(b.history()))
+        assert any(
+            f"started but never completed validly: fire {T0 + 11:.3f} item 0" in x
+            for x in report.lost
+        ), (crashed, report.lost)
+        b.run(B, 0, T0 + 11, start=T0 + 11.6, failover=True)
+        assert check(_strict(b.history())).ok, check(_strict(b.history())).render()
+
+
+def test_pending_at_the_stop_is_capped_per_item() -> None:
+    """A run cut by the stop stands for at most ceil((work + WAIT) / P) + 1 pairs of
+    its item (6 here): a misfire re-run naming 8 fires in its covers leaves all 8 lost."""
+    b = Builder()
+    b.steady(skip={(T0 + k, 0) for k in range(29, END)})
+    run = b.run(A, 0, T0 + 29, start=T0 + 36.2, end=T0 + END + 0.5)
+    run.stopped, run.misfire = True, True
+    run.covers = tuple(T0 + k for k in range(30, END))
+    b.frame()
+    report = check(_strict(b.history(), excused_ceiling=1.0))
+    assert len([x for x in report.lost if "over the cap (8 > 6" in x]) == 8, report.lost
+
+
+def test_an_excused_share_over_the_ceiling_fails() -> None:
+    """Audit: 88% of pairs excused passed. Not strict, an outage of every instance
+    over most of the run excuses its pairs by the window: over the ceiling (5% of the
+    pairs outside the folded and operator categories) the run fails."""
+    b = Builder()
+    b.steady(skip={(T0 + k, i) for k in range(5, 35) for i in (0, 1)})
+    for inst in (A, B):
+        b.event(T0 + 4.6, "freeze", inst)
+        b.event(T0 + 34.6, "thaw", inst)
+    b.frame()
+    report = check(b.history())
+    assert report.excused.get("no healthy instance", 0) >= 58
+    assert not report.ok and report.excess and "more than the ceiling 5%" in report.excess[0]
+    b = Builder()
+    b.steady(skip={(T0 + 10, 0)})
+    b.event(T0 + 9.9, "freeze", A)
+    b.event(T0 + 10.4, "thaw", A)
+    b.frame()
+    assert not check(b.history()).excess
+
+
+def test_no_quiet_event_is_a_finding() -> None:
+    """Audit mutant g3: without a ``quiet`` event the stuck check returned without a
+    word. Now the registry's state never judged fails the run."""
+    b = Builder()
+    b.steady()
+    b.frame()
+    b.events = [e for e in b.events if e.kind != "quiet"]
+    report = check(b.history())
+    assert not report.ok and any("no 'quiet' event" in x for x in report.stuck)
+
+
+def _write_records(history: History, workdir: Path) -> None:
+    """``history`` in the record format of the chaos worker and driver."""
+    lines: list[dict[str, object]] = []
+    for e in history.executions:
+        base: dict[str, object] = {
+            "job": e.job, "instance": e.instance, "item": e.item, "fire": e.fire,
+            "token": e.token, "execution_id": e.execution_id, "failover": e.failover,
+            "misfire": e.misfire, "start": e.start,
+        }  # fmt: skip
+        if e.params:
+            base["params"] = e.params
+        if e.covers:
+            base["covers"] = list(e.covers)
+        lines.append({**base, "phase": "start"})
+        if e.end is not None:
+            lines.append({
+                **base, "phase": "end", "end": e.end, "valid": e.valid,
+                "valid_through": e.valid_through, "invalid_at": e.invalid_at,
+                "stopped": e.stopped, "stop_reason": e.stop_reason, "refused": e.refused,
+                "crashed": e.crashed,
+            })  # fmt: skip
+    for s in history.skips:
+        lines.append(dataclasses.asdict(s) | {"phase": "skip"})
+    for inst, seq in history.states.items():
+        lines += [{"phase": "state", "instance": inst, "t": t, "state": st} for t, st in seq]
+    (workdir / "exec-0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    events: list[dict[str, object]] = [
+        {"t": ev.t, "kind": ev.kind, "instance": ev.instance, "member": ev.member, **ev.extra}
+        for ev in history.events
+    ]
+    for t, levels in history.assignments:
+        events.append({"t": t, "kind": "assignment", "job": "",
+                       "levels": [[eff, {str(k): v for k, v in own.items()}]
+                                  for eff, own in levels]})  # fmt: skip
+    (workdir / "events.jsonl").write_text("".join(json.dumps(x) + "\n" for x in events))
+    snaps = [
+        {"t": x.t, "owners": {str(k): v for k, v in x.owners.items()},
+         "registered": sorted(x.registered), "running": {}, "queued": {}}
+        for x in history.snapshots
+    ]  # fmt: skip
+    (workdir / "snapshots.jsonl").write_text("".join(json.dumps(x) + "\n" for x in snaps))
+
+
+def test_excused_pairs_are_written_to_excused_jsonl(tmp_path: Path) -> None:
+    """A history read from a work directory writes each excused or pending pair, with
+    its category and evidence, to ``excused.jsonl`` there; skip lines are read."""
+    history = _outage_history("leaderless", folded=True)
+    history.skips = [_skip(1, T0 + 20, "suspended", B)]
+    _write_records(history, tmp_path)
+    loaded = load_history(tmp_path, history.params)
+    assert loaded.skips == history.skips and loaded.skips_recorded
+    report = check(loaded)
+    assert report.ok, report.render()
+    rows = [json.loads(x) for x in (tmp_path / "excused.jsonl").read_text().splitlines()]
+    assert len(rows) == 8
+    assert {r["category"] for r in rows} == {"folded: a plausible covers entry of a done run"}
+    assert {(r["fire"], r["item"]) for r in rows} == {
+        (T0 + k, i) for k in range(10, 14) for i in (0, 1)
+    }
+    assert all(r["evidence"].startswith("execution job@") for r in rows)
+
+
+def test_the_worker_writes_one_skip_line_per_item(tmp_path: Path) -> None:
+    """The chaos worker's ``on_skipped`` listener writes one line per (fire, item),
+    the reason by its SkipReason name; a skip naming no item stands for every item of
+    the job's count."""
+    from shardkeeper.counters import SkipReason
+    from shardkeeper.observe import SkipRecord
+    from tests.chaos.worker import Recorder, SkipLines
+
+    log = tmp_path / "exec-0.jsonl"
+    lines = SkipLines(Recorder(str(log)), lambda: 3)
+    lines.on_skipped(SkipRecord("j", T0, A, SkipReason.REMOVED.value, items=(4, 5)))
+    lines.on_skipped(SkipRecord("j", T0 + 1, A, SkipReason.DISABLED.value))
+    rows = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [(r["item"], r["fire"], r["reason"]) for r in rows] == [
+        (4, T0, "removed"), (5, T0, "removed"),
+        (0, T0 + 1, "disabled"), (1, T0 + 1, "disabled"), (2, T0 + 1, "disabled"),
+    ]  # fmt: skip
+    assert all(r["phase"] == "skip" and r["job"] == "j" and r["instance"] == A for r in rows)
