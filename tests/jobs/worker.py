@@ -61,6 +61,11 @@ class RecordingJob(ShardedJob):
             "misfire": ctx.is_misfire,
             "start": start,
         }
+        covers = getattr(ctx, "covers", None)  # the fires a misfire fold stands for
+        if covers:  # (the chaos checker's strict rules require them)
+            base["covers"] = [
+                float(x.timestamp()) if hasattr(x, "timestamp") else float(x) for x in covers
+            ]
         self._write({**base, "phase": "start"})
         deadline = start + self.work
         valid_through: float | None = None
