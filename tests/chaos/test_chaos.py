@@ -882,6 +882,10 @@ def run_chaos(
         period=PERIOD,
         session_timeout=plan.session_timeout,
         operation_timeout=plan.operation_timeout,
+        work=plan.work,
+        # the one-job run (test_chaos_short) runs with misfire on too: judged by the
+        # same strict rules as the production-like runs (issue 35 section 1)
+        strict=True,
     )
     per_job = {spec.name: job_params(spec, plan) for spec in plan.jobs}
     quiet = max([params.quiet_deadline] + [x.quiet_deadline for x in per_job.values()])
