@@ -1,27 +1,45 @@
 """The child side of the process executor (``executor="process"``, runtime/procpool.py).
 
 A child is started by the pool with forkserver or spawn, never forked from the
-threaded parent (a fork copies locks other threads held: the store client's, the
-logging module's). It runs items one at a time, as the parent asks, and nothing
-else: the coordination (marks, fencing, completion commits) stays in the parent.
+threaded instance (a fork copies locks other threads held: the store client's, the
+logging module's). It runs items one at a time, as the instance asks, and nothing
+else: the coordination (marks, fencing, completion commits) stays in the instance.
 
-The pipe to the parent carries tuples:
+The pipe to the instance (runtime/childlink.py: one reader thread, each item's calls
+under its own number) carries tuples:
 
-* parent -> child: ``("run", ref, fields, traceparent)`` (run one item, under the
-  parent's item span when ``traceparent`` is not ""), ``("reply", value)`` or
-  ``("raise", exc)`` (the answer to a call), ``("exit",)``;
-* child -> parent: ``("ready", pid)`` once at its start, ``("call", name, args,
-  kwargs)`` (a request: the parent makes the call ``name`` on the item's context there
-  and answers), ``("log", record)`` (a log record, handled by the parent's logging,
-  stamped here with the item's fields: logcontext.ItemContextFilter),
-  ``("done", outcome, error, rss)``.
+* instance -> child: ``("run", n, payload)`` (run item run ``n``; ``payload`` is the
+  pickled ``(ref, fields, traceparent, checkpoint_strict)``, under the instance's item
+  span when ``traceparent`` is not ""), ``("reply", cid, value)``, ``("raise", cid,
+  exc)`` or ``("refused", cid)`` (the answer to the call ``cid``, its value pickled),
+  ``("exit",)``;
+* child -> instance: ``("ready", pid, pgid)`` once at its start, ``("call", n, cid,
+  name, args)`` (a request of item run ``n``: the instance makes the call ``name`` on
+  that item's context and answers), ``("log", record)`` (a log record, handled by the
+  instance's logging, stamped here with the item's fields:
+  logcontext.ItemContextFilter), ``("done", n, outcome, error, rss)``.
 
 The context the item gets is rebuilt here from its plain fields; each of its
-callable fields named in :data:`FORWARDED` becomes a proxy that asks the parent over
-the pipe, so ``ctx.is_valid()`` and ``ctx.should_stop()`` give the parent's answer at
-the time of the call (the parent computes validity lazily from its session, so a
-flag pushed ahead of time could be stale). Forwarding another context call is one
-entry in :data:`FORWARDED`.
+callable fields named in :data:`~shardkeeper.runtime.childlink.FORWARDED` becomes a
+proxy that asks the instance, so ``ctx.is_valid()`` and ``ctx.should_stop()`` give the
+instance's answer at the time of the call (it computes validity lazily from its
+session, so a flag pushed ahead of time could be stale).
+
+Signals and lifetime:
+
+* The child leads a process group of its own, so a signal to the instance's group
+  (Ctrl-C in a terminal, ``kill -- -PGID``) does not reach it, and the instance can
+  end the child with everything its item started (the execution timeout, a crash, a
+  hard stop: the group is killed).
+* SIGTERM, SIGINT and SIGHUP reaching the child itself (a service manager signals
+  every process of its cgroup) do nothing: the instance's graceful stop decides how
+  its items end. They are caught by a handler that does nothing, not ignored: a
+  program the item starts gets the default dispositions back at exec (an ignored
+  signal stays ignored across exec), and a process it forks gets them back at once.
+* The child dies with its instance: its pipe's reader kills the child's group as soon
+  as the instance is gone (runtime/childlink.py), and with the forkserver as its
+  parent (whose only thread forked it) ``PR_SET_PDEATHSIG`` kills it if the
+  forkserver dies: the instance would read that as the death of every child.
 """
 
 from __future__ import annotations
@@ -34,9 +52,7 @@ import os
 import pickle
 import signal
 import sys
-import threading
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -45,21 +61,12 @@ from shardkeeper import tracing
 from shardkeeper._imports import import_object
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.logcontext import ItemContextFilter, item_context
+from shardkeeper.runtime.childlink import ItemLink, Link
 
-__all__ = ["FORWARDED", "JobRef", "RemoteTraceback", "context_fields", "serve"]
+__all__ = ["STOP_SIGNALS", "JobRef", "RemoteTraceback", "context_fields", "serve"]
 
-#: the calls of a :class:`ShardingContext` that a child's context answers by asking
-#: the parent, which makes the same call on the item's own context: a callable field
-#: (``_valid``), or a method of an object field (``_item_state.checkpoint``). A path
-#: whose field the context does not have is skipped.
-FORWARDED: tuple[str, ...] = (
-    "_valid",  # ctx.is_valid()
-    "_stop",  # ctx.should_stop(), ctx.stop_reason()
-    "_item_state.checkpoint",  # ctx.checkpoint(state)
-    "_item_state.progress",  # ctx.progress(done, total, note)
-    "_item_state.resume",  # ctx.resume_state, ctx.resumed, ctx.last_state
-    "_item_state.current",  # ctx.state
-)
+#: the signals a child lets its instance decide about (module docstring)
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 _FORMATTER = logging.Formatter()
 
@@ -114,77 +121,22 @@ def context_fields(ctx: ShardingContext) -> dict[str, Any]:
     }
 
 
-class _Channel:
-    """The child's end of the pipe: one call to the parent at a time (its reply is the
-    next message), sends from any thread of the child serialised."""
-
-    def __init__(self, conn: Connection) -> None:
-        self._conn = conn
-        self._send_lock = threading.Lock()
-        self._call_lock = threading.Lock()
-
-    def send(self, message: tuple[Any, ...]) -> None:
-        with self._send_lock:
-            try:
-                self._conn.send(message)
-            except (OSError, EOFError):
-                os._exit(0)  # the parent is gone: nothing to report to, nobody to run for
-
-    def recv(self) -> tuple[Any, ...]:
-        try:
-            message: tuple[Any, ...] = self._conn.recv()
-        except (OSError, EOFError):
-            os._exit(0)
-        return message
-
-    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """Ask the parent to call the context field ``name`` and return its answer."""
-        with self._call_lock:
-            self.send(("call", name, args, kwargs))
-            reply = self.recv()
-        if reply[0] == "raise":
-            raise reply[1]
-        return reply[1]
-
-    def proxy(self, name: str) -> Callable[..., Any]:
-        """A stand-in for the context call ``name``."""
-        return lambda *args, **kwargs: self.call(name, *args, **kwargs)
-
-    def proxies(self) -> dict[str, Any]:
-        """The private fields of a child's context: stand-ins for :data:`FORWARDED`."""
-        known = {f.name for f in dataclasses.fields(ShardingContext)}
-        out: dict[str, Any] = {}
-        for path in FORWARDED:
-            name, _, method = path.partition(".")
-            if name not in known:
-                continue
-            if not method:
-                out[name] = self.proxy(path)
-            else:
-                setattr(out.setdefault(name, _Forwarded()), method, self.proxy(path))
-        return out
-
-
-class _Forwarded:
-    """An object field of a child's context whose methods ask the parent."""
-
-
 class _LogForwarder(logging.Handler):
-    """Sends the child's log records to the parent, whose handlers format and write
-    them (the child has none of its own: the parent's logging is the configured one).
+    """Sends the child's log records to the instance, whose handlers format and write
+    them (the child has none of its own: the instance's logging is the configured one).
     Each record is stamped with the item's fields here, where the item runs: in the
-    parent it is handled by a thread whose context knows no item, and the parent's
+    instance it is handled by a thread whose context knows no item, and the instance's
     ItemContextFilter keeps the attributes a record already has."""
 
-    def __init__(self, channel: _Channel) -> None:
+    def __init__(self, link: Link) -> None:
         super().__init__()
-        self._channel = channel
+        self._link = link
         self._stamp = ItemContextFilter()
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
             self._stamp.filter(record)
-            data = dict(record.__dict__)
+            data = {k: v if _plain(v) else repr(v) for k, v in record.__dict__.items()}
             # rendered here: the arguments may not pickle, the message always does
             data["msg"] = record.getMessage()
             data["args"] = None
@@ -192,21 +144,53 @@ class _LogForwarder(logging.Handler):
                 data["exc_text"] = _FORMATTER.formatException(record.exc_info)
             data["exc_info"] = None
             data.pop("message", None)
-            self._channel.send(("log", data))
+            self._link.send(("log", data))
         except Exception:
             self.handleError(record)
 
 
+def _plain(value: object) -> bool:
+    """Whether ``value`` is rebuilt as it is in any process (an attribute given with
+    ``extra=`` may be an object that is not: it is sent as its repr)."""
+    if value is None or type(value) in (str, int, float, bool):
+        return True
+    if type(value) in (list, tuple):
+        return all(_plain(v) for v in value)  # type: ignore[attr-defined]
+    if type(value) is dict:
+        return all(type(k) is str and _plain(v) for k, v in value.items())  # type: ignore[attr-defined]
+    return False
+
+
 def _die_with_parent() -> None:
-    """Linux: SIGKILL this child when its parent (the forkserver, or the process that
-    spawned it) ends, even when the item never calls back: no orphan keeps running
-    an item that the cluster has handed to another instance."""
+    """Linux: SIGKILL this child when its parent (the forkserver) ends."""
     if not sys.platform.startswith("linux"):
         return
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL(None, use_errno=True)
         pr_set_pdeathsig = 1
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def _leave_it_to_the_instance(signum: int, frame: object) -> None:
+    """The handler of :data:`STOP_SIGNALS` in a child: nothing (module docstring)."""
+
+
+def _defaults() -> None:
+    """(in a process an item forked) The default dispositions of :data:`STOP_SIGNALS`."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+
+
+def _settle(die_with_parent: bool) -> None:
+    """A process group of its own, the stop signals left to the instance, and (under
+    the forkserver) death with the parent (module docstring)."""
+    with contextlib.suppress(OSError):
+        os.setpgrp()
+    if die_with_parent:
+        _die_with_parent()
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _leave_it_to_the_instance)
+    os.register_at_fork(after_in_child=_defaults)
 
 
 def _rss_kib() -> int:
@@ -221,52 +205,56 @@ def _rss_kib() -> int:
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
-def _error_payload(exc: BaseException) -> tuple[BaseException | None, str, str, str]:
-    """(the exception when it survives pickling, type name, message, traceback)."""
+def _error_payload(exc: BaseException) -> tuple[bytes | None, str, str, str]:
+    """(the pickled exception when it round-trips here, its type name, message,
+    traceback). The instance rebuilds it, or reports the type name and message."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-_TEXT_LIMIT:]
     message = str(exc)[:_TEXT_LIMIT]
-    sendable: BaseException | None = exc
+    sendable: bytes | None
     try:
-        pickle.loads(pickle.dumps(exc))
+        sendable = pickle.dumps(exc)
+        pickle.loads(sendable)
     except Exception:  # an exception type that does not round-trip: sent as text
         sendable = None
     return sendable, type(exc).__qualname__, message, text
 
 
-def serve(conn: Connection) -> None:
-    """The child's main loop: run the items the parent sends until told to exit or
-    the parent goes away."""
-    _die_with_parent()
-    # Ctrl-C and a service manager's SIGTERM reach the whole process group: the
-    # parent decides how its items end (a graceful stop waits for them), so a child
-    # does not die under an item on its own.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    channel = _Channel(conn)
+def serve(conn: Connection, die_with_parent: bool = False) -> None:
+    """The child's main loop: run the items the instance sends until told to exit or
+    the instance goes away. ``die_with_parent``: the parent is the forkserver (module
+    docstring)."""
+    _settle(die_with_parent)
+    link = Link(conn)
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
-    root.addHandler(_LogForwarder(channel))
-    root.setLevel(logging.DEBUG)  # the parent's loggers and handlers filter
+    root.addHandler(_LogForwarder(link))
+    root.setLevel(logging.DEBUG)  # the instance's loggers and handlers filter
     jobs: dict[str, tuple[JobRef, ShardedJob]] = {}
-    proxies = channel.proxies()
-    channel.send(("ready", os.getpid()))
+    link.send(("ready", os.getpid(), os.getpgrp()))
     while True:
-        message = channel.recv()
+        message = link.order()
         if message[0] == "exit":
             return
         if message[0] != "run":
             continue
-        _kind, ref, fields, parent_span = message
-        error: tuple[BaseException | None, str, str, str] | None = None
+        _kind, number, payload = message
+        item = ItemLink(link, number)
+        error: tuple[bytes | None, str, str, str] | None = None
         try:
+            ref, fields, parent_span, item.strict = pickle.loads(payload)
+            item.label = (
+                f"job {ref.name!r} item {fields.get('item')} "
+                f"(execution {fields.get('execution_id')})"
+            )
             known = jobs.get(ref.name)
             if known is None or known[0] != ref:
                 jobs[ref.name] = (ref, ref.build())
             job = jobs[ref.name][1]
-            ctx = ShardingContext(**fields, **proxies)
+            ctx = ShardingContext(**fields, **item.proxies())
             with item_context(ctx), tracing.attached(parent_span):
                 job.run_item(ctx)
-        except BaseException as exc:  # user code: reported to the parent
+        except BaseException as exc:  # user code: reported to the instance
             error = _error_payload(exc)
-        channel.send(("done", "ok" if error is None else "failed", error, _rss_kib()))
+        outcome = "ok" if error is None else "failed"
+        link.finish(item, ("done", number, outcome, error, _rss_kib()))

@@ -52,7 +52,8 @@ from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.logcontext import item_context
 from shardkeeper.runtime.attempts import Attempt
 from shardkeeper.runtime.batch import CRASHED
-from shardkeeper.runtime.child import FORWARDED, JobRef, RemoteTraceback, context_fields, serve
+from shardkeeper.runtime.child import JobRef, RemoteTraceback, context_fields, serve
+from shardkeeper.runtime.childlink import FORWARDED
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -179,8 +180,9 @@ def _start_context(method: str | None) -> BaseContext:
     ctx = multiprocessing.get_context(method)
     if method == "forkserver":
         # the forkserver imports shardkeeper once: each child starts with it loaded
-        # (a few milliseconds a child instead of the package's import time)
-        ctx.set_forkserver_preload(["shardkeeper.runtime.child"])
+        # (a few milliseconds a child instead of the package's import time); forkguard
+        # keeps it alive through a stop's signals to the whole group (its docstring)
+        ctx.set_forkserver_preload(["shardkeeper.runtime.forkguard", "shardkeeper.runtime.child"])
     return ctx
 
 
@@ -188,6 +190,8 @@ def _start_context(method: str | None) -> BaseContext:
 class _Child:
     process: Any  # multiprocessing's Process of the chosen context
     conn: Connection
+    #: the process group the child leads (what its items start is in it), else None
+    group: int | None = None
     items: int = 0
     started: float = field(default_factory=time.monotonic)
 
@@ -235,6 +239,8 @@ class ProcessPool:
         self._children: dict[int, _Child] = {}
         self._closed = False
         self._seq = 0
+        #: item runs handed out (each item's number on its child's pipe)
+        self._runs = 0
         self.stats = PoolStats()
         # multiprocessing joins non-daemon children at exit (they are not daemons so
         # that an item may start processes of its own): end them first
@@ -260,17 +266,19 @@ class ProcessPool:
             self._seq += 1
             n = self._seq
         process = self._mp.Process(  # type: ignore[attr-defined]
-            target=serve, args=(child_end,), name=f"sk-child-{n}", daemon=False
+            target=serve,
+            args=(child_end, self.start_method == "forkserver"),
+            name=f"sk-child-{n}",
+            daemon=False,
         )
         process.start()
-        child_end.close()  # ours closed: the child's EOF is the parent's death
-        child = _Child(process, parent_end)
+        child_end.close()  # ours closed: the child's EOF is the instance's death
         ready = multiprocessing.connection.wait([parent_end, process.sentinel], START_TIMEOUT)
         hello: Any = None
         if parent_end in ready:
-            with contextlib.suppress(EOFError, OSError):
+            with contextlib.suppress(Exception):
                 hello = parent_end.recv()
-        if not (isinstance(hello, tuple) and hello[0] == "ready"):
+        if not (isinstance(hello, tuple) and len(hello) == 3 and hello[0] == "ready"):
             process.kill()
             process.join(_JOIN)
             parent_end.close()
@@ -279,23 +287,52 @@ class ProcessPool:
                 "main module that starts the runtime needs the if __name__ == '__main__' "
                 "guard)"
             )
+        _ready, pid, group = hello
+        child = _Child(process, parent_end, group if group == pid else None)
         with self._lock:
             self.stats.started += 1
             self._children[id(child)] = child
         return child
 
     def _acquire(self) -> _Child:
-        with self._lock:
-            if self._closed:
-                raise ShardkeeperError("the process pool is shut down")
-            child = self._idle.pop() if self._idle else None
-            if child is not None:
+        """An idle child that lives, else a new one (marked busy). An idle child that
+        died (an OOM kill, an operator's kill) is forgotten, not handed the item."""
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise ShardkeeperError("the process pool is shut down")
+                child = self._idle.pop() if self._idle else None
+                if child is None:
+                    break
                 self._busy.add(id(child))
+            if child.process.exitcode is None:
                 return child
+            pid, code = child.pid, self._gone(child)
+            log.info("worker process %s died while idle (%s): replaced", pid, describe_exit(code))
         child = self._start_child()
         with self._lock:
             self._busy.add(id(child))
         return child
+
+    def _hand(self, number: int, payload: bytes) -> _Child:
+        """A child that took the order to run item run ``number``. A child whose pipe
+        is broken (it died as it was handed the item) is killed and replaced once."""
+        for last in (False, True):
+            child = self._acquire()
+            try:
+                child.conn.send(("run", number, payload))
+                return child
+            except (OSError, ValueError) as exc:
+                pid, code = child.pid, self._kill(child)
+                if last:
+                    raise
+                log.info(
+                    "worker process %s could not be reached (%s; %s): the item goes to another",
+                    pid,
+                    exc,
+                    describe_exit(code),
+                )
+        raise AssertionError("not reached")
 
     def _release(self, child: _Child, rss_kib: int) -> None:
         child.items += 1
@@ -329,18 +366,22 @@ class ProcessPool:
         if child.process.is_alive():
             child.process.kill()
             child.process.join(_JOIN)
+        _end_group(child)
         child.conn.close()
 
     def _kill(self, child: _Child) -> int | None:
-        """End a child now (SIGKILL); its exit status."""
+        """End a child now (SIGKILL), with what its item started; its exit status."""
+        _end_group(child)
         with contextlib.suppress(OSError, ValueError):
             child.process.kill()
         return self._gone(child)
 
     def _gone(self, child: _Child) -> int | None:
-        """A child that is ending or ended: reaped and forgotten; its exit status."""
+        """A child that is ending or ended: reaped and forgotten, what its items
+        started ended too; its exit status."""
         child.process.join(_JOIN)
         code: int | None = child.process.exitcode
+        _end_group(child)
         self._forget(child)
         child.conn.close()
         return code
@@ -360,6 +401,7 @@ class ProcessPool:
             children = list(self._children.values())
             self._idle.clear()
         for child in children:
+            _end_group(child)
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 child.process.kill()
         for child in children:
@@ -368,9 +410,10 @@ class ProcessPool:
 
     # -- running ------------------------------------------------------------------
 
-    def runner(self, ref: JobRef) -> RunOnce:
+    def runner(self, ref: JobRef, *, checkpoint_strict: bool = False) -> RunOnce:
         """The ``run_once`` of a job whose items run here (its job object is ``ref``'s
-        rebuild in the child, not the parent's)."""
+        rebuild in the child, not the instance's); ``checkpoint_strict`` is the job's
+        (what a checkpoint of an item that has ended does in the child)."""
 
         def run_once(
             job: ShardedJob,
@@ -379,7 +422,9 @@ class ProcessPool:
             on_timeout: Callable[[], None],
             span: Span | None = None,
         ) -> Attempt:
-            return self.run(ref, ctx, timeout, on_timeout, span)
+            return self.run(
+                ref, ctx, timeout, on_timeout, span, checkpoint_strict=checkpoint_strict
+            )
 
         return run_once
 
@@ -390,22 +435,64 @@ class ProcessPool:
         timeout: float | None,
         on_timeout: Callable[[], None],
         span: Span | None = None,
+        *,
+        checkpoint_strict: bool = False,
     ) -> Attempt:
         """Run ``ctx``'s item once in a child, within ``timeout`` seconds when given,
         under ``span`` (its execution's: its W3C traceparent is made current in the
-        child); this thread answers the child's requests meanwhile."""
+        child); this thread answers the child's requests meanwhile. Always an
+        Attempt: whatever fails on the way ends it ``failed`` (the child killed and
+        replaced when its state is not known), ``crashed`` or ``timed_out``."""
         started = time.time()
         try:
-            child = self._acquire()
-            # counted from here: a new child's start (a loaded machine, a spawn) is
-            # the pool's time, not the item's
-            deadline = None if timeout is None else time.monotonic() + timeout
-            child.conn.send(("run", ref, context_fields(ctx), tracing.traceparent(span)))
-        except (OSError, ValueError, ShardkeeperError, pickle.PicklingError) as exc:
+            payload = pickle.dumps(
+                (ref, context_fields(ctx), tracing.traceparent(span), checkpoint_strict)
+            )
+        except Exception as exc:
+            error = ShardkeeperError(
+                f"{ctx.job_name}: item {ctx.item} cannot be sent to a worker process: its "
+                f"context does not pickle ({type(exc).__name__}: {exc})"
+            )
+            log.warning("%s", error)
+            return Attempt("failed", started, time.time(), error)
+        with self._lock:
+            self._runs += 1
+            number = self._runs
+        try:
+            child = self._hand(number, payload)
+        except (OSError, ValueError, ShardkeeperError) as exc:
             # no child could be started or reached: the attempt failed, the instance
             # goes on (the next attempt starts a new child)
             log.warning("%s: item %d: no worker process: %s", ctx.job_name, ctx.item, exc)
             return Attempt("failed", started, time.time(), exc)
+        # counted from here: a new child's start (a loaded machine, a spawn) is the
+        # pool's time, not the item's
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            return self._converse(child, number, ctx, deadline, timeout, on_timeout, started)
+        except BaseException as exc:  # a bug or a message that does not decode here
+            pid, code = child.pid, self._kill(child)
+            error = ShardkeeperError(
+                f"{ctx.job_name}: item {ctx.item}: the exchange with its worker process "
+                f"{pid} failed ({type(exc).__name__}: {exc}); the process was killed "
+                f"({describe_exit(code)})"
+            )
+            error.__cause__ = exc
+            log.warning("%s", error)
+            return Attempt("failed", started, time.time(), error)
+
+    def _converse(
+        self,
+        child: _Child,
+        number: int,
+        ctx: ShardingContext,
+        deadline: float | None,
+        timeout: float | None,
+        on_timeout: Callable[[], None],
+        started: float,
+    ) -> Attempt:
+        """Answer the child's requests until it reports item run ``number`` done, dies
+        or runs past ``deadline``."""
         sentinel = child.process.sentinel
         while True:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -426,13 +513,14 @@ class ProcessPool:
                 return Attempt("timed_out", started, time.time())
             if child.conn in ready:
                 try:
-                    message = child.conn.recv()
+                    data = child.conn.recv_bytes()
                 except (EOFError, OSError):
-                    message = None  # the child died (its sentinel says how)
-                if message is not None:
+                    data = None  # the child died (its sentinel says how)
+                if data is not None:
+                    message = _decode(data)
                     if message[0] == "done":
-                        return self._done(child, message, started)
-                    self._serve(child, ctx, message)
+                        return self._done(child, number, message, started)
+                    self._serve(child, number, ctx, message)
                     continue
             # the child ended without reporting the item done
             code = self._gone(child)
@@ -442,7 +530,9 @@ class ProcessPool:
             log.warning("%s", error)
             return Attempt(CRASHED, started, time.time(), error)
 
-    def _serve(self, child: _Child, ctx: ShardingContext, message: tuple[Any, ...]) -> None:
+    def _serve(
+        self, child: _Child, number: int, ctx: ShardingContext, message: tuple[Any, ...]
+    ) -> None:
         kind = message[0]
         if kind == "log":
             record = logging.makeLogRecord(message[1])
@@ -450,36 +540,112 @@ class ProcessPool:
             return
         if kind != "call":
             return
-        _kind, name, args, kwargs = message
-        try:
-            if name not in FORWARDED:
-                raise AttributeError(f"context call {name!r} is not forwarded to worker processes")
-            target: Any = ctx
-            for part in name.split("."):
-                target = getattr(target, part)
-            # what the call logs here (a checkpoint's store error) names the item, as
-            # it does when the item runs in a thread of this process
-            with item_context(ctx):
-                reply: tuple[str, Any] = ("reply", target(*args, **kwargs))
-        except Exception as exc:  # the child raises it in the item's code
-            reply = ("raise", exc)
-        try:
+        _kind, item_run, cid, name, packed = message
+        if item_run != number:
+            # a call of another item run (the child refuses those itself: defence)
+            reply: tuple[Any, ...] = ("refused", cid)
+        else:
+            reply = _answer(ctx, cid, name, packed)
+        with contextlib.suppress(OSError):  # a child that is gone shows on its sentinel
             child.conn.send(reply)
-        except (OSError, pickle.PicklingError) as exc:
-            # the answer does not pickle; a child that is gone shows on its sentinel
-            with contextlib.suppress(OSError):
-                child.conn.send(("raise", ShardkeeperError(f"{name}: {exc}")))
 
-    def _done(self, child: _Child, message: tuple[Any, ...], started: float) -> Attempt:
-        _kind, outcome, error, rss_kib = message
-        self._release(child, int(rss_kib))
+    def _done(
+        self, child: _Child, number: int, message: tuple[Any, ...], started: float
+    ) -> Attempt:
+        _kind, item_run, outcome, error, rss_kib = message
+        if item_run != number:
+            raise ShardkeeperError(f"it reported item run {item_run} done, not {number}")
         if outcome == "ok":
-            return Attempt("ok", started, time.time())
-        exc, type_name, text, trace = error
-        if exc is None:
-            exc = RemoteItemError(type_name, text)
-        exc.__cause__ = RemoteTraceback(trace)
-        return Attempt("failed", started, time.time(), exc)
+            attempt = Attempt("ok", started, time.time())
+        else:
+            attempt = Attempt("failed", started, time.time(), _rebuild(error))
+        self._release(child, int(rss_kib))  # last: the child may serve another item now
+        return attempt
+
+
+def _decode(data: bytes) -> tuple[Any, ...]:
+    """A message of a child (the values that might not rebuild here travel pickled
+    inside it, so this fails only on a broken pipe's garbage)."""
+    try:
+        message = pickle.loads(data)
+    except Exception as exc:
+        raise ShardkeeperError(
+            f"a message from it cannot be rebuilt here ({type(exc).__name__}: {exc})"
+        ) from exc
+    if not isinstance(message, tuple) or not message:
+        raise ShardkeeperError(f"it sent {type(message).__name__}, not a message")
+    return message
+
+
+def _answer(ctx: ShardingContext, cid: int, name: str, packed: bytes) -> tuple[Any, ...]:
+    """Make the context call ``name`` of a child on ``ctx``; the reply to send."""
+    try:
+        if name not in FORWARDED:
+            raise AttributeError(f"context call {name!r} is not forwarded to worker processes")
+        try:
+            args, kwargs = pickle.loads(packed)
+        except Exception as exc:
+            raise ShardkeeperError(
+                f"context call {name}: its arguments cannot be rebuilt in the instance "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
+        target: Any = ctx
+        for part in name.split("."):
+            target = getattr(target, part)
+        # what the call logs here (a checkpoint's store error) names the item, as it
+        # does when the item runs in a thread of this process
+        with item_context(ctx):
+            value = target(*args, **kwargs)
+    except Exception as exc:  # the child raises it in the item's code
+        return ("raise", cid, _pack_error(name, exc))
+    try:
+        return ("reply", cid, pickle.dumps(value))
+    except Exception as exc:
+        error = ShardkeeperError(
+            f"context call {name}: the answer cannot be sent to the worker process "
+            f"({type(exc).__name__}: {exc})"
+        )
+        return ("raise", cid, pickle.dumps(error))
+
+
+def _pack_error(name: str, exc: Exception) -> bytes:
+    """``exc`` pickled for the child, else an error naming it."""
+    try:
+        return pickle.dumps(exc)
+    except Exception as why:
+        return pickle.dumps(
+            ShardkeeperError(
+                f"context call {name}: {type(exc).__name__}: {exc} (the exception cannot "
+                f"be sent to the worker process: {type(why).__name__}: {why})"
+            )
+        )
+
+
+def _rebuild(error: tuple[bytes | None, str, str, str]) -> BaseException:
+    """The exception an item raised in a child, with its traceback there as cause: the
+    exception itself, or a :class:`RemoteItemError` naming it when it cannot be
+    rebuilt here."""
+    packed, type_name, text, trace = error
+    exc: object = None
+    if packed is not None:
+        try:
+            exc = pickle.loads(packed)
+        except Exception as why:
+            text = f"{text} (it cannot be rebuilt in the instance: {type(why).__name__}: {why})"
+    if not isinstance(exc, BaseException):
+        exc = RemoteItemError(type_name, text)
+    exc.__cause__ = RemoteTraceback(trace)
+    return exc
+
+
+def _end_group(child: _Child) -> None:
+    """SIGKILL what is left of the process group a child leads: what its items
+    started (with the child when it still runs). The group is the child's own
+    (runtime/child.py); its number is not reused while a member lives."""
+    if child.group is None:
+        return
+    with contextlib.suppress(OSError):
+        os.killpg(child.group, signal.SIGKILL)
 
 
 def _shutdown_at_exit(ref: weakref.ref[ProcessPool]) -> None:
@@ -562,7 +728,7 @@ class Executors:
             pool = self.pool() if ref is not None else None
             if ref is None or pool is None:
                 return run_once
-            return pool.runner(ref)
+            return pool.runner(ref, checkpoint_strict=config.checkpoint_strict)
 
         return choose
 
