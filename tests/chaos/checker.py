@@ -3015,29 +3015,40 @@ class JobsReport:
         )
 
     def table(self) -> str:
-        """One line of figures per job, then one line of checkpoint figures per job
-        that checkpointed (the stateful kind)."""
+        """One line of figures per job (the pairs by category: covered, lost, folded,
+        the operator's verified by a skip record, unverifiable, or of no such item,
+        pending at the stop, other excuses of the non-strict rules; run-now items
+        excused, recoveries checked/skipped, skips without a cause, implausible
+        covers), then one line of checkpoint figures per job that checkpointed."""
         head = (
             f"{'job':<8} {'pairs':>7} {'covered':>7} {'lost':>5} {'folded':>6} "
-            f"{'operator':>8} {'nobody':>6} {'leaderless':>10} {'dead/frozen':>11} "
-            f"{'unfenced':>8} {'zombie':>6} {'stuck':>5} {'stopped':>7} {'rerun':>5} "
-            f"{'run-now':>7} {'params':>6} {'commits':>7} {'delay p95':>9} "
-            f"{'failover p50/max':>16} {'takeover p50/max':>16}"
+            f"{'op-skip':>7} {'op-unverif':>10} {'op-no-item':>10} {'pending':>7} "
+            f"{'other':>5} {'unfenced':>8} {'zombie':>6} {'stuck':>5} {'stopped':>7} "
+            f"{'rerun':>5} {'run-now':>7} {'params':>6} {'rn-excused':>10} "
+            f"{'rejoin chk/skip':>15} {'bad-skip':>8} {'bad-cov':>7} {'commits':>7} "
+            f"{'delay p95':>9} {'failover p50/max':>16} {'takeover p50/max':>16}"
         )
         lines = ["== per-job figures ==", head]
         for name, r in self.reports.items():
             s = r.stats
             cat = r.excused_by_category
             delay = s.get("start_delay") or []
+            other = sum(
+                n for k, n in cat.items() if k not in ("folded", "operator", "pending at stop")
+            )
+            rejoin = s.get("rejoin", {})
+            skipped = sum(n for k, n in rejoin.items() if k.startswith("skipped"))
             lines.append(
                 f"{name:<8} {s.get('pairs', 0):>7} {s.get('covered', 0):>7} "
-                f"{len(r.lost):>5} {cat.get('folded', 0):>6} {cat.get('operator', 0):>8} "
-                f"{cat.get('no healthy instance', 0):>6} "
-                f"{cat.get('store without a leader', 0):>10} "
-                f"{cat.get('owner dead/frozen before start', 0):>11} "
-                f"{len(r.overlaps):>8} {len(r.zombie_overlaps):>6} {len(r.stuck):>5} "
-                f"{s.get('stopped', 0):>7} {s.get('stopped_rerun', 0):>5} "
+                f"{len(r.lost):>5} {cat.get('folded', 0):>6} "
+                f"{r.excused.get(OP_VERIFIED, 0):>7} {r.excused.get(OP_UNVERIFIABLE, 0):>10} "
+                f"{r.excused.get(OP_NO_ITEM, 0):>10} {cat.get('pending at stop', 0):>7} "
+                f"{other:>5} {len(r.overlaps):>8} {len(r.zombie_overlaps):>6} "
+                f"{len(r.stuck):>5} {s.get('stopped', 0):>7} {s.get('stopped_rerun', 0):>5} "
                 f"{s.get('run_now', 0):>7} {len(r.params_lost):>6} "
+                f"{len(r.run_now_excused):>10} "
+                f"{str(rejoin.get('checked', 0)) + '/' + str(skipped):>15} "
+                f"{len(r.bad_skips):>8} {len(r.bad_covers):>7} "
                 f"{s.get('commits_max', 0):>7.0f} "
                 f"{(percentile(delay, 0.95) if delay else math.nan):>9.2f} "
                 f"{_p50_max(r.failover_latency):>16} "

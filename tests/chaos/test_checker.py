@@ -1205,6 +1205,8 @@ def test_load_histories_splits_jobs_and_reads_compact_assignments(tmp_path: Path
     assert report.reports["a"].ok, report.reports["a"].render()
     assert not report.ok and len(report.reports["b"].lost) == 1
     assert "FAILED (b)" in report.table() and "== chaos history check: job a ==" in report.render()
+    assert "op-skip" in report.table() and "rejoin chk/skip" in report.table()
+    assert (tmp_path / "excused.jsonl").exists()  # every job's excused pairs, even none
 
 
 def test_strict_checking_counts_an_uncovered_owner_fault_before_start_as_lost() -> None:
