@@ -40,8 +40,54 @@ Definitions (``st`` = session timeout, ``P`` = trigger period; ``PRE``, ``SLACK`
   state record until the next ``connected``/``reconnected`` one (measured by the
   instance itself).
 
-Excuses, each counted by reason and in total (the report prints the excused fraction
-of the run's (fire, item) pairs). Only what the evidence supports is excused:
+Strict rules (``Params.strict``: misfire on; every chaos run, test_chaos_short too,
+issue 35 section 1). A pair is accounted for by a record, never by a timing window:
+
+* Checked fire times: ``[first up + st + P, stop - max(PRE, work + P)]``.
+* DONE: a run of the pair ended valid, not stopped, refused nor crashed.
+* FOLDED: named in the ``covers`` of a done run of the item, the entry plausible: on
+  the schedule, before that run's start, before its own fire unless it is a misfire
+  re-run, and after the fire of the item's previous done run (that run is passed
+  over when it names no earlier fire and the fires just before it stand nowhere else:
+  a run whose results read failed writes no result). An implausible entry claims
+  nothing (listed); its pair is lost unless something else stands for it.
+* OPERATOR: inside the window of an operator action that succeeded (a disable
+  followed by an ``op_failed`` of its action opens none): an item or job disable ..
+  its enable + P; a count cut at c, for the removed items, c - (work + WAIT + P) ..
+  c + WAIT + P; a count raise, for the added items, c .. the first assignment naming
+  them. The pair needs the product's ``skip`` record (reason ``disabled`` or
+  ``removed``, tests/chaos/worker.py); when the run records no skip line at all it is
+  "unverifiable", and when the assignment in effect had no such item there was
+  nothing to skip: both listed and counted apart. A ``disabled``/``removed`` skip
+  record that no such action explains fails the run. Skips of other reasons excuse
+  nothing.
+* PENDING AT STOP: the item has a run cut by the final stop (in progress at it, or
+  ended not done within P + OP of it) that started within work + P of the stop, and
+  the pair is that run's own fire, in its plausible covers, or came after it began;
+  at most ``ceil((work + WAIT) / P) + 1`` per item, else all of them are lost.
+* Else LOST: a leaderless store, no healthy instance, a partition, a freeze, an
+  outage, a fenced run without takeover and a crashed run never re-run excuse
+  nothing (with misfire on the next run folds such fires and says so).
+* Every pair neither done nor lost is written with its category and evidence to
+  ``excused.jsonl`` (:func:`write_excused`) and counted per category in the per-job
+  table; more than ``Params.excused_ceiling`` of the pairs excused outside the
+  folded and operator categories fails the job.
+
+In every mode: an execution in progress longer than ``work + WAIT + 3 st + 2 P`` is
+stuck, and so is a run without a ``quiet`` event; an instance back from a fault
+(heal, thaw, gray_end, up, the operator's enable) must start a run of the job within
+``work + WAIT + 3 st + 2 P`` (plus the longest fault of the job's leader then, capped at
+2 quiet deadlines after), unless faulted or switched off again, the deadline passes
+the stop, the job was disabled or it had fewer items than live enabled instances:
+each recovery is listed checked or skipped with the reason; a run-now's items must
+start with its params within :attr:`Params.run_now_deadline` plus the longest measured
+fault of the item's owner, else lost, unless an operator switch of the item or job
+overlapped, the deadline passes the stop, or an assignment in the span moved that
+item to another owner (listed).
+
+Not strict (``strict=False``, misfire off; kept for the synthetic tests of the older
+rules): excuses, each counted by reason and in total (the report prints the excused
+fraction of the run's (fire, item) pairs). Only what the evidence supports is excused:
 
 * Instance fault windows. A kill, freeze or partition of instance X at ``f`` makes
   the fire times in ``[f - PRE, f + st + P + SLACK]`` unhealthy for every item owned
@@ -86,9 +132,7 @@ Findings (each one fails the run):
    a running mark naming a live instance that has no execution of that item in
    progress (within ``SLACK``).
 6. Self-shutdowns: an instance that stopped without the driver asking.
-7. Not rejoined: an instance healed from a partition that starts no execution within
-   ``3 st + 2 P + SLACK`` of the heal (while it was not faulted again and the run
-   went on): it must rejoin without a restart and get items again.
+7. Not rejoined: see the rules of every mode above.
 
 The production-like workload (several jobs in one run, issue 25 section 5): records
 carry ``job`` (:func:`load_histories` splits them, :func:`check_jobs` checks each
