@@ -1860,7 +1860,7 @@ def test_excused_pairs_are_written_to_excused_jsonl(tmp_path: Path) -> None:
 def test_the_worker_writes_one_skip_line_per_item(tmp_path: Path) -> None:
     """The chaos worker's ``on_skipped`` listener writes one line per (fire, item),
     the reason by its SkipReason name; a skip naming no item stands for every item of
-    the job's count."""
+    the job's count when the job is disabled, else one line of item -1."""
     from shardkeeper.counters import SkipReason
     from shardkeeper.observe import SkipRecord
     from tests.chaos.worker import Recorder, SkipLines
@@ -1869,9 +1869,11 @@ def test_the_worker_writes_one_skip_line_per_item(tmp_path: Path) -> None:
     lines = SkipLines(Recorder(str(log)), lambda: 3)
     lines.on_skipped(SkipRecord("j", T0, A, SkipReason.REMOVED.value, items=(4, 5)))
     lines.on_skipped(SkipRecord("j", T0 + 1, A, SkipReason.DISABLED.value))
+    lines.on_skipped(SkipRecord("j", T0 + 2, A, SkipReason.SUSPENDED.value))
     rows = [json.loads(x) for x in log.read_text().splitlines()]
     assert [(r["item"], r["fire"], r["reason"]) for r in rows] == [
         (4, T0, "removed"), (5, T0, "removed"),
         (0, T0 + 1, "disabled"), (1, T0 + 1, "disabled"), (2, T0 + 1, "disabled"),
+        (-1, T0 + 2, "suspended"),
     ]  # fmt: skip
     assert all(r["phase"] == "skip" and r["job"] == "j" and r["instance"] == A for r in rows)
