@@ -2940,13 +2940,15 @@ def _check_run_now_bounded(
     delivered = 0
     for ev in triggers:
         wanted = {str(k): str(v) for k, v in dict(ev.extra["params"]).items()}
+        # the assignment the request's fire was decided from (one read per request)
+        chosen = [x for x in history.assignments if x[0] <= ev.t + p.wait_timeout][-1:]
         for item in range(ops.count_at(ev.t)):
             runs = by_item.get(item, [])
             owners = {
                 o
                 for o in (
                     _owner_at(runs, ev.t),
-                    _assigned_owner(history.assignments, ev.t, item, ev.t + p.wait_timeout),
+                    _assigned_owner(chosen, ev.t, item, math.inf),
                 )
                 if o
             }
