@@ -46,7 +46,7 @@ from shardkeeper.errors import (
     CheckpointUnavailableError,
     StoreError,
 )
-from shardkeeper.registry.base import Delete, Op, Put
+from shardkeeper.registry.base import Check, Delete, Op, Put
 
 __all__ = ["RESUME_READ_TRIES", "ItemCheckpoints", "ItemStates"]
 
@@ -56,6 +56,15 @@ log = logging.getLogger(__name__)
 RESUME_READ_TRIES = 3
 #: the least wait before a held write whose commit met a store error is sent again
 RETRY_AFTER_ERROR = 0.5
+#: how long a ``ctx.checkpoint`` call whose commit met a store error goes on sending it
+#: (in the caller's thread) for a definite answer while its execution stays valid; the
+#: runtime fences an execution whose session may be lost well before (within a session
+#: timeout), and a fenced one is refused: only a store that answers nothing for this
+#: long while the session is believed alive leaves the call "held"
+UNKNOWN_OUTCOME_WAIT = 30.0
+#: the back-off between two such sends (the first is quick: a dropped connection is
+#: usually back within a few tens of milliseconds)
+UNKNOWN_OUTCOME_BACKOFF = (0.05, 0.1, 0.2, 0.4)
 
 Defer = Callable[[str, float, Callable[[], None]], None]
 
@@ -90,9 +99,20 @@ class ItemStates:
         token: int,
         fence: str,
         rerun: bool,
+        member: Check | None = None,
+        valid: Callable[[], bool] | None = None,
     ) -> ItemCheckpoints:
         """The session of one execution (``rerun``: a failover or misfire re-run,
-        which looks for a checkpoint of its fire)."""
+        which looks for a checkpoint of its fire).
+
+        ``member``: the condition "this instance is still the member it was when the
+        execution began" (its membership node's incarnation, an ephemeral node of the
+        store session the execution began in), checked by every write beside the
+        fence: a write of an execution begun under one session is refused by the store
+        once that session ended, even when the client reconnected under a new one and
+        registered again (the persistent mark's fence child outlives the session).
+        ``valid``: whether the execution may still run (the runtime's ``ctx.is_valid``):
+        once it is not, its checkpoints are refused here, before any store call."""
         cfg = self.config()
         session = ItemCheckpoints(
             self,
@@ -104,6 +124,8 @@ class ItemStates:
             rerun=rerun,
             carry=cfg.checkpoint_carry,
             monitor=cfg.monitor_execution,
+            member=member,
+            valid=valid,
         )
         with self._lock:
             self._open[(execution_id, token)] = session
@@ -141,6 +163,8 @@ class ItemCheckpoints:
         rerun: bool,
         carry: bool,
         monitor: bool,
+        member: Check | None = None,
+        valid: Callable[[], bool] | None = None,
     ) -> None:
         self._o = owner
         self.item = item
@@ -151,6 +175,8 @@ class ItemCheckpoints:
         self._rerun = rerun
         self._carry = carry
         self._monitor = monitor
+        self._member = member
+        self._valid = valid or (lambda: True)
         self._lock = threading.Lock()
         #: one write at a time, in order: a later state never lands before an earlier
         self._io = threading.Lock()
@@ -170,6 +196,10 @@ class ItemCheckpoints:
         self._armed = False
         self._pruned = False
         self._refused = False
+        #: the execution is no longer valid (fenced: its session may have ended, others
+        #: may run the item): later calls are refused; what was taken before it is
+        #: still written by the hand-off, conditional on the mark
+        self._invalid = False
         self._closed = False
 
     # -- the context's calls ----------------------------------------------------------
@@ -185,16 +215,54 @@ class ItemCheckpoints:
             )
         text = serialise_state(state, cfg.checkpoint_max_bytes)
         self.resume()  # the predecessor's state is read before this run writes its own
+        # (asked outside the lock: the runtime's answer may fence its batches)
+        valid = self._valid()
         with self._lock:
-            if self._refused or self._closed:
+            if not valid:
+                self._invalid = True
+            if self._refused or self._closed or self._invalid:
                 return self._refuse(strict)
             self._seq += 1
             self._pending, self._pending_seq = text, self._seq
             self._latest = text
-        if self._write_or_hold() is False:
+        written = self._write_or_hold()
+        if written is None:
+            written = self._until_definite()
+        if written is False:
             with self._lock:
                 return self._refuse(strict)
         return True
+
+    def _until_definite(self) -> bool | None:
+        """A call whose commit met a store error: send it again (it is conditional and
+        carries whole documents) until the store answers, while the execution stays
+        valid. "True" is never said of a write whose outcome is unknown: a connection
+        lost as the session expired (ZooKeeper fails the request in flight) left the
+        write unapplied, and a successor then resumed from an older state than the one
+        the job had been told was accepted. False once the execution is not valid (the
+        runtime fenced it: its session may have ended); None (held, written at the next
+        chance) only if the store answers nothing for UNKNOWN_OUTCOME_WAIT."""
+        deadline = time.monotonic() + UNKNOWN_OUTCOME_WAIT
+        tries = 0
+        while time.monotonic() < deadline:
+            if not self._valid():
+                with self._lock:
+                    self._invalid = True
+                log.warning(
+                    "%s: checkpoint of item %d (execution %s) refused: the store did not "
+                    "answer before the execution was fenced off",
+                    self._job,
+                    self.item,
+                    self.execution_id,
+                )
+                return False
+            pause = UNKNOWN_OUTCOME_BACKOFF[min(tries, len(UNKNOWN_OUTCOME_BACKOFF) - 1)]
+            tries += 1
+            time.sleep(pause)  # a back-off between sends, not a synchronisation
+            written = self._flush(retry=True)
+            if written is not None:
+                return written
+        return None
 
     def progress(self, done: float, total: float | None, note: str | None) -> None:
         """``ctx.progress``: check, then write now or hold (never raises for the store)."""
@@ -271,6 +339,8 @@ class ItemCheckpoints:
             self._closed = True
             if self._refused:
                 return []
+            # (an invalid execution's held state, taken before it was fenced, goes on:
+            # this commit is conditional on the mark, so a successor reads it)
             text, seq = self._pending, self._seq
             progress = self._progress if self._progress_pending else None
         ops: list[Op] = []
@@ -287,15 +357,22 @@ class ItemCheckpoints:
         """A refused call (the lock held): counted; False, or raised when strict."""
         self._o.count("checkpoints_refused", 1)
         if strict:
+            if self._closed and not self._refused:
+                why = "the run has ended"
+            elif self._invalid and not self._refused:
+                why = (
+                    "the execution was fenced off (its store session may have ended: "
+                    "others may run the item); its last accepted state is kept"
+                )
+            else:
+                why = (
+                    "its running mark is no longer this execution's, or the store "
+                    "session it began in has ended (taken over or cleared); the "
+                    "successor's state is kept"
+                )
             raise CheckpointFencedError(
                 f"job {self._o.reader.paths.job!r} item {self.item}: checkpoint of "
-                f"execution {self.execution_id} refused: "
-                + (
-                    "the run has ended"
-                    if self._closed and not self._refused
-                    else "its running mark is no longer this execution's (taken over or "
-                    "cleared); the successor's state is kept"
-                )
+                f"execution {self.execution_id} refused: {why}"
             )
         return False
 
@@ -343,8 +420,9 @@ class ItemCheckpoints:
             ended=ended,
         )
 
-    def _flush(self) -> bool | None:
-        """Write what is held in one fenced commit (see _write_or_hold)."""
+    def _flush(self, *, retry: bool = False) -> bool | None:
+        """Write what is held in one fenced commit (see _write_or_hold). ``retry``: a
+        call sending again after a store error (it arms no timer on a new error)."""
         reader = self._o.reader
         with self._io:
             with self._lock:
@@ -352,6 +430,8 @@ class ItemCheckpoints:
                     return False
                 if self._closed:
                     return True  # the completion or hand-off commit writes it
+                if self._invalid:
+                    return False
                 text, seq = self._pending, self._pending_seq
                 progress = self._progress if self._progress_pending else None
                 prune = text is not None and not self._pruned
@@ -369,7 +449,7 @@ class ItemCheckpoints:
                 self.item,
                 checkpoint=doc,
                 progress=progress,
-                extra=extra,
+                extra=[*([self._member] if self._member is not None else []), *extra],
             )
             try:
                 ok = reader.commit(ops)
@@ -381,8 +461,9 @@ class ItemCheckpoints:
                     self.item,
                     exc,
                 )
-                with self._lock:
-                    self._arm(max(RETRY_AFTER_ERROR, self._o.config().checkpoint_interval))
+                if not retry:
+                    with self._lock:
+                        self._arm(max(RETRY_AFTER_ERROR, self._o.config().checkpoint_interval))
                 return None
             with self._lock:
                 self._last_write = time.monotonic()
@@ -390,7 +471,8 @@ class ItemCheckpoints:
                     self._refused = True
                     log.warning(
                         "%s: checkpoint of item %d (execution %s) refused: its running "
-                        "mark is no longer this execution's",
+                        "mark is no longer this execution's, or the store session it "
+                        "began in ended",
                         self._job,
                         self.item,
                         self.execution_id,

@@ -618,6 +618,10 @@ class JobRunner:
                 token=batch.tokens.get(item, 0),
                 fence=batch.fences.get(item, ""),
                 rerun=batch.failover or batch.misfire,
+                # its writes hold only while the membership (of the session it began
+                # in) is the one it began under, and while the execution is valid
+                member=self.state.membership_check(self.paths.instance(self._me)),
+                valid=lambda: self.valid(batch),
             ),
         )
 

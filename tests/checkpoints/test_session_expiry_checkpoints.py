@@ -1,0 +1,203 @@
+"""An execution begun under a session is never valid under the next one (issue 35 §2).
+
+Two instances on a real store; one item of 40 steps of 0.25 s that checkpoints
+``{"step": n}`` after each and resumes from ``ctx.resume_state``. Its owner's session
+is expired on the server (``expire_session``) right after step 6 was reported
+accepted, and the owner's client gets a new session at once. The old execution goes
+on stepping (a zombie that never asks ``ctx.is_valid()``). Then:
+
+* the successor (the failover re-run of the same fire) resumes from step 6 or later:
+  what was reported accepted is what it resumes from, or newer;
+* no checkpoint of the old execution is accepted once the successor started (nor,
+  at all, once its session expired: a write of an execution begun under session S is
+  refused after S ended, though the client reconnected under a new session).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from shardkeeper.config import JobConfig
+from shardkeeper.coordination.model import FailoverEntry
+from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.job import ShardedJob, ShardingContext
+from shardkeeper.registry.base import CoordinationStore
+from shardkeeper.runtime import Runtime
+from shardkeeper.testing.faults import expire_session, wait_until
+
+pytestmark = pytest.mark.timeout(180)
+
+JOB = "stepping40"
+STEPS = 40
+STEP = 0.25
+#: the owner's session is expired once this step was reported accepted
+EXPIRE_AFTER = 6
+
+
+@dataclass(frozen=True)
+class Start:
+    instance: str
+    execution_id: str
+    token: int
+    failover: bool
+    resumed: bool
+    state: Any
+    at: float
+
+
+@dataclass(frozen=True)
+class Answer:
+    instance: str
+    token: int
+    step: int
+    ok: bool
+    #: monotonic times of the call and of its answer
+    called: float
+    answered: float
+
+
+class Forty(ShardedJob):
+    """40 steps from the resume state, one checkpoint after each; never asks
+    ``ctx.is_valid()`` (a zombie goes on). The first run holds after step 6 until the
+    test has expired its owner's session."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.starts: list[Start] = []
+        self.answers: list[Answer] = []
+        #: the fencing tokens of the runs that returned
+        self.ended: set[int] = set()
+        self.at_expiry = threading.Event()
+        self.go_on = threading.Event()
+
+    def execute(self, ctx: ShardingContext) -> None:
+        state = ctx.resume_state
+        with self.lock:
+            first = not self.starts
+            self.starts.append(
+                Start(
+                    ctx.instance_id,
+                    ctx.execution_id,
+                    ctx.fencing_token,
+                    ctx.is_failover,
+                    ctx.resumed,
+                    state,
+                    time.monotonic(),
+                )
+            )
+        begin = int(state["step"]) if isinstance(state, dict) else 0
+        pause = threading.Event()
+        for step in range(begin + 1, STEPS + 1):
+            if not (first and step == EXPIRE_AFTER + 1):
+                pause.wait(STEP)  # the work of one step (a bounded wait, not a sync)
+            called = time.monotonic()
+            ok = ctx.checkpoint({"step": step})
+            with self.lock:
+                self.answers.append(
+                    Answer(ctx.instance_id, ctx.fencing_token, step, ok, called, time.monotonic())
+                )
+            if first and step == EXPIRE_AFTER:
+                self.at_expiry.set()
+                # step 7 is called as soon as the session is being expired: its
+                # commit meets the connection the expiry drops
+                assert self.go_on.wait(60)
+        with self.lock:
+            self.ended.add(ctx.fencing_token)
+
+
+@pytest.mark.parametrize("backend", ["zookeeper", "etcd"], ids=["zk", "etcd"])
+def test_an_expired_sessions_execution_writes_nothing_after_its_successor_starts(
+    registry_url: str, store: CoordinationStore
+) -> None:
+    job = Forty()
+    cfg = JobConfig(
+        name=JOB,
+        cron="0 0 0 1 1 ?",  # never fires by itself: the run is the queued fire below
+        sharding_total_count=1,
+        failover=True,
+        checkpoint_interval=0,  # every call is one commit: "accepted" is exact
+    )
+    # one fire of the item waits in the failover queue; the first instance claims it
+    fire = float(int(time.time()) - 30)
+    eid = f"{JOB}@{round(fire * 1000)}#0"
+    store.put(JobPaths(JOB).failover_item(0), FailoverEntry(fire, eid, "host@9@gone").to_bytes())
+    runtimes = [Runtime(registry_url, shutdown_grace=1) for _ in range(2)]
+    try:
+        for rt in runtimes:
+            rt.add_job(job, cfg)
+        # the owner starts alone (it leads the job and claims the fire), the other
+        # instance joins while the item runs
+        runtimes[0].start()
+        wait_until(lambda: job.starts, 60, message="the item never ran")
+        runtimes[1].start()
+        wait_until(
+            lambda: len(store.children(JobPaths(JOB).instances)) == 2,
+            30,
+            message="the second instance never joined",
+        )
+        assert job.at_expiry.wait(60), "the first run never reached step 6"
+        with job.lock:
+            owner_id, old_token = job.starts[0].instance, job.starts[0].token
+            accepted = [a.step for a in job.answers if a.instance == owner_id and a.ok]
+        assert accepted == list(range(1, EXPIRE_AFTER + 1)), job.answers
+        owner = next(rt for rt in runtimes if rt.instance_id == owner_id)
+        # the session ends on the server while the owner's next commit is sent
+        old_session = expire_session(owner.store, wait=False)
+        job.go_on.set()
+        wait_until(
+            lambda: owner.store.session_id not in (None, old_session),
+            30,
+            message="the owner's client never got a new session",
+        )
+        renewed = time.monotonic()
+
+        def successor() -> Start | None:
+            with job.lock:
+                return next(
+                    (s for s in job.starts if s.execution_id == eid and s.token != old_token),
+                    None,
+                )
+
+        nxt = wait_until(successor, 60, message=lambda: f"no successor ran: {job.starts}")
+
+        # let the zombie try a few more steps after the successor's start (unless it
+        # had ended before: then its own hand-off started the successor)
+        def tried_after() -> bool:
+            with job.lock:
+                late = [a for a in job.answers if a.token == old_token and a.called > nxt.at]
+                return len(late) >= 2 or old_token in job.ended
+
+        wait_until(
+            tried_after,
+            30,
+            message=lambda: (
+                "the old execution stopped trying: "
+                + repr([(a.token, a.step, a.ok, round(a.called - nxt.at, 2)) for a in job.answers])
+            ),
+        )
+        with job.lock:
+            old = [a for a in job.answers if a.token == old_token]
+        assert nxt.failover and nxt.resumed, nxt
+        assert isinstance(nxt.state, dict), nxt
+        # what the old execution was told was accepted is what its successor resumes
+        # from, or newer
+        best = max(a.step for a in old if a.ok)
+        assert best >= EXPIRE_AFTER and nxt.state["step"] >= best, (nxt, old)
+        late = [a for a in old if a.ok and a.called > nxt.at]
+        assert not late, (
+            f"the old execution's checkpoints accepted after its successor started: {late}"
+        )
+        # and none of the calls made once the owner's client had its new session
+        renewed_ok = [a for a in old if a.ok and a.called > renewed]
+        assert not renewed_ok, (
+            f"the expired session's execution accepted under the next: {renewed_ok}"
+        )
+    finally:
+        job.go_on.set()
+        for rt in runtimes:
+            rt.stop()
