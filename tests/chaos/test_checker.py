@@ -1661,7 +1661,9 @@ def test_a_run_now_lost_is_not_excused_by_a_reshard_or_a_store_fault_nearby() ->
     """Audit mutants d2, d3: any assignment written in the window, or any store
     member's fault in it, excused every item's missing params. Now a reshard that
     leaves item 1 with B, and a follower's kill that B never noticed, excuse nothing:
-    lost. An assignment that moved item 1 to A in the window excuses it, listed."""
+    lost. Nor does an assignment that moved item 1 to A in the window (a request is
+    the job's: the next owner runs its part), named in the finding; A running item 1
+    with the params in time passes."""
     b = _run_now_history()
     history = b.history()
     history.assignments = [
@@ -1681,8 +1683,13 @@ def test_a_run_now_lost_is_not_excused_by_a_reshard_or_a_store_fault_nearby() ->
         (T0 + 13.0, [(T0 + 14.0, {0: A, 1: A}), (T0, {0: A, 1: B})]),
     ]
     report = check(history)
-    assert not report.params_lost, report.params_lost
-    assert len(report.run_now_excused) == 1 and "owner changed" in report.run_now_excused[0]
+    assert len(report.params_lost) == 1 and "moved item 1 from" in report.params_lost[0]
+    b = _run_now_history()
+    b.run(A, 1, T0 + 12.3, start=T0 + 15.5).params = {"op": "7-7"}
+    history = b.history()
+    history.assignments = [(T0 - 0.3, [(T0, {0: A, 1: B})])]
+    report = check(history)
+    assert report.ok and not report.run_now_excused, report.render()
 
 
 def test_implausible_covers_claim_nothing() -> None:
