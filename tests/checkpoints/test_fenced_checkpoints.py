@@ -243,3 +243,98 @@ def test_old_fires_are_pruned_and_last_state_is_the_previous_ended_run(
     left = CheckpointReader(store, P).fires(0)
     assert len(left) == KEEP_FIRES
     assert store.get(checkpoint_path("ck", 0, FIRE)) is None
+
+
+def _run_marked(
+    store: CoordinationStore, states: ItemStates, me: str, fire: float, *, persistent: bool
+) -> tuple[ItemCheckpoints, int, str]:
+    """A run of item 0 for ``fire`` by ``me``: its mark (persistent with a fence
+    child, or ephemeral) and its open checkpoint session."""
+    eid = f"ck@{round(fire * 1000)}#0"
+    fence = new_fence() if persistent else ""
+    ops = [Create(P.running(0), RunningMark(me, fire, eid).to_bytes(), ephemeral=not persistent)]
+    if persistent:
+        ops.append(Create(f"{P.running(0)}/{fence}"))
+    done = store.commit(ops)
+    assert done
+    session = states.open(
+        item=0, fire_time=fire, execution_id=eid, token=done.revision, fence=fence, rerun=False
+    )
+    return session, done.revision, fence
+
+
+def test_a_queued_fires_checkpoint_outlives_newer_fires_pruning(
+    store_factory: object,
+) -> None:
+    """Review finding 9: F0's run is cut off and queued; the item's next owner runs
+    four newer fires, each checkpointing (the fourth's first write prunes); a claim of
+    F0 afterwards (a stale failover run) resumes from F0's last accepted checkpoint."""
+    factory = store_factory
+    assert callable(factory)
+    store: CoordinationStore = factory()
+    counts: Counter[str] = Counter()
+    old = _states(store, OLD, counts)
+    first, token, fence = _run_marked(store, old, OLD, FIRE, persistent=True)
+    assert first.checkpoint({"cursor": 500}, None)
+    from shardkeeper.coordination.model import FailoverEntry
+
+    moved = FailoverService(store, P, OLD).hand_off(
+        {0: (token, FailoverEntry(FIRE, EID, OLD), fence)},
+        keep=True,
+        extra={0: first.handoff_ops()},
+    )
+    assert moved == [0]
+    owner = _states(store, NEW, counts)
+    for k in range(1, KEEP_FIRES + 1):
+        run, tok, fen = _run_marked(store, owner, NEW, FIRE + 60 * k, persistent=True)
+        assert run.checkpoint({"cursor": 1000 + k}, None)
+        extra = {0: run.final_ops("ok")}
+        assert ExecutionService(store, P, NEW).finish([0], tok, {0: fen}, extra=extra) == []
+    claims = FailoverService(store, P, "host@3@taker").claim_many((), limit=1)
+    assert [c.entry.fire_time for c in claims] == [FIRE]
+    claim = claims[0]
+    rerun = _states(store, "host@3@taker", counts).open(
+        item=0,
+        fire_time=claim.entry.fire_time,
+        execution_id=claim.entry.execution_id,
+        token=claim.token,
+        fence=claim.fence,
+        rerun=True,
+    )
+    assert rerun.resume()[:2] == ({"cursor": 500}, True)
+    # and the item's nodes stay bounded: the kept fires, and the queued one besides
+    assert len(CheckpointReader(store, P).fires(0)) <= KEEP_FIRES + 1
+
+
+def test_the_carried_state_outlives_cut_off_runs_with_failover_off(
+    store: CoordinationStore,
+) -> None:
+    """Review finding 10: with checkpoint_carry and failover off, F0 ends ok (cursor
+    100), F1..F4 are cut off (a hand-off that only clears the mark: no ``ended``); the
+    prune of their writes keeps F0's node, so F5's ctx.last_state is F0's cursor."""
+    counts: Counter[str] = Counter()
+    states = _states(store, OLD, counts, failover=False, checkpoint_carry=True)
+    run, token, _ = _run_marked(store, states, OLD, FIRE, persistent=False)
+    assert run.checkpoint({"cursor": 100}, None)
+    final = {0: run.final_ops("ok")}
+    assert ExecutionService(store, P, OLD).finish([0], token, {}, extra=final) == []
+    from shardkeeper.coordination.model import FailoverEntry
+
+    seen = []
+    for k in range(1, KEEP_FIRES + 1):
+        fire = FIRE + 60 * k
+        run, token, _ = _run_marked(store, states, OLD, fire, persistent=False)
+        seen.append(run.resume()[2])
+        assert run.checkpoint({"cursor": 100, "partial": k}, None)
+        eid = f"ck@{round(fire * 1000)}#0"
+        moved = FailoverService(store, P, OLD).hand_off(
+            {0: (token, FailoverEntry(fire, eid, OLD), "")},
+            keep=False,
+            extra={0: run.handoff_ops()},
+        )
+        assert moved == [0]
+    assert seen == [{"cursor": 100}] * KEEP_FIRES
+    last, _token, _ = _run_marked(
+        store, states, OLD, FIRE + 60 * (KEEP_FIRES + 1), persistent=False
+    )
+    assert last.resume()[2] == {"cursor": 100}

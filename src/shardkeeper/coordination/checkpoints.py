@@ -3,7 +3,8 @@
 A checkpoint is the state a running item hands to ``ctx.checkpoint(state)``: the last
 one accepted is what a successor of the same fire resumes from. It is kept at
 ``/checkpoints/{job}/{item}/{fire-ms}`` (one node per fire of an item, the newest
-:data:`KEEP_FIRES` kept), outside ``/jobs/{job}`` so that the tools' snapshot reads
+:data:`KEEP_FIRES` kept, and besides them the newest ended run's and that of a fire
+waiting in the failover queue), outside ``/jobs/{job}`` so that the tools' snapshot reads
 (one read of a job's subtree) never carry the states. Progress
 (``ctx.progress(done, total, note)``) is small and read by the tools: it is kept at
 ``/jobs/{job}/progress/{item}``.
@@ -24,13 +25,14 @@ of the item's previous ended run is what a job with ``checkpoint_carry`` gets as
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from shardkeeper.coordination.model import DocumentError, decode
+from shardkeeper.coordination.model import DocumentError, FailoverEntry, decode
 from shardkeeper.coordination.paths import (
     JobPaths,
     checkpoint_item_root,
@@ -51,7 +53,9 @@ __all__ = [
 ]
 
 #: checkpoint nodes kept per item (the newest fires): a run's first write prunes older
-#: ones, so an item's checkpoints never grow with its fires
+#: ones, so an item's checkpoints never grow with its fires (the newest ended run's node
+#: and the node of a fire waiting in the failover queue are kept besides, whatever
+#: their age: see :meth:`CheckpointReader.prune_ops`)
 KEEP_FIRES = 4
 #: a progress note is cut to this many characters (the document stays small)
 NOTE_MAX_CHARS = 200
@@ -305,14 +309,45 @@ class CheckpointReader:
 
     def prune_ops(self, item: int, keep: float) -> list[Op]:
         """Deletions of ``item``'s checkpoint nodes beyond the newest
-        :data:`KEEP_FIRES` (the fire ``keep`` among them, whatever its age). One
-        listing."""
-        fires = self.fires(item)
+        :data:`KEEP_FIRES`, never of these (whatever their age):
+
+        * the fire ``keep`` (the run writing);
+        * the newest node of an ended run: it is what ``ctx.last_state`` carries, and
+          runs cut off meanwhile (failover off: nobody ends their fires) write no
+          ``ended``; four of them pruned it and the carried cursor was gone;
+        * the node of the fire whose entry waits in the failover queue: its run,
+          claimed after newer fires ran here (a stale failover run), resumes from it.
+
+        One read of the item's nodes (with their documents) and one of its queue
+        entry, and only when there is something to prune."""
+        root = checkpoint_item_root(self._paths.job, item)
+        names = self._store.children(root)
+        fires = sorted(int(n) for n in names if n.isdigit())
         mine = round(keep * 1000)
-        others = [f for f in fires if f != mine]
-        if len(others) < KEEP_FIRES:
+        if len([f for f in fires if f != mine]) < KEEP_FIRES:
             return []
-        stale = others[: len(others) - (KEEP_FIRES - 1)]
+        kept = {mine}
+        tree = self._store.get_tree(root)
+        for fire_ms in reversed(fires):
+            node = tree.get(checkpoint_path(self._paths.job, item, fire_ms / 1000))
+            if node is None or not node.value:
+                continue
+            try:
+                ended = CheckpointDoc.from_bytes(node.value, node.path).ended
+            except DocumentError:
+                continue
+            if ended:
+                kept.add(fire_ms)
+                break
+        queued = self._store.get(self._paths.failover_item(item))
+        # (an unreadable entry: its claim resumes from nothing anyway)
+        if queued is not None:
+            with contextlib.suppress(DocumentError):
+                entry = FailoverEntry.from_bytes(queued.value, queued.path)
+                kept.add(round(entry.fire_time * 1000))
+        others = [f for f in fires if f not in kept]
+        room = max(0, KEEP_FIRES - len(kept))
+        stale = others[: max(0, len(others) - room)]
         return [Delete(checkpoint_path(self._paths.job, item, f / 1000)) for f in stale]
 
     def write_ops(
