@@ -742,8 +742,8 @@ def test_a_run_now_held_behind_its_item_and_an_earlier_rerun_is_in_time() -> Non
     b.event(at, "op_trigger", job="", params={"op": "7-1"}, ok=True)
     b.run(A, 0, at + 0.05, start=at + 0.1).params = {"op": "7-1"}
     p = dataclasses.replace(PARAMS, work=3.0)
-    one_work = p.wait_timeout + p.work + 2 * p.period + 2 * p.slack
-    late = b.run(B, 1, at + 0.05, start=at + one_work + 2.0)
+    one_work = p.wait_timeout + p.work + 2 * p.period
+    late = b.run(B, 1, at + 0.05, start=at + one_work + 2.0)  # 12 s: within 13 s
     late.params = {"op": "7-1"}
     b.frame()
     hist = b.history()
