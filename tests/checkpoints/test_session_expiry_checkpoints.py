@@ -17,17 +17,24 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from shardkeeper.config import JobConfig
-from shardkeeper.coordination.model import FailoverEntry
+from shardkeeper.coordination.checkpoints import CheckpointReader
+from shardkeeper.coordination.execution import new_fence
+from shardkeeper.coordination.model import FailoverEntry, RunningMark
 from shardkeeper.coordination.paths import JobPaths
+from shardkeeper.errors import CheckpointFencedError, StoreUnavailableError
 from shardkeeper.job import ShardedJob, ShardingContext
-from shardkeeper.registry.base import CoordinationStore
+from shardkeeper.registry.base import Check, CoordinationStore, Create
+from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
+from shardkeeper.runtime.checkpoints import ItemCheckpoints, ItemStates
 from shardkeeper.testing.faults import expire_session, wait_until
 
 pytestmark = pytest.mark.timeout(180)
@@ -201,3 +208,124 @@ def test_an_expired_sessions_execution_writes_nothing_after_its_successor_starts
         job.go_on.set()
         for rt in runtimes:
             rt.stop()
+
+
+# -- the same rules, step by step on the MemoryStore (deterministic) --------------------
+
+P = JobPaths("ck")
+ME = "host@1@me"
+FIRE = 1_700_000_000.0
+EID = f"ck@{round(FIRE * 1000)}#0"
+
+
+def _session(
+    store: MemoryStore, *, valid: Callable[[], bool] = lambda: True, member: bool = True
+) -> tuple[ItemCheckpoints, Counter[str]]:
+    """A checkpoint session of a persistent mark of item 0, opened while this
+    instance's membership node is the one registered (its incarnation checked)."""
+    member_node = store.put(P.instance(ME), b"{}", ephemeral=True)
+    fence = new_fence()
+    done = store.commit(
+        [
+            Create(P.running(0), RunningMark(ME, FIRE, EID).to_bytes()),
+            Create(f"{P.running(0)}/{fence}"),
+        ]
+    )
+    assert done
+    cfg = JobConfig.parse(
+        name="ck", cron="0 0 0 1 1 ?", sharding_total_count=1, failover=True, checkpoint_interval=0
+    )
+    counts: Counter[str] = Counter()
+    states = ItemStates(
+        reader=CheckpointReader(store, P),
+        instance_id=ME,
+        config=lambda: cfg,
+        count=lambda key, n: counts.update({key: n}),
+    )
+    check = Check(P.instance(ME), created_revision=member_node.created_revision)
+    session = states.open(
+        item=0,
+        fire_time=FIRE,
+        execution_id=EID,
+        token=done.revision,
+        fence=fence,
+        rerun=False,
+        member=check if member else None,
+        valid=valid,
+    )
+    return session, counts
+
+
+def _stored_step(store: MemoryStore) -> Any:
+    doc = CheckpointReader(store, P).read(0, FIRE)
+    return None if doc is None else doc.state
+
+
+def test_a_write_of_the_previous_sessions_execution_is_refused_by_the_store(
+    memory_server: MemoryServer,
+) -> None:
+    """The membership node the execution began under is gone and registered again
+    (a new session): the mark and its fence child are intact, yet the store refuses."""
+    store = memory_server.store("ns")
+    store.start()
+    try:
+        session, counts = _session(store)
+        assert session.checkpoint({"step": 1}, None) is True
+        store.delete(P.instance(ME))  # the session's ephemeral node went with it
+        store.put(P.instance(ME), b"{}", ephemeral=True)  # and came back, another one
+        assert session.checkpoint({"step": 2}, None) is False
+        assert _stored_step(store) == {"step": 1}
+        assert counts["checkpoints_refused"] == 1
+    finally:
+        store.close()
+
+
+def test_a_call_whose_commit_met_a_store_error_answers_what_the_store_did(
+    memory_server: MemoryServer,
+) -> None:
+    """The commit's reply is lost (applied or not): the call sends it again and says
+    True only once the store took it."""
+    store = memory_server.store("ns")
+    store.start()
+    try:
+        session, counts = _session(store)
+        store.fail_next("commit", path=P.running(0), count=2)  # not applied, twice
+        assert session.checkpoint({"step": 1}, None) is True
+        assert _stored_step(store) == {"step": 1}
+        store.fail_next("commit", path=P.running(0), applied=True)  # applied, reply lost
+        assert session.checkpoint({"step": 2}, None) is True
+        assert _stored_step(store) == {"step": 2}
+        assert counts["checkpoint_errors"] == 3 and counts["checkpoints"] == 2
+    finally:
+        store.close()
+
+
+def test_a_call_whose_store_stays_silent_until_the_execution_is_fenced_is_refused(
+    memory_server: MemoryServer,
+) -> None:
+    """The store gives no answer and the runtime fences the execution meanwhile (its
+    session may have ended): False, not a True for a state the store never took; and
+    every later call is refused without a store call."""
+    store = memory_server.store("ns")
+    store.start()
+    try:
+        valid = threading.Event()
+        valid.set()
+        session, counts = _session(store, valid=valid.is_set)
+        assert session.checkpoint({"step": 1}, None) is True
+
+        class Fencing(StoreUnavailableError):
+            """The store's error; the runtime fences the execution as it is raised."""
+
+            def __init__(self, *args: object) -> None:
+                valid.clear()
+                super().__init__(*args)
+
+        store.fail_next("commit", path=P.running(0), error=Fencing, count=1000)
+        assert session.checkpoint({"step": 2}, None) is False
+        assert _stored_step(store) == {"step": 1}
+        with pytest.raises(CheckpointFencedError, match="fenced off"):
+            session.checkpoint({"step": 3}, True)
+        assert counts["checkpoints_refused"] == 2 and counts["checkpoint_errors"] == 1
+    finally:
+        store.close()

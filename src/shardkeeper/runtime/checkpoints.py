@@ -225,7 +225,7 @@ class ItemCheckpoints:
             self._seq += 1
             self._pending, self._pending_seq = text, self._seq
             self._latest = text
-        written = self._write_or_hold()
+        written = self._write_or_hold(call=True)
         if written is None:
             written = self._until_definite()
         if written is False:
@@ -259,9 +259,20 @@ class ItemCheckpoints:
             pause = UNKNOWN_OUTCOME_BACKOFF[min(tries, len(UNKNOWN_OUTCOME_BACKOFF) - 1)]
             tries += 1
             time.sleep(pause)  # a back-off between sends, not a synchronisation
-            written = self._flush(retry=True)
+            written = self._flush(call=True)
             if written is not None:
                 return written
+        # held after all: said as a store failure's hold is (the chaos worker counts
+        # this line's calls as held, not accepted)
+        log.warning(
+            "%s: checkpoint of item %d not written (the store gave no answer for %gs); "
+            "kept, written at the next chance",
+            self._job,
+            self.item,
+            UNKNOWN_OUTCOME_WAIT,
+        )
+        with self._lock:
+            self._arm(max(RETRY_AFTER_ERROR, self._o.config().checkpoint_interval))
         return None
 
     def progress(self, done: float, total: float | None, note: str | None) -> None:
@@ -376,7 +387,7 @@ class ItemCheckpoints:
             )
         return False
 
-    def _write_or_hold(self) -> bool | None:
+    def _write_or_hold(self, *, call: bool = False) -> bool | None:
         """Write what is held now if the interval is up, else arm the timer for it.
         True: written or held; False: refused; None: a store error (held)."""
         interval = self._o.config().checkpoint_interval
@@ -385,7 +396,7 @@ class ItemCheckpoints:
             if wait > 0:
                 self._arm(wait)
                 return True
-        return self._flush()
+        return self._flush(call=call)
 
     def _arm(self, delay: float) -> None:
         """(the lock held) Have the timer write what is held after ``delay``."""
@@ -420,9 +431,11 @@ class ItemCheckpoints:
             ended=ended,
         )
 
-    def _flush(self, *, retry: bool = False) -> bool | None:
-        """Write what is held in one fenced commit (see _write_or_hold). ``retry``: a
-        call sending again after a store error (it arms no timer on a new error)."""
+    def _flush(self, *, call: bool = False) -> bool | None:
+        """Write what is held in one fenced commit (see _write_or_hold). ``call``: in
+        a ``ctx.checkpoint`` call, which sends it again itself after a store error
+        (_until_definite): no timer is armed for it, and the error is not reported as
+        a write left unwritten."""
         reader = self._o.reader
         with self._io:
             with self._lock:
@@ -455,15 +468,23 @@ class ItemCheckpoints:
                 ok = reader.commit(ops)
             except StoreError as exc:
                 self._o.count("checkpoint_errors", 1)
+                if call:
+                    log.info(
+                        "%s: checkpoint commit of item %d met a store error (%s); sent "
+                        "again for a definite answer",
+                        self._job,
+                        self.item,
+                        exc,
+                    )
+                    return None
                 log.warning(
                     "%s: checkpoint of item %d not written (%s); kept, written at the next chance",
                     self._job,
                     self.item,
                     exc,
                 )
-                if not retry:
-                    with self._lock:
-                        self._arm(max(RETRY_AFTER_ERROR, self._o.config().checkpoint_interval))
+                with self._lock:
+                    self._arm(max(RETRY_AFTER_ERROR, self._o.config().checkpoint_interval))
                 return None
             with self._lock:
                 self._last_write = time.monotonic()
