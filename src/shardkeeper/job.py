@@ -216,12 +216,16 @@ class ShardingContext:
         misfire re-run) gets the last one accepted as :attr:`resume_state`.
 
         The write is one commit conditional on this execution's running mark (its
-        fence): once the item was taken over, the store refuses it, so a zombie never
-        overwrites its successor's state. Returns True when the state was written, or
-        is held to be written (calls within the job's ``checkpoint_interval`` of the
-        last write are coalesced: the latest is written when the interval is up, and
-        the last one is written with the item's completion in any case); False when
-        it was refused (this execution is no longer the item's: stop writing), or
+        fence) and on the store session it began in: once the item was taken over, or
+        that session ended, the store refuses it, so a zombie never overwrites its
+        successor's state. Returns True when the state was written, or is held to be
+        written (calls within the job's ``checkpoint_interval`` of the last write are
+        coalesced: the latest is written when the interval is up, and the last one is
+        written with the item's completion or hand-off unless the item was taken over
+        first); a write that meets a store error is sent again, in this call, until
+        the store answers or the execution is fenced (its session may be lost), so
+        True is never said of a write whose outcome is unknown; False when it was
+        refused (this execution is no longer the item's, or was fenced: stop writing), or
         raises CheckpointFencedError instead with ``strict`` (default: the job's
         ``checkpoint_strict``). CheckpointStateError for a state that is not JSON or
         too large; CheckpointUnavailableError when the job runs without running marks

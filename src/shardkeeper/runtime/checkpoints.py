@@ -6,18 +6,31 @@ Each execution has an :class:`ItemCheckpoints` (the context's ``ItemState``), op
 when its context is made and taken back by the batch's completion:
 
 * A call is checked at once (JSON, size: named errors), then written in ONE commit
-  conditional on the execution's fence, in the caller's thread, when the job's
-  ``checkpoint_interval`` has passed since the last write; a call within the interval
-  is held (the latest replaces the one held) and written when the interval is up, by
-  the lanes' timer (no thread waits). A refused write means the execution is no longer
-  the item's: that call and every later one answer False (or raise
-  CheckpointFencedError when strict) without a store call, counted in
+  conditional on the execution's fence and on the membership incarnation (an
+  ephemeral node of the store session) it began under, in the caller's thread, when
+  the job's ``checkpoint_interval`` has passed since the last write; a call within
+  the interval is held (the latest replaces the one held) and written when the
+  interval is up, by the lanes' timer (no thread waits). A refused write means the
+  execution is no longer the item's: that call and every later one answer False (or
+  raise CheckpointFencedError when strict) without a store call, counted in
   ``checkpoints_refused``.
 * The last state is never lost: the completion commit writes it (with ``ended``, the
   outcome) beside the deletion of the mark, and the hand-off of a fenced or
   interrupted item writes what is held beside the move to the failover queue (both
   retried by housekeeping until they succeed).
-* A store failure keeps what is held (written at the next chance); the run goes on.
+* An execution begun under a store session is never valid under the next one: the
+  membership check makes the store refuse its writes once that session ended (its
+  persistent mark and fence child outlive the session; the client may have
+  reconnected and registered again), and once the runtime fenced it (``ctx.is_valid``
+  false) its calls are refused here, without a store call.
+* A call whose commit met a store error sends it again (conditional, whole documents:
+  safe) until the store answers, True or False, or the execution is fenced (False):
+  True is never said of a write that may not have landed (ZooKeeper fails the
+  request in flight when a session expires; the successor then resumed from an older
+  state than the one reported accepted). Only a store silent for
+  UNKNOWN_OUTCOME_WAIT while the execution stays valid leaves the call held (True,
+  logged "not written; kept"). A held write of the timer or of ``ctx.progress`` that
+  meets a store error is kept and written at the next chance.
 * The resume state is read on first use (before the first write: a successor reads its
   predecessor's state, never its own), only for failover and misfire re-runs, and the
   previous run's state only with ``checkpoint_carry``.
