@@ -62,7 +62,7 @@ def main(url: str, directory: Path, param: str, grace: float) -> None:
             name="sleeps",
             cron="0 0 0 1 1 ?",
             sharding_total_count=1,
-            sharding_item_parameters=f"0={param}" if param else "",
+            sharding_item_parameters={0: param} if param else {},
             job_parameter=str(directory),
         ),
     )

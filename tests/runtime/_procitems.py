@@ -22,6 +22,16 @@ from shardkeeper.job import ShardedJob, ShardingContext
 WAIT = 60.0
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (a zombie has: a test's own
+    spawned child stays one until the pool reaps it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def write(ctx: ShardingContext, name: str, data: dict[str, Any]) -> None:
     """``data`` as the file ``name`` of the job's directory, whole or not at all."""
     path = Path(ctx.job_parameter) / name

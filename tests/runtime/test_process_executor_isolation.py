@@ -34,7 +34,7 @@ from shardkeeper.job import LocalItemState, ShardingContext
 from shardkeeper.observe import ExecutionRecord, Outcome, SkipRecord
 from shardkeeper.registry.memory import MemoryServer
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.procpool import ProcessPool, job_ref, pid_alive
+from shardkeeper.runtime.procpool import ProcessPool, job_ref
 from shardkeeper.testing.faults import wait_until
 from tests.runtime._procitems import (
     LeavesAThread,
@@ -42,6 +42,7 @@ from tests.runtime._procitems import (
     RaisesProcessLocal,
     ReadsItsState,
     WaitsForTheLeftover,
+    running,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -69,9 +70,10 @@ def _no() -> None:
     pass
 
 
-@pytest.fixture
-def pool() -> Iterator[ProcessPool]:
-    made = ProcessPool(1)
+@pytest.fixture(params=["forkserver", "spawn"])
+def pool(request: pytest.FixtureRequest) -> Iterator[ProcessPool]:
+    """A pool of one child, started each way."""
+    made = ProcessPool(1, start_method=request.param)
     yield made
     made.shutdown()
 
@@ -109,15 +111,19 @@ def test_a_leftover_thread_calling_between_items_is_refused_at_once(
     pool: ProcessPool, tmp_path: Path
 ) -> None:
     """Item 0's leftover thread calls its context while the child is idle: it is
-    answered (refused) at once, and the next item starts and ends ok in that child."""
+    answered (refused; with the job's checkpoint_strict, CheckpointFencedError) at
+    once, and the next item starts and ends ok in that child."""
     s0 = LocalItemState()
-    ref = job_ref("a", LeavesAThread)
-    assert pool.run(ref, _ctx(tmp_path, "a", 0, _item_state=s0), 30, _no).outcome == "ok"
+    ctx = _ctx(tmp_path, "a", 0, _item_state=s0)
+    first = pool.run(job_ref("a", LeavesAThread), ctx, 30, _no, checkpoint_strict=True)
+    assert first.outcome == "ok"
     (tmp_path / "go").write_text("")
     leftover = wait_until(
         lambda: _json(tmp_path / "leftover"), 10, message="the leftover call was not answered"
     )
-    assert leftover["checkpoint"] is False and leftover["valid"] is False
+    assert str(leftover["checkpoint"]).startswith("CheckpointFencedError: job 'a' item 0")
+    assert "the run has ended" in str(leftover["checkpoint"])
+    assert leftover["valid"] is False
     before = pool.stats.started
     second = pool.run(job_ref("p", Pid), _ctx(tmp_path, "p", 1), 10, _no)
     assert second.outcome == "ok", second.error
@@ -217,7 +223,7 @@ def test_an_idle_child_that_died_is_replaced(pool: ProcessPool, tmp_path: Path) 
     assert pool.run(job_ref("p", Pid), _ctx(tmp_path, "p", 0), 30, _no).outcome == "ok"
     (dead,) = pool.pids()
     os.kill(dead, signal.SIGKILL)
-    wait_until(lambda: not pid_alive(dead), 10, message=f"child {dead} still runs")
+    wait_until(lambda: not running(dead), 10, message=f"child {dead} still runs")
     attempt = pool.run(job_ref("p", Pid), _ctx(tmp_path, "p", 1), 30, _no)
     assert attempt.outcome == "ok", attempt.error
     assert dead not in pool.pids() and pool.busy_pids() == []

@@ -20,6 +20,7 @@ on a real ZooKeeper.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -35,7 +36,7 @@ import pytest
 from shardkeeper.job import ShardingContext
 from shardkeeper.runtime.procpool import ProcessPool, job_ref
 from shardkeeper.testing.faults import wait_until
-from tests.runtime._procitems import HangsWithAHelper, TerminatesItsHelper
+from tests.runtime._procitems import HangsWithAHelper, TerminatesItsHelper, running
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -49,15 +50,6 @@ ORPHAN_BOUND = 5.0
 def backend() -> str:
     """A real store: the instance is a process of its own."""
     return "zookeeper"
-
-
-def running(pid: int) -> bool:
-    """Whether ``pid`` is a process that has not ended (a zombie has)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _json(path: Path) -> dict[str, Any] | None:
@@ -177,7 +169,16 @@ def _ctx(tmp_path: Path, job: str) -> ShardingContext:
 
 @pytest.fixture
 def pool() -> Iterator[ProcessPool]:
-    made = ProcessPool(1)
+    """A pool of one child (forkserver)."""
+    made = ProcessPool(1, start_method="forkserver")
+    yield made
+    made.shutdown()
+
+
+@pytest.fixture
+def spawned() -> Iterator[ProcessPool]:
+    """A pool of one child started with spawn (its parent is the instance)."""
+    made = ProcessPool(1, start_method="spawn")
     yield made
     made.shutdown()
 
@@ -186,8 +187,14 @@ def test_what_an_item_starts_has_the_default_signal_dispositions(
     pool: ProcessPool, tmp_path: Path
 ) -> None:
     """Finding 8 (a): an item's subprocess ignores neither SIGTERM nor SIGINT, and
-    ``terminate()`` ends it."""
+    ``terminate()`` ends it. And a process another library forks from the forkserver
+    the pool started (which ignores SIGTERM: forkguard) ends on SIGTERM too."""
     attempt = pool.run(job_ref("terms", TerminatesItsHelper), _ctx(tmp_path, "terms"), 60, _no)
+    other = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(60,))
+    other.start()
+    other.terminate()
+    other.join(10)
+    assert other.exitcode == -signal.SIGTERM
     helper = _json(tmp_path / "helper")
     assert helper is not None
     ignored = int(str(helper["sigign"]), 16)
@@ -196,11 +203,13 @@ def test_what_an_item_starts_has_the_default_signal_dispositions(
     assert attempt.outcome == "ok", attempt.error
 
 
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
 def test_the_execution_timeout_ends_the_items_subprocesses_too(
-    pool: ProcessPool, tmp_path: Path
+    method: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     """Finding 8 (b): a timed-out item's worker process and the subprocess it started
     are both gone once the attempt is ``timed_out``."""
+    pool: ProcessPool = request.getfixturevalue("pool" if method == "forkserver" else "spawned")
     attempt = pool.run(job_ref("hangs", HangsWithAHelper), _ctx(tmp_path, "hangs"), 2, _no)
     assert attempt.outcome == "timed_out"
     seen = _json(tmp_path / "hanging")

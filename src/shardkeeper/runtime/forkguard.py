@@ -8,13 +8,15 @@ closing terminal sends SIGHUP. The forkserver used to die of that SIGTERM, and t
 kernel then killed each worker process (its ``PR_SET_PDEATHSIG``): every running item
 crashed while the instance was only beginning its graceful stop.
 
-So the forkserver ignores SIGTERM and SIGHUP (multiprocessing makes it ignore SIGINT
-itself). It still ends with its instance: it exits once every process holding its
-"alive" pipe (the instance and the worker processes, which end with the instance)
-is gone. The processes it forks get the default dispositions back at once (an
-``os.register_at_fork`` hook): a multiprocessing child of another library that shares
-this forkserver still ends on SIGTERM. Imported anywhere else, the module does
-nothing.
+So the forkserver blocks SIGTERM and SIGHUP (multiprocessing makes it ignore SIGINT
+itself), with a handler that does nothing for a thread that would not block them.
+It still ends with its instance: it exits once every process holding its "alive"
+pipe (the instance and the worker processes, which end with the instance) is gone.
+Each process it forks gets the default dispositions back and unblocks them at once
+(an ``os.register_at_fork`` hook): a multiprocessing child of another library that
+shares this forkserver still ends on SIGTERM, even one sent before the hook ran (it
+waits, blocked, until then; an ignored signal would have been lost). Imported
+anywhere else, the module does nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import sys
 
 __all__ = ["IGNORED", "guard"]
 
-#: the signals the forkserver ignores (SIGINT: multiprocessing does it already)
+#: the signals the forkserver holds off (SIGINT: multiprocessing ignores it already)
 IGNORED: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -44,19 +46,26 @@ def _in_forkserver() -> bool:
     return False
 
 
+def _nothing(signum: int, frame: object) -> None:
+    """The forkserver's handler of :data:`IGNORED` (module docstring)."""
+
+
 def _defaults() -> None:
-    """(in a process the forkserver just forked) The default dispositions back."""
+    """(in a process the forkserver just forked) The default dispositions back, and
+    the signals unblocked (one that came since the fork is delivered now)."""
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, IGNORED)
 
 
 def guard() -> bool:
-    """In the forkserver: ignore :data:`IGNORED` there, restore them in what it forks;
-    whether it did (False anywhere else)."""
+    """In the forkserver: hold :data:`IGNORED` off there, give them back in what it
+    forks; whether it did (False anywhere else)."""
     if not _in_forkserver():
         return False
     for sig in IGNORED:
-        signal.signal(sig, signal.SIG_IGN)
+        signal.signal(sig, _nothing)
+    signal.pthread_sigmask(signal.SIG_BLOCK, IGNORED)
     os.register_at_fork(after_in_child=_defaults)
     return True
 

@@ -17,8 +17,22 @@ fencing and completion commits stay in the parent, unchanged.
 * A child that dies under an item (a signal, ``os._exit``, the OOM killer) makes
   the attempt ``crashed``, with the exit status in :class:`ChildCrashedError`; the
   item is retried per its ``retries`` and the pool starts a new child for the next
-  item. The instance and its other items are not affected.
-* ``execution_timeout`` kills the child (SIGKILL): nothing of the item runs on.
+  item. The instance and its other items are not affected. An idle child that died
+  is replaced before it is handed an item.
+* ``execution_timeout`` kills the child (SIGKILL) with its process group: nothing
+  of the item runs on, not even a subprocess it started (one it started in a
+  session or group of its own escapes). A child that ends for any reason takes its
+  group along.
+* Whatever else goes wrong on the way (a context or an answer that does not pickle,
+  an exception that cannot be rebuilt here) ends the attempt ``failed`` with an
+  error that says so; a child whose state is then unknown is killed and replaced.
+* A child lives in a process group of its own and leaves the stop signals to the
+  instance: a SIGTERM to the whole group or cgroup (a service manager's stop) starts
+  the instance's graceful stop and nothing else (runtime/forkguard.py keeps the
+  forkserver alive through it). It dies with the instance: within milliseconds of
+  its death, by any signal (runtime/childlink.py).
+* Each item's context is its own: a call from a thread an item left behind is
+  refused once the item has ended, and never reaches the next item.
 * ``max_items_per_child`` and ``max_memory_per_child`` (KiB of resident memory after
   an item) retire a child after the item that reaches them, as Celery's worker
   options of the same names do: leaks in user code stay bounded.
