@@ -31,7 +31,7 @@ from shardkeeper.coordination.model import FailoverEntry, RunningMark
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.errors import CheckpointFencedError, StoreUnavailableError
 from shardkeeper.job import ShardedJob, ShardingContext
-from shardkeeper.registry.base import Check, CoordinationStore, Create
+from shardkeeper.registry.base import Check, CoordinationStore, Create, Put
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
 from shardkeeper.runtime.checkpoints import ItemCheckpoints, ItemStates
@@ -329,3 +329,35 @@ def test_a_call_whose_store_stays_silent_until_the_execution_is_fenced_is_refuse
         assert counts["checkpoints_refused"] == 2 and counts["checkpoint_errors"] == 1
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("backend", ["zookeeper"], ids=["zk"])
+def test_a_zookeeper_commit_planned_on_an_expired_session_is_not_sent_on_the_next(
+    store_factory: Callable[..., CoordinationStore],
+) -> None:
+    """The session ends between a commit's plan and its multi, and the node its check
+    names is re-created under the new session with the same data version (an
+    instance registering again): the multi planned on the old session must not be sent
+    on the new one, where the version check would pass; planned again, it is refused."""
+    store = store_factory()
+    member = store.put("/member", b"m", ephemeral=True)
+    commits: Any = store._commits  # type: ignore[attr-defined]  # the planner under test
+    plan = commits.plan
+    expired: list[str] = []
+
+    def plan_then_expire(*args: Any, **kwargs: Any) -> Any:
+        planned = plan(*args, **kwargs)
+        if not expired:
+            expired.append(expire_session(store))  # returns with the next session
+            again = store.put("/member", b"m", ephemeral=True)
+            assert again.created_revision != member.created_revision
+            assert again.version == member.version  # the same version, another node
+        return planned
+
+    commits.plan = plan_then_expire
+    done = store.commit(
+        [Check("/member", created_revision=member.created_revision), Put("/data", b"zombie")]
+    )
+    assert expired, "the commit was never planned"
+    assert not done and done.failed_path == "/member", done
+    assert store.get("/data") is None

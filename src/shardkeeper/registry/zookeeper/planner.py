@@ -54,7 +54,12 @@ Commits
     node is deleted and re-created with the same data version between the pre-read
     and the multi, a derived ``value``/``created_revision`` check passes against the
     new incarnation. An ephemeral node of our own session is immune (it can only be
-    deleted explicitly, or by expiry, which also kills the multi).
+    deleted explicitly, or by expiry, which also kills the multi): a plan made on one
+    session is never sent on another (the session is compared before sending; a
+    change plans again), since the multi of an expired session's plan, queued by the
+    client while it reconnected, would otherwise meet the node as re-created under
+    the new session (what remains is the instant between that comparison and the
+    client queueing the request).
 
     The created-revision check of an ephemeral node this client created (or read as
     its own) while a watch covers it is an existence check with no pre-read: its
@@ -69,7 +74,7 @@ from typing import Any, Protocol
 from kazoo import exceptions as kz
 from kazoo.security import OPEN_ACL_UNSAFE
 
-from shardkeeper.errors import StoreError
+from shardkeeper.errors import StoreError, StoreUnavailableError
 from shardkeeper.registry.base import (
     Check,
     CommitResult,
@@ -221,10 +226,23 @@ class Commits:
         # Put(existing=True) paths found missing: pre-read like any Put from now on
         reread: set[str] = set()
         last_contended = ops[0].path if ops else None
+        #: the last attempt's plan was not sent: its session ended meanwhile
+        moved = False
         for _ in range(COMMIT_ATTEMPTS):
+            planned_on = self._transport.session()
             plan = self.plan(deadline, ops, guards, parents, reread, fresh)
             if isinstance(plan, CommitResult):
                 return plan
+            if planned_on is not None and self._transport.session() != planned_on:
+                # The session the plan was made on ended meanwhile (its pre-reads and
+                # our-own-ephemeral records are that session's): a multi sent now
+                # goes out on the next session, where a re-created node of the same
+                # data version passes a check meant for the old incarnation (a
+                # checkpoint of an execution of the expired session was accepted
+                # under the new one). Plan again on the session requests go on now.
+                moved = True
+                continue
+            moved = False
             zk_ops, origins = plan
             results, zxid = self._multi_learning(deadline, zk_ops, origins)
             failed = _first_error(results)
@@ -275,6 +293,12 @@ class Commits:
                 continue
             # an operation derived from the pre-read failed: the store changed, re-read
             last_contended = op.path
+        if moved:
+            # nothing was sent for it: not a refusal, the session kept changing
+            raise StoreUnavailableError(
+                "commit: the ZooKeeper session changed while the commit was planned; "
+                "nothing was sent, try again"
+            )
         return CommitResult(False, failed_path=last_contended)
 
     def _read_many_learning(
