@@ -1,16 +1,24 @@
 """An execution begun under a session is never valid under the next one (issue 35 §2).
 
 Two instances on a real store; one item of 40 steps of 0.25 s that checkpoints
-``{"step": n}`` after each and resumes from ``ctx.resume_state``. Its owner's session
-is expired on the server (``expire_session``) right after step 6 was reported
-accepted, and the owner's client gets a new session at once. The old execution goes
-on stepping (a zombie that never asks ``ctx.is_valid()``). Then:
+``{"step": n}`` after each and resumes from ``ctx.resume_state``. Once step 6 was
+reported accepted, its owner's session is expired on the server (``expire_session``)
+as step 7 is called (its commit meets the connection the expiry drops), and the
+owner's client gets a new session at once. The old execution goes on stepping (a
+zombie that never asks ``ctx.is_valid()``). Then:
 
-* the successor (the failover re-run of the same fire) resumes from step 6 or later:
-  what was reported accepted is what it resumes from, or newer;
-* no checkpoint of the old execution is accepted once the successor started (nor,
-  at all, once its session expired: a write of an execution begun under session S is
-  refused after S ended, though the client reconnected under a new session).
+* the successor (the failover re-run of the same fire) resumes from the newest step
+  the old execution was told was accepted, or a newer one (before the fix, on
+  ZooKeeper: step 7's commit met the dropped connection, the call said True, the
+  write never landed, and the successor resumed from step 6);
+* no checkpoint of the old execution is accepted once the successor started, nor once
+  the owner's client had its new session (a write of an execution begun under
+  session S is refused after S ended, though the client reconnected and registered
+  again: before the fix the persistent mark's fence child, which outlives the
+  session, let it through).
+
+Then the same rules step by step on the MemoryStore, and the ZooKeeper planner's part:
+a commit planned on an expired session is never sent on the next one.
 """
 
 from __future__ import annotations
@@ -71,7 +79,7 @@ class Answer:
 class Forty(ShardedJob):
     """40 steps from the resume state, one checkpoint after each; never asks
     ``ctx.is_valid()`` (a zombie goes on). The first run holds after step 6 until the
-    test has expired its owner's session."""
+    test has begun expiring its owner's session, then calls step 7 at once."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
