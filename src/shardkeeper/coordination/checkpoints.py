@@ -11,9 +11,12 @@ waiting in the failover queue), outside ``/jobs/{job}`` so that the tools' snaps
 
 Every write is ONE commit that checks the execution's fence first: the fence child of
 a persistent running mark (``running/{item}/fence-...``, unique to the execution), or
-the created revision of an ephemeral one (its fencing token). A zombie (an execution
-whose mark was taken over or cleared) is refused by the store itself, whatever it
-believes: it never overwrites its successor's state. The failover hand-off and the
+the created revision of an ephemeral one (its fencing token); the runtime adds the
+created revision of its membership node as the execution began (an ephemeral node of
+that store session: the fence child outlives the session, the membership does not).
+A zombie (an execution whose mark was taken over or cleared, or whose session ended)
+is refused by the store itself, whatever it believes: it never overwrites its
+successor's state. The failover hand-off and the
 claim do not touch these nodes, so the last accepted checkpoint survives them: the
 successor of the same fire reads the node of its fire.
 
