@@ -15,7 +15,8 @@ under its own number) carries tuples:
   ``("exit",)``;
 * child -> instance: ``("ready", pid, pgid)`` once at its start, ``("call", n, cid,
   name, args)`` (a request of item run ``n``: the instance makes the call ``name`` on
-  that item's context and answers), ``("log", record)`` (a log record, handled by the
+  that item's context and answers), ``("taken", n)`` (it has the order, and no code
+  of the item has run yet), ``("log", record)`` (a log record, handled by the
   instance's logging, stamped here with the item's fields:
   logcontext.ItemContextFilter), ``("done", n, outcome, error, rss)``.
 
@@ -152,12 +153,13 @@ class _LogForwarder(logging.Handler):
 def _plain(value: object) -> bool:
     """Whether ``value`` is rebuilt as it is in any process (an attribute given with
     ``extra=`` may be an object that is not: it is sent as its repr)."""
-    if value is None or type(value) in (str, int, float, bool):
+    kind = type(value)
+    if value is None or kind in (str, int, float, bool):
         return True
-    if type(value) in (list, tuple):
-        return all(_plain(v) for v in value)  # type: ignore[attr-defined]
-    if type(value) is dict:
-        return all(type(k) is str and _plain(v) for k, v in value.items())  # type: ignore[attr-defined]
+    if isinstance(value, (list, tuple)) and kind in (list, tuple):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict) and kind is dict:
+        return all(type(k) is str and _plain(v) for k, v in value.items())
     return False
 
 
@@ -239,6 +241,7 @@ def serve(conn: Connection, die_with_parent: bool = False) -> None:
         if message[0] != "run":
             continue
         _kind, number, payload = message
+        link.send(("taken", number))  # before any code of the item (procpool retries)
         item = ItemLink(link, number)
         error: tuple[bytes | None, str, str, str] | None = None
         try:

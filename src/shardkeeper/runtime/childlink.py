@@ -124,12 +124,14 @@ class Link:
         packed = pickle.dumps((args, kwargs))  # what does not pickle fails here, in the caller
         pending = _Pending()
         with self._send_lock:
-            if item.closed:
-                return item.refuse(name, args, kwargs)
-            with self._lock:
-                cid = next(self._ids)
-                self._pending[cid] = pending
-            self._send(("call", item.number, cid, name, packed))
+            ended = item.closed
+            if not ended:
+                with self._lock:
+                    cid = next(self._ids)
+                    self._pending[cid] = pending
+                self._send(("call", item.number, cid, name, packed))
+        if ended:
+            return item.refuse(name, args, kwargs)
         pending.done.wait()
         kind, payload = pending.answer
         if kind == "refused":
@@ -149,8 +151,10 @@ class Link:
         while True:
             try:
                 message: tuple[Any, ...] = self._conn.recv()
-            except (OSError, EOFError):
-                die()  # the instance is gone
+            except BaseException:
+                # the instance is gone (EOF), or the pipe is out of step (a message
+                # that does not decode: nothing would answer the item's calls)
+                die()
             if message[0] in ("reply", "raise", "refused"):
                 with self._lock:
                     pending = self._pending.pop(message[1], None)

@@ -63,11 +63,10 @@ from shardkeeper.config import JobConfig
 from shardkeeper.config.model import EXECUTORS
 from shardkeeper.errors import ConfigError, ShardkeeperError
 from shardkeeper.job import ShardedJob, ShardingContext
-from shardkeeper.logcontext import item_context
 from shardkeeper.runtime.attempts import Attempt
 from shardkeeper.runtime.batch import CRASHED
-from shardkeeper.runtime.child import JobRef, RemoteTraceback, context_fields, serve
-from shardkeeper.runtime.childlink import FORWARDED
+from shardkeeper.runtime.child import JobRef, context_fields, serve
+from shardkeeper.runtime.procwire import answer, decode, rebuild
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -472,28 +471,41 @@ class ProcessPool:
         with self._lock:
             self._runs += 1
             number = self._runs
-        try:
-            child = self._hand(number, payload)
-        except (OSError, ValueError, ShardkeeperError) as exc:
-            # no child could be started or reached: the attempt failed, the instance
-            # goes on (the next attempt starts a new child)
-            log.warning("%s: item %d: no worker process: %s", ctx.job_name, ctx.item, exc)
-            return Attempt("failed", started, time.time(), exc)
-        # counted from here: a new child's start (a loaded machine, a spawn) is the
-        # pool's time, not the item's
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            return self._converse(child, number, ctx, deadline, timeout, on_timeout, started)
-        except BaseException as exc:  # a bug or a message that does not decode here
-            pid, code = child.pid, self._kill(child)
-            error = ShardkeeperError(
-                f"{ctx.job_name}: item {ctx.item}: the exchange with its worker process "
-                f"{pid} failed ({type(exc).__name__}: {exc}); the process was killed "
-                f"({describe_exit(code)})"
-            )
-            error.__cause__ = exc
-            log.warning("%s", error)
-            return Attempt("failed", started, time.time(), error)
+        for may_retry in (True, False):
+            try:
+                child = self._hand(number, payload)
+            except (OSError, ValueError, ShardkeeperError) as exc:
+                # no child could be started or reached: the attempt failed, the
+                # instance goes on (the next attempt starts a new child)
+                log.warning("%s: item %d: no worker process: %s", ctx.job_name, ctx.item, exc)
+                return Attempt("failed", started, time.time(), exc)
+            # counted from here: a new child's start (a loaded machine, a spawn) is
+            # the pool's time, not the item's
+            deadline = None if timeout is None else time.monotonic() + timeout
+            try:
+                return self._converse(
+                    child, number, ctx, deadline, timeout, on_timeout, started, may_retry
+                )
+            except _NotTaken as gone:
+                # it died as it was handed the item (an idle child killed just then):
+                # no code of the item ran there
+                log.info(
+                    "worker process %s died before it took item %d (%s): the item goes to another",
+                    gone.pid,
+                    ctx.item,
+                    describe_exit(gone.exitcode),
+                )
+            except BaseException as exc:  # a bug or a message that does not decode here
+                pid, code = child.pid, self._kill(child)
+                error = ShardkeeperError(
+                    f"{ctx.job_name}: item {ctx.item}: the exchange with its worker process "
+                    f"{pid} failed ({type(exc).__name__}: {exc}); the process was killed "
+                    f"({describe_exit(code)})"
+                )
+                error.__cause__ = exc
+                log.warning("%s", error)
+                return Attempt("failed", started, time.time(), error)
+        raise AssertionError("not reached: the second child's death is reported")
 
     def _converse(
         self,
@@ -504,10 +516,13 @@ class ProcessPool:
         timeout: float | None,
         on_timeout: Callable[[], None],
         started: float,
+        may_retry: bool,
     ) -> Attempt:
         """Answer the child's requests until it reports item run ``number`` done, dies
-        or runs past ``deadline``."""
+        or runs past ``deadline``. A child that dies before it said it took the item
+        raises :class:`_NotTaken` when ``may_retry``."""
         sentinel = child.process.sentinel
+        taken = False
         while True:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready = multiprocessing.connection.wait([child.conn, sentinel], wait)
@@ -531,13 +546,16 @@ class ProcessPool:
                 except (EOFError, OSError):
                     data = None  # the child died (its sentinel says how)
                 if data is not None:
-                    message = _decode(data)
+                    message = decode(data)
                     if message[0] == "done":
                         return self._done(child, number, message, started)
+                    taken = taken or message[:2] == ("taken", number)
                     self._serve(child, number, ctx, message)
                     continue
             # the child ended without reporting the item done
-            code = self._gone(child)
+            pid, code = child.pid, self._gone(child)
+            if not taken and may_retry:
+                raise _NotTaken(pid, code)
             with self._lock:
                 self.stats.crashed += 1
             error = ChildCrashedError(ctx.job_name, ctx.item, code)
@@ -559,7 +577,7 @@ class ProcessPool:
             # a call of another item run (the child refuses those itself: defence)
             reply: tuple[Any, ...] = ("refused", cid)
         else:
-            reply = _answer(ctx, cid, name, packed)
+            reply = answer(ctx, cid, name, packed)
         with contextlib.suppress(OSError):  # a child that is gone shows on its sentinel
             child.conn.send(reply)
 
@@ -572,84 +590,18 @@ class ProcessPool:
         if outcome == "ok":
             attempt = Attempt("ok", started, time.time())
         else:
-            attempt = Attempt("failed", started, time.time(), _rebuild(error))
+            attempt = Attempt("failed", started, time.time(), rebuild(error))
         self._release(child, int(rss_kib))  # last: the child may serve another item now
         return attempt
 
 
-def _decode(data: bytes) -> tuple[Any, ...]:
-    """A message of a child (the values that might not rebuild here travel pickled
-    inside it, so this fails only on a broken pipe's garbage)."""
-    try:
-        message = pickle.loads(data)
-    except Exception as exc:
-        raise ShardkeeperError(
-            f"a message from it cannot be rebuilt here ({type(exc).__name__}: {exc})"
-        ) from exc
-    if not isinstance(message, tuple) or not message:
-        raise ShardkeeperError(f"it sent {type(message).__name__}, not a message")
-    return message
+class _NotTaken(Exception):
+    """A child died before it said it took the item (no code of the item ran)."""
 
-
-def _answer(ctx: ShardingContext, cid: int, name: str, packed: bytes) -> tuple[Any, ...]:
-    """Make the context call ``name`` of a child on ``ctx``; the reply to send."""
-    try:
-        if name not in FORWARDED:
-            raise AttributeError(f"context call {name!r} is not forwarded to worker processes")
-        try:
-            args, kwargs = pickle.loads(packed)
-        except Exception as exc:
-            raise ShardkeeperError(
-                f"context call {name}: its arguments cannot be rebuilt in the instance "
-                f"({type(exc).__name__}: {exc})"
-            ) from None
-        target: Any = ctx
-        for part in name.split("."):
-            target = getattr(target, part)
-        # what the call logs here (a checkpoint's store error) names the item, as it
-        # does when the item runs in a thread of this process
-        with item_context(ctx):
-            value = target(*args, **kwargs)
-    except Exception as exc:  # the child raises it in the item's code
-        return ("raise", cid, _pack_error(name, exc))
-    try:
-        return ("reply", cid, pickle.dumps(value))
-    except Exception as exc:
-        error = ShardkeeperError(
-            f"context call {name}: the answer cannot be sent to the worker process "
-            f"({type(exc).__name__}: {exc})"
-        )
-        return ("raise", cid, pickle.dumps(error))
-
-
-def _pack_error(name: str, exc: Exception) -> bytes:
-    """``exc`` pickled for the child, else an error naming it."""
-    try:
-        return pickle.dumps(exc)
-    except Exception as why:
-        return pickle.dumps(
-            ShardkeeperError(
-                f"context call {name}: {type(exc).__name__}: {exc} (the exception cannot "
-                f"be sent to the worker process: {type(why).__name__}: {why})"
-            )
-        )
-
-
-def _rebuild(error: tuple[bytes | None, str, str, str]) -> BaseException:
-    """The exception an item raised in a child, with its traceback there as cause: the
-    exception itself, or a :class:`RemoteItemError` naming it when it cannot be
-    rebuilt here."""
-    packed, type_name, text, trace = error
-    exc: object = None
-    if packed is not None:
-        try:
-            exc = pickle.loads(packed)
-        except Exception as why:
-            text = f"{text} (it cannot be rebuilt in the instance: {type(why).__name__}: {why})"
-    if not isinstance(exc, BaseException):
-        exc = RemoteItemError(type_name, text)
-    exc.__cause__ = RemoteTraceback(trace)
-    return exc
+    def __init__(self, pid: int | None, exitcode: int | None) -> None:
+        super().__init__(pid, exitcode)
+        self.pid = pid
+        self.exitcode = exitcode
 
 
 def _end_group(child: _Child) -> None:
@@ -666,15 +618,6 @@ def _shutdown_at_exit(ref: weakref.ref[ProcessPool]) -> None:
     pool = ref()
     if pool is not None:
         pool.shutdown()
-
-
-class RemoteItemError(ShardkeeperError):
-    """An exception raised by an item in a worker process whose type could not be
-    sent to the parent: ``type_name`` names it, the message is its text."""
-
-    def __init__(self, type_name: str, message: str) -> None:
-        self.type_name = type_name
-        super().__init__(f"{type_name}: {message}")
 
 
 def pid_alive(pid: int) -> bool:
