@@ -66,6 +66,8 @@ class RecordingJob(ShardedJob):
             base["covers"] = [
                 float(x.timestamp()) if hasattr(x, "timestamp") else float(x) for x in covers
             ]
+        if ctx.params:  # an operator's run-now params
+            base["params"] = dict(ctx.params)
         self._write({**base, "phase": "start"})
         deadline = start + self.work
         valid_through: float | None = None
