@@ -100,6 +100,12 @@ class RunNowDuties:
         else:
             # the owners of a fire now (a reshard may apply from a later fire only)
             owners = assignment.owners_for(now)
+            if self._leader.is_leader and self._orphaned(requests, owners):
+                # parts whose owner is gone: the leader's fire of them serves the
+                # reshard that gives them owners (a job whose schedule fires rarely
+                # would otherwise wait for its next fire); each new owner looks again
+                # when the assignment is written
+                owners = dict.fromkeys(range(total), self._s.instance_id)
         me = self._s.instance_id
         in_hand = self._fires.requests_in_hand()
         done: list[str] = []
@@ -126,6 +132,13 @@ class RunNowDuties:
             )
             done.append(f"run-now {request.id}: items {mine}")
         return done
+
+    def _orphaned(self, requests: list[RunNowRequest], owners: Mapping[int, str]) -> bool:
+        """Whether a pending part's owner is not a live member, or a reshard is due."""
+        if self._s.sharding.is_necessary(fresh=True):
+            return True
+        live = set(self._s.sharding.live_instances())
+        return any(i in owners and owners[i] not in live for r in requests for i in r.pending())
 
     def _lead(self, requests: list[RunNowRequest]) -> list[str]:
         st = self._state
