@@ -114,7 +114,8 @@ class RunNowRequest:
     id: str
     at: float
     params: dict[str, str] = field(default_factory=dict)
-    #: the job's item count when it was asked (the items asked, without ``items``)
+    #: the job's item count when it was asked (the items asked, without ``items``);
+    #: 0 when a request that is not valid does not say
     total: int = 0
     #: only these items were asked (an operator's trigger of one instance's items)
     items: tuple[int, ...] | None = None
@@ -139,6 +140,7 @@ class RunNowRequest:
         (unreadable, a bad ``at``, bad params or items) gives a request whose
         ``invalid`` says why, never an exception."""
         done = frozenset(recorded)
+        doc: Any = None
         try:
             doc = json.loads(value)
             if not isinstance(doc, dict):
@@ -161,8 +163,16 @@ class RunNowRequest:
                 items = tuple(sorted(set(items)))
             return cls(request, at, dict(params), total, items, done)
         except (ValueError, ConfigError) as exc:
+            # its items, as far as the value says: the leader records them skipped
+            total = doc.get("total") if isinstance(doc, dict) else None
+            if isinstance(total, bool) or not isinstance(total, int) or total < 0:
+                total = 0
             return cls(
-                request, time.time() if now is None else now, recorded=done, invalid=str(exc)
+                request,
+                time.time() if now is None else now,
+                total=total,
+                recorded=done,
+                invalid=str(exc),
             )
 
 

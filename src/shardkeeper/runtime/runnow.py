@@ -149,12 +149,17 @@ class RunNowDuties:
         done: list[str] = []
         for request in requests:
             pending = request.pending()
+            if request.invalid and not request.total and request.items is None:
+                # it does not say which items: the job's, as they are now
+                total = cfg.sharding_total_count
+                pending = [i for i in range(total) if i not in request.recorded]
             if not pending:
                 self._s.runnow.delete(request.id)
                 self._reported.discard(request.id)
                 done.append(f"run-now {request.id} done")
                 continue
-            skips: dict[SkipReason, list[int]] = {}
+            # (reason, the record's text, items)
+            skips: list[tuple[SkipReason, str, list[int]]] = []
             if request.invalid:
                 if request.id not in self._reported:
                     self._reported.add(request.id)
@@ -164,18 +169,19 @@ class RunNowDuties:
                         request.id,
                         request.invalid,
                     )
-                skips[SkipReason.INVALID_REQUEST] = pending
+                why = f"{SkipReason.INVALID_REQUEST.value}: {request.invalid}"
+                skips.append((SkipReason.INVALID_REQUEST, why, pending))
             elif job_off:
-                skips[SkipReason.DISABLED] = pending
+                skips.append((SkipReason.DISABLED, SkipReason.DISABLED.value, pending))
             else:
-                removed = [i for i in pending if i >= cfg.sharding_total_count]
-                off = [i for i in pending if i in disabled and i < cfg.sharding_total_count]
+                total = cfg.sharding_total_count
+                removed = [i for i in pending if i >= total]
+                off = [i for i in pending if i in disabled and i < total]
                 if removed:
-                    skips[SkipReason.REMOVED] = removed
+                    skips.append((SkipReason.REMOVED, SkipReason.REMOVED.value, removed))
                 if off:
-                    skips[SkipReason.DISABLED] = off
-            for reason, items in skips.items():
-                why = reason.value if not request.invalid else f"{reason.value}: {request.invalid}"
+                    skips.append((SkipReason.DISABLED, "item disabled by an operator", off))
+            for reason, why, items in skips:
                 recorded = self._s.runnow.skip(request.id, items, why)
                 if recorded:
                     self._on_skip(
