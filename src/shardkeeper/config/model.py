@@ -184,7 +184,8 @@ class JobConfig(BaseModel):
         default=5.0,
         gt=0,
         allow_inf_nan=False,
-        description="Max wait for running items before a reshard, seconds.",
+        description="Max wait for running items before a reshard, seconds (at most half "
+        "of sharding_wait_timeout: the rest is the other instances' to start the fire).",
     )
 
     def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:

@@ -16,9 +16,24 @@ from shardkeeper.coordination.sharding import necessary_parts
 from shardkeeper.runtime.jobstate import JobState
 from shardkeeper.runtime.services import JobServices
 
-__all__ = ["LeaderDuties", "ReshardStep"]
+__all__ = ["FOLLOWERS_SHARE", "LeaderDuties", "ReshardStep", "leader_wait"]
 
 log = logging.getLogger(__name__)
+
+#: the share of ``sharding_wait_timeout`` that the leader's wait for running items
+#: leaves to the followers: they wait for the reshard that long from their fire's
+#: start, and need time to see it committed, read the assignment and commit their
+#: start. A leader that waited as long as they do (both 5 s by default) committed
+#: just after they had given the fire up: every instance skipped it ("resharding did
+#: not finish in time") whenever items outlast the interval (issue 35 section 4).
+FOLLOWERS_SHARE = 0.5
+
+
+def leader_wait(execution_wait_timeout: float, sharding_wait_timeout: float) -> float:
+    """How long the leader waits for running items before it reshards a fire:
+    ``execution_wait_timeout``, and never past the part of ``sharding_wait_timeout``
+    that leaves the followers their share (:data:`FOLLOWERS_SHARE`) after the commit."""
+    return min(execution_wait_timeout, sharding_wait_timeout * (1.0 - FOLLOWERS_SHARE))
 
 
 class ReshardStep(enum.Enum):
@@ -104,16 +119,21 @@ class LeaderDuties:
         """Reshard for the trigger at ``fire`` if the flag is set, in one commit
         checked against leadership and the flag's version.
 
-        It waits (WAIT, up to ``execution_wait_timeout`` from ``waited_since``) for
-        the running items to end, so that the new assignment can apply to this fire
-        (marks of dead owners are requeued first, so they never hold it). Items
-        still running then are not waited for further, and never stopped (a pending
-        reshard is no reason to: ``ctx.should_stop()``): the reshard is committed to
-        apply from the next fire. The fires up to this one keep their owners (the
-        assignment keeps the previous ones), and an item that moved while it still
-        runs starts at its new owner once its running mark is gone (the start commit
-        checks it), so waiting on long items can neither stop them nor hold the
-        reshard (and with its flag every start commit of the job) for good."""
+        It waits (WAIT, up to :func:`leader_wait` from ``waited_since``: the first
+        step of this fire, when the followers' own waits began) for the running
+        items to end, so that the new assignment can apply to this fire (marks of
+        dead owners are requeued first, so they never hold it). Items still running
+        then are not waited for further, and never stopped (a pending reshard is no
+        reason to: ``ctx.should_stop()``): the reshard is committed to apply from
+        the next fire, early enough for the followers, who wait for it up to
+        ``sharding_wait_timeout``, to decide this fire after it. It does not wait at
+        all when the reshard applies from the next fire whatever runs: a flag set
+        after the fire, or the one owed to instances that joined after it. The
+        fires up to this one keep their owners (the assignment keeps the previous
+        ones), and an item that moved while it still runs starts at its new owner
+        once its running mark is gone (the start commit checks it), so waiting on
+        long items can neither stop them nor hold the reshard (and with its flag
+        every start commit of the job) for good."""
         cfg = self._state.config
         if not self.is_leader:
             return ReshardStep.DONE
@@ -132,14 +152,15 @@ class LeaderDuties:
             return ReshardStep.DONE
         if cfg.monitor_execution:
             self.requeue_orphans()
-            if self._s.execution.any_running():
-                if time.monotonic() - waited_since < cfg.execution_wait_timeout:
+            if not from_next_fire and self._s.execution.any_running():
+                wait = leader_wait(cfg.execution_wait_timeout, cfg.sharding_wait_timeout)
+                if time.monotonic() - waited_since < wait and not self._late_flag(fire):
                     return ReshardStep.WAIT
                 log.info(
-                    "%s: items still running after %.1fs: the reshard applies from the "
-                    "next fire (they go on)",
+                    "%s: items still running (waited %.1fs at most): the reshard applies "
+                    "from the next fire (they go on)",
                     cfg.name,
-                    cfg.execution_wait_timeout,
+                    wait,
                 )
                 from_next_fire = True
         for _attempt in range(3):  # the flag may be set again while we compute
@@ -172,6 +193,15 @@ class LeaderDuties:
             if not self.is_leader:
                 return ReshardStep.DONE
         return ReshardStep.DONE
+
+    def _late_flag(self, fire: float) -> bool:
+        """Whether the reshard flag was set after ``fire`` (its reshard applies from
+        the next fire: waiting for running items cannot change that)."""
+        flag = self._s.store.get(self._s.paths.necessary)
+        if flag is None:
+            return False
+        _reason, set_at = necessary_parts(flag.value or b"")
+        return set_at is not None and set_at > fire + 1e-3
 
     def _owe(self, fire: float, late: list[str]) -> None:
         self._owed = (fire, f"joined after the fire: {', '.join(late)}")
