@@ -189,7 +189,10 @@ class RunNowService:
         self._me = instance_id
 
     def pending(self, now: float | None = None) -> list[RunNowRequest]:
-        """Every request of the job (oldest first), from one tree read."""
+        """Every request of the job (oldest first), from one tree read (none: one
+        listing, the cost of a housekeeping pass's look when nothing is asked)."""
+        if not self._store.children(self._paths.runnow_root):
+            return []
         tree = self._store.get_tree(self._paths.runnow_root)
         return requests_in_tree(self._paths, tree, now)
 
