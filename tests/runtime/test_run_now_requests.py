@@ -16,6 +16,7 @@ import pytest
 
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.execution import ExecutionService
+from shardkeeper.coordination.model import RunningMark
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.runnow import (
     MAX_AHEAD,
@@ -26,6 +27,7 @@ from shardkeeper.coordination.runnow import (
 )
 from shardkeeper.errors import ConfigError
 from shardkeeper.observe import ExecutionRecord, SkipRecord
+from shardkeeper.ops import Operations
 from shardkeeper.registry.base import CoordinationStore
 from shardkeeper.registry.memory import MemoryServer
 from shardkeeper.runtime import Runtime
@@ -273,3 +275,44 @@ def test_a_catch_up_node_with_a_bad_time_is_refused_with_an_error_naming_it(
     assert not store.exists(P.trigger(rt.instance_id))
     assert not [r for r in caplog.records if "coordination task failed" in r.getMessage()]
     assert job.runs == []
+
+
+def test_a_request_whose_fire_gave_up_on_a_busy_item_runs_it_once_it_is_free(
+    memory_server: MemoryServer, store: CoordinationStore, runtimes: list[Runtime]
+) -> None:
+    """No fault of the owner: the item is marked running by another live member (a
+    failover taker, say) for longer than the fire may wait, so the request's fire
+    gives up on it ("items still run elsewhere"). Before, the request was gone with
+    that fire; now its part stays pending and runs, with the params, once the item
+    is free."""
+    job = RecordingJob()
+    skips = Skips()
+    rt = Runtime(memory_server.store(), shutdown_grace=1, observers=[skips])
+    cfg = JobConfig(name=JOB, cron=NEVER, sharding_total_count=2, sharding_wait_timeout=1.0)
+    rt.add_job(job, cfg)
+    runtimes.append(rt)
+    rt.start()
+    runner = rt.runners[JOB]
+    wait_until(lambda: runner.state.registered and runner.leader.is_leader, 10)
+    ops = Operations(store)
+    ops.trigger(JOB)  # the assignment: both items are this instance's
+    wait_until(lambda: len(job.runs) == 2 and runner.idle, 10)
+    store.put(P.instance("other"), b"{}", ephemeral=True)
+    store.put(P.running(1), RunningMark("other", time.time() - 1, f"{JOB}@1#1").to_bytes())
+    ops.trigger(JOB, params=PARAMS)
+    wait_until(
+        lambda: [r.item for r in job.runs if r.params == PARAMS] == [0],
+        10,
+        message=lambda: f"item 0 did not run with the params: {job.runs}",
+    )
+    # the fire gave up on item 1 (it waited sharding_wait_timeout), then it is free
+    wait_until(lambda: runner.pending_fires() == 0, 10, message="the fire did not end")
+    store.delete(P.running(1))
+    wait_until(
+        lambda: sorted(r.item for r in job.runs if r.params == PARAMS) == [0, 1],
+        20,
+        message=lambda: f"item 1 never ran with the params: {job.runs}",
+    )
+    wait_until(lambda: not store.children(P.runnow_root), 10, message="the request stayed")
+    assert sorted(r.item for r in job.runs if r.params == PARAMS) == [0, 1]
+    assert not [s for s in skips.skips if s.reason == "items still run elsewhere"]
