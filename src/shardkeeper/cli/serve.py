@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from shardkeeper.cli.common import Failed, RegistryOpt, app
+from shardkeeper.cli.common import RegistryOpt, app
 from shardkeeper.cli.render import out
 from shardkeeper.errors import ConfigError
 
@@ -29,7 +29,8 @@ def _check_extra() -> None:
         except ImportError:
             missing.append("python-multipart" if module == "multipart" else module)
     if missing:
-        raise Failed(
+        # a ConfigError, as every missing extra (needs_extra): exit code 2 everywhere
+        raise ConfigError(
             f"shardkeeper serve needs the 'console' extra (missing: {', '.join(missing)}): "
             "pip install 'shardkeeper[console]'"
         )
