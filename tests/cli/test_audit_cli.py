@@ -104,7 +104,7 @@ def test_every_write_command_is_recorded(
     ok(cli("enable", JOB, "--item", "1", registry=registry_url))
     ok(cli("trigger", JOB, "--param", "batch=7", registry=registry_url))
     ok(cli("config", "set", JOB, "description=nightly", "retries=2", registry=registry_url))
-    refused = cli("remove", JOB, registry=registry_url)  # a live instance runs it
+    refused = cli("remove", JOB, "--yes", registry=registry_url)  # a live instance runs it
     assert refused.returncode == 1, refused.stderr
 
     entries = trail(registry_url, JOB)

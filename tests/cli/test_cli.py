@@ -367,7 +367,12 @@ def test_config_set(registry_url: str, start: Start, ops: Operations) -> None:
 def test_unknown_job_and_instance(registry_url: str, start: Start, ops: Operations) -> None:
     start()
     wait_until(lambda: ops.job(JOB).leader, message="no leader")
-    for args in (["job", "nope"], ["shards", "nope"], ["trigger", "nope"], ["remove", "nope"]):
+    for args in (
+        ["job", "nope"],
+        ["shards", "nope"],
+        ["trigger", "nope"],
+        ["remove", "nope", "--yes"],
+    ):
         line = one_error_line(cli(*args, registry=registry_url), 1)
         assert line == "error: unknown job 'nope'"
     line = one_error_line(cli("shutdown", "ghost@1@abc", registry=registry_url), 1)
@@ -396,9 +401,9 @@ def test_unreachable_store_and_bad_urls(backend: str) -> None:
 def test_remove(registry_url: str, start: Start, ops: Operations) -> None:
     rt, _ = start()
     wait_until(lambda: ops.job(JOB).leader, message="no leader")
-    line = one_error_line(cli("remove", JOB, registry=registry_url), 1)
+    line = one_error_line(cli("remove", JOB, "--yes", registry=registry_url), 1)
     assert rt.instance_id in line and "force" in line
-    out = ok(cli("remove", JOB, "--force", registry=registry_url))
+    out = ok(cli("remove", JOB, "--force", "--yes", registry=registry_url))
     assert out.startswith(f"removed job {JOB}") and rt.instance_id in out
     assert as_json(cli("jobs", "--json", registry=registry_url)) == {"jobs": []}
 

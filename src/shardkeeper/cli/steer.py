@@ -44,9 +44,17 @@ def trigger(
             help="A one-off parameter KEY=VALUE for this run (ctx.params); repeatable.",
         ),
     ] = None,
+    item: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--item",
+            metavar="N",
+            help="Only this item (run by whichever instance owns it); repeatable.",
+        ),
+    ] = None,
     registry: RegistryOpt = None,
 ) -> None:
-    """Run a job's items now on its live instances (or on one)."""
+    """Run a job's items now on its live instances (or on one, or only some items)."""
     params: dict[str, str] = {}
     for pair in param or []:
         key, sep, value = pair.partition("=")
@@ -54,9 +62,13 @@ def trigger(
             raise ConfigError(f"--param {pair!r} is not KEY=VALUE")
         params[key] = value
     with audited(registry) as ops:
-        asked = ops.trigger(name, instance, params=params)
+        asked = ops.trigger(name, instance, params=params, items=item)
     with_params = f" with {', '.join(f'{k}={v}' for k, v in params.items())}" if params else ""
-    out.print(f"triggered {name} on {', '.join(asked)}{with_params}", markup=False)
+    which = ""
+    if item:
+        items = sorted(set(item))
+        which = f" item{'s' if len(items) > 1 else ''} {', '.join(map(str, items))} of"
+    out.print(f"triggered{which} {name} on {', '.join(asked)}{with_params}", markup=False)
 
 
 def _switch(
@@ -142,13 +154,41 @@ def remove(
     force: Annotated[
         bool, typer.Option("--force", help="Remove even while instances run it.")
     ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     registry: RegistryOpt = None,
 ) -> None:
-    """Delete everything stored for a job (refused while instances run it)."""
+    """Delete everything stored for a job (refused while instances run it); asks
+    for confirmation unless --yes."""
+    if not yes:
+        _confirm_remove(name)
     with audited(registry) as ops:
         members = ops.remove_job(name, force=force)
     note = f" (still run by {', '.join(members)}: stop them)" if members else ""
     out.print(f"removed job {name}{note}", markup=False)
+
+
+def _interactive() -> bool:
+    """Whether someone at a terminal can answer a question (stdin is a terminal)."""
+    return sys.stdin.isatty()
+
+
+def _confirm_remove(name: str) -> None:
+    """Ask on the terminal before a removal; refuse when nobody can answer (no
+    terminal on stdin: a script must say --yes)."""
+    if not _interactive():
+        raise ConfigError(
+            f"remove deletes everything stored for job {name!r} (its config, results, "
+            "checkpoints and queues) and asks first; stdin is not a terminal to answer: "
+            "pass --yes to remove it without asking"
+        )
+    answer = typer.prompt(
+        f"Delete everything stored for job {name!r} (config, results, checkpoints)? "
+        "Type the job name to confirm",
+        default="",
+        show_default=False,
+    )
+    if answer.strip() != name:
+        raise Failed(f"not removed: the answer {answer.strip()!r} is not the job name {name!r}")
 
 
 # -- config ----------------------------------------------------------------------------

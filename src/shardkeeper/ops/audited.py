@@ -150,13 +150,19 @@ class AuditedOperations:
     # -- the writes -----------------------------------------------------------------
 
     def trigger(
-        self, job: str, instance: str | None = None, params: Mapping[str, str] | None = None
+        self,
+        job: str,
+        instance: str | None = None,
+        params: Mapping[str, str] | None = None,
+        items: Sequence[int] | None = None,
     ) -> list[str]:
         """:meth:`Operations.trigger <shardkeeper.ops.steering.Steering.trigger>`, recorded."""
-        details = {"params": dict(params)} if params else {}
+        details: dict[str, Any] = {"params": dict(params)} if params else {}
+        if items is not None:
+            details["items"] = sorted(set(items))
         return self._run(
             "trigger",
-            lambda: self.ops.trigger(job, instance, params=params),
+            lambda: self.ops.trigger(job, instance, params=params, items=items),
             job=job,
             instance=instance,
             details=details,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from shardkeeper.coordination.paths import JobPaths, instance_path, shutdown_path
 from shardkeeper.coordination.runnow import check_request_at, new_request_id, request_value
@@ -55,23 +55,47 @@ class Steering(OperationsBase):
         job: str,
         instance: str | None = None,
         params: Mapping[str, str] | None = None,
+        items: Sequence[int] | None = None,
     ) -> list[str]:
         """Run every item of ``job`` now (or, with ``instance``, the items that live
-        instance owns now), once each, with one-off ``params`` (``ctx.params`` of those
-        executions). The request is a document of the job: each item is run by
-        whichever instance owns it when it gets to it (after a death, a partition or a
-        reshard too), or recorded skipped (item disabled, removed by a cut of the
-        count). Returns the live instances of the job (with ``instance``: that one).
-        Refused when the job is disabled or has no live instance;
-        InstanceLookupError when ``instance`` is not live; ConfigError naming a bad
-        parameter."""
+        instance owns now; with ``items``, only those items, wherever they run), once
+        each, with one-off ``params`` (``ctx.params`` of those executions). The
+        request is a document of the job: each item is run by whichever instance owns
+        it when it gets to it (after a death, a partition or a reshard too), or
+        recorded skipped (item disabled, removed by a cut of the count). Returns the
+        live instances of the job (with ``instance``: that one; with ``items``: the
+        owners of those items now, or every live instance when the assignment does
+        not name them yet). Refused when the job is disabled or has no live
+        instance, or an item asked is disabled; InstanceLookupError when
+        ``instance`` is not live; ConfigError naming a bad parameter or an item out
+        of range, or ``items`` given with ``instance`` (an item runs on its owner)."""
         checked = check_trigger_params(params or {})
         state = self._job_state(job)
         if not state.enabled:
             raise OperationRefusedError(
                 f"job {job!r} is disabled; enable it first (shardkeeper enable {job})"
             )
-        if instance is not None:
+        if items is not None and instance is not None:
+            raise ConfigError(
+                "give items or an instance, not both: an item runs on whichever instance owns it"
+            )
+        owners = state.assignment.owners if state.assignment is not None else {}
+        asked: list[int] | None
+        if items is not None:
+            if not items:
+                raise ConfigError("no item given: name at least one item to run")
+            for item in items:
+                self._check_item(state, item)
+            asked = sorted(set(items))
+            off = [i for i in asked if i in state.disabled_items]
+            if off:
+                raise OperationRefusedError(
+                    f"item(s) {', '.join(map(str, off))} of job {job!r} are disabled; "
+                    f"enable them first (shardkeeper enable {job} --item N)"
+                )
+            named = {owners[i] for i in asked if i in owners and owners[i] in state.instances}
+            targets = sorted(named) or list(state.instances)
+        elif instance is not None:
             self._require_live(instance)
             if instance not in state.instances:
                 raise OperationRefusedError(
@@ -79,16 +103,15 @@ class Steering(OperationsBase):
                     f"{', '.join(state.instances) or 'none'}"
                 )
             targets = [instance]
-            owners = state.assignment.owners if state.assignment is not None else {}
-            items: list[int] | None = sorted(i for i, o in owners.items() if o == instance)
+            asked = sorted(i for i, o in owners.items() if o == instance)
         else:
             targets = list(state.instances)
-            items = None
+            asked = None
         if not targets:
             raise OperationRefusedError(f"job {job!r} has no live instance to trigger")
         at = check_request_at(time.time())
         paths = JobPaths(job)
-        value = request_value(by=operator(), at=at, params=checked, total=state.total, items=items)
+        value = request_value(by=operator(), at=at, params=checked, total=state.total, items=asked)
         self.store.commit([Create(paths.runnow(new_request_id(at)), value)])
         return targets
 
