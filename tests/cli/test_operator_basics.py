@@ -1,6 +1,8 @@
 """Operator basics of the command line (newcomer review N28): ``trigger JOB --item N``
 re-runs only the items named, and ``remove`` asks before it deletes a job (``--yes``
-skips the question; with nobody at a terminal it refuses and names ``--yes``).
+skips the question; with nobody at a terminal it refuses and names ``--yes``). And a
+count raise that leaves items without a parameter is warned about, by ``config set``
+and in the leader's log (N5).
 
 The commands run in this process (``shardkeeper.cli.main``) against the reference
 store on a ``memory://`` server, next to an in-process runtime.
@@ -9,6 +11,7 @@ store on a ``memory://`` server, next to an in-process runtime.
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -37,7 +40,12 @@ def running(registry_url: str, store: CoordinationStore) -> Iterator[RecordingJo
     """A runtime running job ``tiny`` (4 items, never fired by its schedule)."""
     job = RecordingJob()
     rt = Runtime(registry_url, worker_threads=4, coordinator_threads=2, shutdown_grace=1.0)
-    rt.add_job(job, JobConfig.parse(name=JOB, cron=NEVER, sharding_total_count=4))
+    rt.add_job(
+        job,
+        JobConfig.parse(
+            name=JOB, cron=NEVER, sharding_total_count=4, sharding_item_parameters="0=a,1=b,2=c,3=d"
+        ),
+    )
     rt.start()
     ops = Operations(store)
     wait_until(lambda: ops.job(JOB).leader, message="no leader")
@@ -124,3 +132,45 @@ def test_remove_asks_for_the_job_name(
     assert code == 0, err
     assert f"removed job {JOB}" in out
     assert not store.exists(f"/jobs/{JOB}")
+
+
+def test_parameters_gap_names_the_items_without_one() -> None:
+    cfg = JobConfig.parse(
+        name=JOB, cron=NEVER, sharding_total_count=7, sharding_item_parameters="0=a,1=b,3=d"
+    )
+    assert cfg.items_without_parameters() == [2, 4, 5, 6]
+    assert "item(s) 2,4-6 of 7 have no parameter" in cfg.parameters_gap()
+    # a job that uses no parameters is not warned about
+    assert JobConfig.parse(name=JOB, cron=NEVER, sharding_total_count=7).parameters_gap() == ""
+
+
+def test_count_raise_without_parameters_is_warned(
+    running: RecordingJob,
+    registry_url: str,
+    store: CoordinationStore,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="shardkeeper.runtime.runner")
+    code, out, err = run_cli(capsys, registry_url, "config", "set", JOB, "sharding_total_count=6")
+    assert code == 0, err
+    assert "sharding_total_count 4 -> 6" in out
+    assert "warning:" in err and "item(s) 4-5 of 6 have no parameter" in err
+    # the leader says it in its log once it adopts the raise
+    wait_until(
+        lambda: any("4-5 of 6 have no parameter" in r.getMessage() for r in caplog.records),
+        timeout=10,
+        message="the leader did not warn",
+    )
+    # a count change that leaves every item a parameter says nothing
+    code, _out, err = run_cli(
+        capsys,
+        registry_url,
+        "config",
+        "set",
+        JOB,
+        "sharding_total_count=3",
+        "sharding_item_parameters=0=a,1=b,2=c",
+    )
+    assert code == 0, err
+    assert "warning" not in err

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -16,6 +16,9 @@ from shardkeeper.cli.audit import audited
 from shardkeeper.cli.common import Failed, JobArg, JsonOpt, RegistryOpt, app, config_app, connect
 from shardkeeper.cli.render import emit_json, fmt_time, new_table, out
 from shardkeeper.errors import ConfigError
+
+if TYPE_CHECKING:
+    from shardkeeper.config import JobConfig
 
 __all__ = [
     "config_diff",
@@ -270,8 +273,22 @@ def config_set(
         stored = ops.ops.stored_config(name)
         current = stored.config
         before = config_to_dict(current, reveal=True) if current is not None else None
-        after = config_to_dict(ops.update_config(name, **changes), reveal=True)
+        updated = ops.update_config(name, **changes)
+        after = config_to_dict(updated, reveal=True)
     _print_changes(name, before, after, as_json)
+    _warn_parameters_gap(current, updated)
+
+
+def _warn_parameters_gap(before: JobConfig | None, after: JobConfig) -> None:
+    """On stderr (stdout stays the changes, or --json): items a count raise (or a
+    parameters edit) left without a parameter (newcomer review N5)."""
+    touched = before is None or (
+        before.sharding_total_count != after.sharding_total_count
+        or before.sharding_item_parameters != after.sharding_item_parameters
+    )
+    gap = after.parameters_gap()
+    if touched and gap:
+        sys.stderr.write(f"warning: {gap}\n")
 
 
 @config_app.command("replace")
@@ -300,6 +317,7 @@ def config_replace(
         config_to_dict(new, reveal=True),
         as_json,
     )
+    _warn_parameters_gap(old, new)
 
 
 @config_app.command("diff")

@@ -461,6 +461,36 @@ class JobConfig(BaseModel):
             )
         return self.sharding_item_parameters.get(item, "")
 
+    def items_without_parameters(self) -> list[int]:
+        """Items that ``sharding_item_parameters`` leaves without a parameter, when it
+        gives some (a job with none uses no parameters: []). After a raise of
+        ``sharding_total_count`` these are usually the new items, whose
+        ``ctx.item_parameter`` is then ""."""
+        params = self.sharding_item_parameters
+        if not params:
+            return []
+        return [i for i in range(self.sharding_total_count) if i not in params]
+
+    def parameters_gap(self) -> str:
+        """A warning naming the items :meth:`items_without_parameters` finds ("" when
+        none): said when a count raise leaves new items without a parameter."""
+        missing = self.items_without_parameters()
+        if not missing:
+            return ""
+        ranges: list[str] = []
+        start = prev = missing[0]
+        for i in [*missing[1:], -2]:
+            if i != prev + 1:
+                ranges.append(str(start) if start == prev else f"{start}-{prev}")
+                start = i
+            prev = i
+        given = ",".join(str(i) for i in sorted(self.sharding_item_parameters))
+        return (
+            f"job {self.name!r}: item(s) {','.join(ranges)} of {self.sharding_total_count} "
+            f"have no parameter (sharding_item_parameters gives items {given} only): their "
+            "ctx.item_parameter is ''; set sharding_item_parameters for them too"
+        )
+
     def describe_trigger(self) -> str:
         """A short human description such as ``cron '0 */5 * * * *' (UTC)``, ``every 30s``
         or ``once at 2026-12-01T12:00:00Z``."""

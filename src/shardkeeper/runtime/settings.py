@@ -65,6 +65,11 @@ class JobSettings:
         log.info("%s: configuration changed in the registry", stored.name)
         if old.sharding_total_count != stored.sharding_total_count and self._leader.is_leader:
             self._s.sharding.set_necessary("count changed")
+            # said once, by the leader: a raise whose new items got no parameter
+            # runs them with ctx.item_parameter "" (newcomer review N5)
+            gap = stored.parameters_gap()
+            if gap and stored.sharding_total_count > old.sharding_total_count:
+                log.warning("%s", gap)
         self._port.config_changed(old)
 
     # -- switches -----------------------------------------------------------------
