@@ -477,16 +477,9 @@ class JobConfig(BaseModel):
         missing = self.items_without_parameters()
         if not missing:
             return ""
-        ranges: list[str] = []
-        start = prev = missing[0]
-        for i in [*missing[1:], -2]:
-            if i != prev + 1:
-                ranges.append(str(start) if start == prev else f"{start}-{prev}")
-                start = i
-            prev = i
-        given = ",".join(str(i) for i in sorted(self.sharding_item_parameters))
+        given = _ranges(sorted(self.sharding_item_parameters))
         return (
-            f"job {self.name!r}: item(s) {','.join(ranges)} of {self.sharding_total_count} "
+            f"job {self.name!r}: item(s) {_ranges(missing)} of {self.sharding_total_count} "
             f"have no parameter (sharding_item_parameters gives items {given} only): their "
             "ctx.item_parameter is ''; set sharding_item_parameters for them too"
         )
@@ -553,3 +546,15 @@ def describe_invalid(exc: ValidationError, label: str) -> str:
     and value (an unknown field with the closest valid name)."""
     details = "; ".join(_describe_error(e) for e in exc.errors())
     return f"invalid {label}: {details}"
+
+
+def _ranges(items: list[int]) -> str:
+    """Sorted item numbers as ranges (``0-3,7``): a count of thousands stays short."""
+    parts: list[str] = []
+    start = prev = items[0]
+    for i in [*items[1:], -2]:
+        if i != prev + 1:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = i
+        prev = i
+    return ",".join(parts)
