@@ -103,6 +103,8 @@ class ExecutionService:
         clear_misfire: Sequence[int] = (),
         traceparents: Mapping[int, str] | None = None,
         claims: Mapping[int, Sequence[Op]] | None = None,
+        params: Mapping[str, str] | None = None,
+        request: str = "",
     ) -> StartResult:
         """Mark ``items`` running for this instance, if no reshard is pending, the
         assignment is unchanged and (``membership``) this instance is still the member
@@ -114,7 +116,10 @@ class ExecutionService:
         span (shardkeeper/tracing.py), written in its mark for a run that replaces it.
         ``claims`` (a run-now request's run, coordination/runnow.py): ops committed with
         each item's mark, its record of the request; refused as ``"claimed"`` when the
-        item has one already.
+        item has one already. ``params`` and ``request``: that request's params and id,
+        written in each mark, so that a failover re-run of the item has them (its
+        queue entry is made from the mark, maybe by another instance after this one
+        died).
 
         A commit whose reply is lost may have been applied: the marks are then read
         back, and those that carry this instance and the execution ids it wrote are
@@ -146,6 +151,8 @@ class ExecutionService:
                     fire_time,
                     execution_ids[item],
                     traceparent=(traceparents or {}).get(item, ""),
+                    params=dict(params or {}),
+                    request=request,
                 )
                 path = self._paths.running(item)
                 group: list[Op] = [Create(path, mark.to_bytes(), ephemeral=not persistent)]

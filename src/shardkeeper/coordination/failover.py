@@ -13,6 +13,11 @@ atomic commit that removes the queue entry and creates the running mark: no lock
 that could be left behind, and exactly one claimer wins. The mark's Create also
 fails while the item runs elsewhere, so a claim never overlaps a normal run.
 
+A mark of a run-now request's execution carries the request's params and id
+(``RunningMark.params``, ``request``); its queue entry and the claimed run's mark
+carry them on, so a failover re-run has the same ``ctx.params`` whoever queued it
+(the instance that ran it may be dead), and again after a second death.
+
 The queue holds one entry per item. An item queued while an entry of another fire
 of it waits (two interrupted runs of one item handed off by a stopping instance, a
 fenced claim handed back) folds that entry in: the later fire is run and stands for
@@ -242,8 +247,14 @@ class FailoverService:
         waiting = self._waiting(to_queue.values())
         for k, item in to_queue.items():
             mark = chosen[k][1]
+            # the run-now params travel with the item: its re-run has them
             entry = FailoverEntry(
-                mark.fire_time, mark.execution_id, mark.instance_id, traceparent=mark.traceparent
+                mark.fire_time,
+                mark.execution_id,
+                mark.instance_id,
+                traceparent=mark.traceparent,
+                params=dict(mark.params),
+                request=mark.request,
             )
             groups[k] += self._queue_ops(item, entry, waiting.get(item))
         applied = self._commit_each([], groups)
@@ -417,6 +428,10 @@ class FailoverService:
                 entry.execution_id,
                 failover=True,
                 traceparent=traceparent(item, entry) if traceparent is not None else "",
+                # kept in the claimed run's mark too: if it dies in turn, the next
+                # re-run still has the request's params
+                params=dict(entry.params),
+                request=entry.request,
             )
             fence = new_fence()
             chosen.append((item, entry, fence))

@@ -66,6 +66,14 @@ def _fields(path: str, what: str) -> Iterator[None]:
         raise DocumentError(f"value of {path} is not {what}: {exc}") from None
 
 
+def _params(value: Any) -> dict[str, str]:
+    """A run-now request's params as stored in a mark or a queue entry (a JSON object
+    of strings); TypeError/ValueError when it is not an object (see :func:`_fields`)."""
+    if not isinstance(value, dict):
+        raise TypeError(f"params {value!r} are not a JSON object")
+    return {str(k): str(v) for k, v in value.items()}
+
+
 def new_instance_id() -> str:
     """A fresh instance id: ``host@pid@suffix`` (unique even for two runtimes in one pid)."""
     host = socket.gethostname().split(".")[0] or "host"
@@ -314,12 +322,21 @@ class RunningMark:
     #: W3C trace context of the execution's span (shardkeeper/tracing.py), for the run
     #: that replaces it to link to; "" without tracing, and then not written
     traceparent: str = ""
+    #: the one-off params of the operator's run-now request this execution runs a part
+    #: of (``ctx.params``): a failover re-run of it gets them from here, whoever
+    #: queues the mark (the instance that ran it may be dead). Empty for a fire of
+    #: the schedule, and then not written
+    params: dict[str, str] = field(default_factory=dict)
+    #: the id of that run-now request (coordination/runnow.py); "" for none
+    request: str = ""
 
     def to_bytes(self) -> bytes:
-        """Encode (``traceparent`` only when there is one: a mark stays as it was)."""
+        """Encode (``traceparent``, ``params`` and ``request`` only when there are
+        some: a mark of a scheduled fire stays as it was)."""
         data = asdict(self)
-        if not self.traceparent:
-            del data["traceparent"]
+        for name in ("traceparent", "params", "request"):
+            if not data[name]:
+                del data[name]
         return encode(data)
 
     @classmethod
@@ -334,6 +351,8 @@ class RunningMark:
                 failover=bool(d.get("failover", False)),
                 started_at=float(d.get("started_at", 0.0)),
                 traceparent=str(d.get("traceparent", "")),
+                params=_params(d.get("params", {})),
+                request=str(d.get("request", "")),
             )
 
 
@@ -352,16 +371,28 @@ class FailoverEntry:
     #: the replaced run's W3C trace context (its running mark's), for the claiming run
     #: to link to; "" when it had none (not written then)
     traceparent: str = ""
+    #: the replaced run's run-now params (its mark's): the claiming run has them in
+    #: ``ctx.params``; empty for a fire of the schedule (not written then)
+    params: dict[str, str] = field(default_factory=dict)
+    #: the id of that run-now request; "" for none (not written then)
+    request: str = ""
 
     def fold(self, waiting: FailoverEntry) -> FailoverEntry:
         """This entry and ``waiting`` (the item's entry already queued) as one: the
         later fire is run, and stands for the earlier one and both entries' folds (the
-        newest :data:`MAX_FOLDS` of them). The same fire twice is one entry."""
+        newest :data:`MAX_FOLDS` of them). The same fire twice is one entry.
+
+        The run keeps a run-now request's params: the later entry's when it has a
+        request, else the earlier one's. A request's part folded into a fire of the
+        schedule is run with the request's params, never dropped (the request's item
+        has its record: nothing else would run it); of two requests' parts, the later
+        one's params are run."""
         later, earlier = (self, waiting) if self.fire_time >= waiting.fire_time else (waiting, self)
         fires = {*self.folds, *waiting.folds}
         if abs(later.fire_time - earlier.fire_time) > _SAME_FIRE:
             fires.add(earlier.fire_time)
         kept = tuple(sorted(f for f in fires if f < later.fire_time - _SAME_FIRE))[-MAX_FOLDS:]
+        asked = later if later.request or not earlier.request else earlier
         return FailoverEntry(
             later.fire_time,
             later.execution_id,
@@ -369,15 +400,17 @@ class FailoverEntry:
             later.queued_at,
             kept,
             later.traceparent or earlier.traceparent,
+            dict(asked.params),
+            asked.request,
         )
 
     def to_bytes(self) -> bytes:
-        """Encode (``folds`` only when there are some: an entry stays as it was)."""
+        """Encode (``folds``, ``traceparent``, ``params`` and ``request`` only when
+        there are some: an entry of a scheduled fire stays as it was)."""
         data = asdict(self)
-        if not self.folds:
-            del data["folds"]
-        if not self.traceparent:
-            del data["traceparent"]
+        for name in ("folds", "traceparent", "params", "request"):
+            if not data[name]:
+                del data[name]
         return encode(data)
 
     @classmethod
@@ -392,4 +425,6 @@ class FailoverEntry:
                 queued_at=float(d.get("queued_at", 0.0)),
                 folds=tuple(float(f) for f in d.get("folds", [])),
                 traceparent=str(d.get("traceparent", "")),
+                params=_params(d.get("params", {})),
+                request=str(d.get("request", "")),
             )

@@ -69,8 +69,12 @@ class Batch:
     #: fence child of each persistent mark (ExecutionService.finish)
     fences: dict[int, str] = field(default_factory=dict)
     contexts: dict[int, ShardingContext] = field(default_factory=dict)
-    #: one-off parameters of the run-now request this batch serves
+    #: one-off parameters of the run-now request this batch serves (a failover
+    #: claim's: those of the request the replaced run served)
     params: dict[str, str] = field(default_factory=dict)
+    #: the id of that run-now request ("" for none): with ``params``, in a hand-off's
+    #: queue entry, so that the item's re-run has them
+    request: str = ""
     #: earlier fire times each item's run stands for (runtime/coverage.py)
     covers: dict[int, tuple[float, ...]] = field(default_factory=dict)
     #: how many fires, older than those listed in ``covers``, each item's run stands
@@ -132,3 +136,7 @@ class _Unfinished:
     #: why each handed-off item is handed off (interrupted as the grace ran out,
     #: fenced and why, crashed): the hand-off's log line says it
     why: dict[int, str] = field(default_factory=dict)
+    #: the run-now params and request id of the batch (Batch.params, request): a
+    #: handed-off item's queue entry carries them, for its re-run's ctx.params
+    params: dict[str, str] = field(default_factory=dict)
+    request: str = ""

@@ -582,6 +582,8 @@ class Batches:
             {i: tp for i in never if (tp := tracing.traceparent(batch.spans.get(i)))},
             extra,
             {i: self._handoff_why(batch, i) for i in never},
+            dict(batch.params),
+            batch.request,
         )
         try:
             self._settle(entry)
@@ -679,6 +681,9 @@ class Batches:
                         self._s.instance_id,
                         folds=entry.covers.get(item, ()),
                         traceparent=entry.traceparents.get(item, ""),
+                        # a run-now part run again keeps the request's params
+                        params=dict(entry.params),
+                        request=entry.request,
                     ),
                     entry.fences.get(item, ""),
                 )

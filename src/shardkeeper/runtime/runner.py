@@ -718,10 +718,13 @@ class JobRunner:
                 membership=membership,
                 traceparent=open_span,
             )
-            by_fire: dict[float, list[Claim]] = {}
+            # one batch per fire and run-now request: a batch has one ctx.params
+            by_fire: dict[tuple[float, str, tuple[tuple[str, str], ...]], list[Claim]] = {}
             for claim in claims:
-                by_fire.setdefault(claim.entry.fire_time, []).append(claim)
-            for fire_time, group in sorted(by_fire.items()):
+                e = claim.entry
+                key = (e.fire_time, e.request, tuple(sorted(e.params.items())))
+                by_fire.setdefault(key, []).append(claim)
+            for (fire_time, _request, _params), group in sorted(by_fire.items()):
                 items = [c.item for c in group]
                 st.count("failovers", len(group))
                 # the fires since each item's last completed run stand with this run,
@@ -742,6 +745,8 @@ class JobRunner:
                         execution_ids={c.item: c.entry.execution_id for c in group},
                         failover=True,
                         session=session,
+                        params=dict(group[0].entry.params),
+                        request=group[0].entry.request,
                         covers=listed(covered),
                         covered_before=counted(covered),
                         spans={c.item: span for c in group if (span := spans.get(c.item))},

@@ -453,6 +453,8 @@ class TriggerFlow:
             claims={i: self._s.runnow.claim_ops(fire.request, i, ids[i]) for i in items}
             if fire.request
             else None,
+            params=fire.params,
+            request=fire.request,
         )
         if result.marked:
             if marked:
@@ -468,6 +470,7 @@ class TriggerFlow:
                 misfire=fire.misfire,
                 session=session,
                 params=dict(fire.params),
+                request=fire.request,
                 covers=listed(covered),
                 covered_before=counted(covered),
                 spans={i: span for i in result.marked if (span := spans[i]) is not None},
@@ -528,6 +531,7 @@ class TriggerFlow:
                 misfire=fire.misfire,
                 session=session,
                 params=dict(fire.params),
+                request=fire.request,
                 covers=listed(covered),
                 covered_before=counted(covered),
                 spans={i: span for i in adopted if (span := spans[i]) is not None},
