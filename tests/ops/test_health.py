@@ -75,11 +75,14 @@ def test_a_failing_item_shows_within_one_trigger(ops: Operations, runtime: Runti
     assert data["last_error"] == bad1.last_error and data["last_run"].endswith("+00:00")
 
 
-def test_a_job_without_a_live_instance_is_stale(ops: Operations, runtime: Runtime) -> None:
+def test_a_job_without_a_live_instance_is_no_instance(ops: Operations, runtime: Runtime) -> None:
+    """Not "stale": that is the word of an item that has not run for too long
+    (newcomer review N17); a job nobody runs has a name of its own."""
     wait_until(lambda: ops.job(JOB).items[0].last_run, 10, 0.05, "no result")
     runtime.stop()
     status = ops.status().jobs[0]
-    assert status.health == "stale"
+    assert status.health == "no-instance"
+    assert status.stale_items == []
     assert status.summary.next_fire is None
     assert status.summary.next_fire_reason == "no instance"
     detail = ops.job(JOB)

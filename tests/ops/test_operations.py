@@ -373,7 +373,7 @@ def test_shutdown(ops: Operations, start: Start) -> None:
     assert ops.dump("/control") == {} or all(not e.value for e in ops.dump("/control").values())
     assert ops.jobs()[0].instances == []
     status = ops.status().jobs[0]
-    assert status.health == "stale"
+    assert status.health == "no-instance"
     assert status.summary.next_fire is None and status.summary.next_fire_reason == "no instance"
     with pytest.raises(InstanceLookupError):
         ops.shutdown(rt.instance_id)

@@ -121,7 +121,9 @@ class Reads(OperationsBase):
         if state.one_off_done is not None and not state.running and not state.failover:
             return "done", items  # a one-off job that ran: no instance need run it
         if not state.instances:
-            return "stale", items
+            # not "stale": that word is an item's that has not run for too long, and
+            # a job nobody runs deserves a name an operator cannot misread
+            return "no-instance", items
         if not state.enabled:
             return "disabled", items
         if items.failing:

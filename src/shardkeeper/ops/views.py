@@ -100,7 +100,7 @@ class JobStatus:
 
     ``health`` is the first that applies of: ``config-error`` (the stored config is
     unreadable), ``done`` (a one-off job that ran, nothing of it left running),
-    ``stale`` (no live instance runs the job), ``disabled``, ``failing`` (an item's
+    ``no-instance`` (no live instance runs the job), ``disabled``, ``failing`` (an item's
     last execution failed: ``failing_items``), ``stale`` (an item has not run for
     longer than its schedule allows: ``stale_items``; see ops/health.py),
     ``failover-pending``, ``reshard-pending``, ``ok``.
