@@ -34,6 +34,9 @@ __all__ = ["Housekeeper"]
 
 log = logging.getLogger(__name__)
 
+#: below this share of one core used while the housekeeping thread waited, a late
+#: wake-up is a pause of the process (or other processes' load), not its own threads
+PAUSED_CPU_SHARE = 0.25
 #: seconds between two warnings that the process is starved of CPU
 STARVED_WARN_EVERY = 60.0
 #: ticks between two prunings of the cluster-once markers (about 40 min at T = 4 s)
@@ -91,8 +94,15 @@ class Housekeeper:
     def _loop(self) -> None:
         tick = 0
         due = time.monotonic() + self._liveness.cadence
-        while not self._stopped.wait(max(0.0, due - time.monotonic())):
-            self.note_wake(due, time.monotonic())
+        while True:
+            slept_at, cpu_at = time.monotonic(), time.process_time()
+            if self._stopped.wait(max(0.0, due - slept_at)):
+                break
+            woke = time.monotonic()
+            # the CPU this process used while the thread waited tells a starved
+            # process (its own threads busy) from a paused one (SIGSTOP, a VM freeze)
+            share = (time.process_time() - cpu_at) / max(woke - slept_at, 1e-6)
+            self.note_wake(due, woke, cpu_share=share)
             tick += 1
             try:
                 self.tick(tick)
@@ -102,17 +112,37 @@ class Housekeeper:
             # tick, not the lateness (which measures the wake-up alone)
             due = time.monotonic() + self._liveness.cadence
 
-    def note_wake(self, due: float, woke: float) -> None:
+    def note_wake(self, due: float, woke: float, *, cpu_share: float | None = None) -> None:
         """Record how late a tick woke. The store client's threads (kazoo's pings,
         etcd's keep-alives) compete with item threads for the GIL like this one: a
         tick a whole cadence late (T/3) means they may be late too, and a session can
-        be lost with no fault of the network. Warned at most once a minute."""
+        be lost with no fault of the network. Warned at most once a minute.
+
+        ``cpu_share``: the CPU this process used while the thread waited, in cores.
+        Under :data:`PAUSED_CPU_SHARE` the process was not starved by its own work but
+        paused (SIGSTOP, a debugger, a VM or container freeze, a suspended machine) or
+        starved by other processes of the host, and the warning says that instead."""
         late = max(0.0, woke - due)
         self.lateness = late
         self.max_lateness = max(self.max_lateness, late)
         cadence = self._liveness.cadence
         if late > cadence and woke - self._warned_at >= STARVED_WARN_EVERY:
             self._warned_at = woke
+            if cpu_share is not None and cpu_share < PAUSED_CPU_SHARE:
+                log.warning(
+                    "%s: the housekeeping thread woke %.2f s late (it runs every %.2f s) "
+                    "while this process used almost no CPU (%.0f%% of a core): the process "
+                    "was paused (SIGSTOP, a debugger, a VM or container freeze, a "
+                    "suspended machine) or the host's other processes took the CPU. The "
+                    "store client's heartbeats were late too (session_timeout %.1f s): "
+                    "its session may have expired and its items been taken over",
+                    self._me,
+                    late,
+                    cadence,
+                    100 * cpu_share,
+                    self._store.session_timeout,
+                )
+                return
             log.warning(
                 "%s: the housekeeping thread woke %.2f s late (it runs every %.2f s): "
                 "this process is starved of CPU, and the store client's heartbeats may be "
