@@ -4,16 +4,22 @@
   command that started it, behind ``shardkeeper registry up|down|status`` and the
   ``registry/up``, ``registry/down``, ``registry/status`` scripts that wrap it. A
   state file (``<dir>/state.json``) records the servers' pids, ports and registry URL
-  so that ``down`` and ``status`` find them again. Data and logs live under
+  so that ``down`` and ``status`` find them again. The directory is per user
+  (:func:`default_dir`: ``$SHARDKEEPER_LOCAL_REGISTRY_DIR``, else
+  ``$XDG_STATE_HOME/shardkeeper/registry``, else
+  ``~/.local/state/shardkeeper/registry``), so every terminal of the user finds the
+  same registry whatever its working directory. Data and logs live under
   ``<dir>/<backend>/`` and outlive ``down``: the next ``up`` of the same backend and
   size in that directory starts the servers again on that data (on the same ports
   when they are free), so jobs, configs and the audit trail are still there.
 * :func:`local_cluster`: the same servers bound to this process (stopped with it),
   for tools such as the demo that start a registry of their own.
 
-The server processes themselves are those of :mod:`shardkeeper.testing.servers`
-(Debian's ZooKeeper jar and etcd binary), so that development and tests run the same
-servers.
+The server processes themselves are those of :mod:`shardkeeper.testing.servers`, so
+that development and tests run the same servers: the etcd binary and ZooKeeper
+installation found on the ``PATH`` or through an environment variable
+(:mod:`shardkeeper.testing.servers.locate`); a missing one is reported with the line
+that installs it before anything starts.
 """
 
 from __future__ import annotations
@@ -29,14 +35,17 @@ from typing import Any
 
 from shardkeeper.testing.servers import ClusterError, ServerCluster, cluster_class
 from shardkeeper.testing.servers.etcd import REGISTRY_QUOTA_BYTES
+from shardkeeper.testing.servers.locate import ServerNotFoundError, require
 from shardkeeper.testing.servers.zookeeper import REGISTRY_HEAP_MB
 
 __all__ = [
-    "DEFAULT_DIR",
+    "DIR_ENV",
     "STATE_FILE",
     "STOPPED_FILE",
     "ClusterError",
     "ServerCluster",
+    "ServerNotFoundError",
+    "default_dir",
     "down",
     "load_state",
     "local_cluster",
@@ -44,12 +53,34 @@ __all__ = [
     "up",
 ]
 
-#: default directory, relative to the current directory (the repository root)
-DEFAULT_DIR = Path("registry/data")
+#: the environment variable that overrides :func:`default_dir`
+DIR_ENV = "SHARDKEEPER_LOCAL_REGISTRY_DIR"
 STATE_FILE = "state.json"
 #: the state of the last registry stopped by :func:`down`, kept in ``<dir>/<backend>/``
 #: so that the next :func:`up` restarts it on its data
 STOPPED_FILE = "stopped.json"
+
+
+def default_dir() -> Path:
+    """Where the local registry keeps its state, data and logs unless told otherwise:
+    ``$SHARDKEEPER_LOCAL_REGISTRY_DIR``, else ``$XDG_STATE_HOME/shardkeeper/registry``,
+    else ``~/.local/state/shardkeeper/registry``. Per user, not per working directory:
+    a second terminal elsewhere finds the registry the first one started."""
+    given = os.environ.get(DIR_ENV, "").strip()
+    if given:
+        return Path(given).expanduser()
+    # XDG: a relative XDG_STATE_HOME is invalid and must be ignored
+    state_home = os.environ.get("XDG_STATE_HOME", "").strip()
+    base = (
+        Path(state_home)
+        if state_home and os.path.isabs(state_home)
+        else Path.home() / ".local" / "state"
+    )
+    return base / "shardkeeper" / "registry"
+
+
+def _resolve(directory: str | os.PathLike[str] | None) -> Path:
+    return Path(directory if directory is not None else default_dir()).expanduser().resolve()
 
 
 @contextlib.contextmanager
@@ -64,9 +95,10 @@ def _locked(directory: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def load_state(directory: str | os.PathLike[str] = DEFAULT_DIR) -> dict[str, Any] | None:
-    """The state written by :func:`up` in ``directory``, or None if there is none."""
-    path = Path(directory) / STATE_FILE
+def load_state(directory: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
+    """The state written by :func:`up` in ``directory`` (default :func:`default_dir`),
+    or None if there is none."""
+    path = _resolve(directory) / STATE_FILE
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -121,13 +153,14 @@ def local_cluster(
 def up(
     backend: str = "zookeeper",
     nodes: int = 1,
-    directory: str | os.PathLike[str] = DEFAULT_DIR,
+    directory: str | os.PathLike[str] | None = None,
     *,
     namespace: str = "default",
     auth: bool = False,
     timeout: float = 60.0,
 ) -> dict[str, Any]:
-    """Start a detached ``backend`` registry of ``nodes`` members; return its state.
+    """Start a detached ``backend`` registry of ``nodes`` members in ``directory``
+    (default :func:`default_dir`); return its state.
 
     The state (also written to ``<directory>/state.json``) has ``url``, ``backend``,
     ``nodes``, ``pids``, ``hosts`` and ``start_seconds``. If the same kind of registry
@@ -141,8 +174,12 @@ def up(
     True). A different size, or ``auth`` asked for a registry made without it (or the
     reverse), starts an empty one (``data_kept`` False): the old members' data would
     not fit it.
+
+    A server program that is not installed raises :class:`ServerNotFoundError` naming
+    the line that installs it, before anything starts (unless the registry already
+    runs).
     """
-    directory = Path(directory).resolve()
+    directory = _resolve(directory)
     cls = cluster_class(backend)
     if auth and cls.backend != "etcd":
         raise ValueError(f"auth is only supported for the etcd backend, not {backend!r}")
@@ -160,6 +197,7 @@ def up(
             # it died: its data is resumed below like that of a stopped one
             _keep_stopped_state(directory, old)
             (directory / STATE_FILE).unlink(missing_ok=True)
+        require(cls.backend)  # what to install, not a raw errno or a JVM's class error
         cluster, kept = _start(cls.backend, directory, nodes=nodes, auth=auth, timeout=timeout)
         state: dict[str, Any] = {
             "backend": cls.backend,
@@ -230,15 +268,16 @@ def _start(
     return cluster, False
 
 
-def down(directory: str | os.PathLike[str] = DEFAULT_DIR) -> list[int]:
-    """Stop every process the state file in ``directory`` lists; return their pids.
+def down(directory: str | os.PathLike[str] | None = None) -> list[int]:
+    """Stop every process the state file in ``directory`` (default
+    :func:`default_dir`) lists; return their pids.
 
     Each process group is SIGKILLed and awaited, so nothing is left behind. The state
     file is removed; data and logs stay (``make clean`` removes them), and the next
     :func:`up` of the same backend and size starts the registry again on that data.
     Returns an empty list when nothing was running.
     """
-    directory = Path(directory).resolve()
+    directory = _resolve(directory)
     with _locked(directory):
         state = load_state(directory)
         if state is None:
@@ -251,10 +290,11 @@ def down(directory: str | os.PathLike[str] = DEFAULT_DIR) -> list[int]:
         return pids
 
 
-def status(directory: str | os.PathLike[str] = DEFAULT_DIR) -> dict[str, Any] | None:
-    """What runs in ``directory``: the state plus ``members`` (probed now) and
-    ``healthy`` (every member serves); None when no state file exists."""
-    state = load_state(Path(directory).resolve())
+def status(directory: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
+    """What runs in ``directory`` (default :func:`default_dir`): the state plus
+    ``members`` (probed now) and ``healthy`` (every member serves); None when no state
+    file exists."""
+    state = load_state(_resolve(directory))
     if state is None:
         return None
     cluster = _attach(state)

@@ -17,18 +17,36 @@ __all__ = ["registry_down", "registry_fix_acl", "registry_status", "registry_up"
 T = TypeVar("T")
 
 DirOpt = Annotated[
-    Path, typer.Option("--dir", help="State and data directory of the local registry.")
+    Path | None,
+    typer.Option(
+        "--dir",
+        help=(
+            "State and data directory of the local registry (default: per user, "
+            "$SHARDKEEPER_LOCAL_REGISTRY_DIR, else $XDG_STATE_HOME/shardkeeper/registry, "
+            "else ~/.local/state/shardkeeper/registry)."
+        ),
+        show_default=False,
+    ),
 ]
-_DEFAULT_DIR = Path("registry/data")
+
+
+def _directory(given: Path | None) -> Path:
+    """``--dir``, else the per-user default (localregistry.default_dir)."""
+    if given is not None:
+        return given
+    from shardkeeper.localregistry import default_dir
+
+    return default_dir()
 
 
 @registry_app.command("up")
 def registry_up(
-    backend: Annotated[Backend, typer.Option("--backend", help="Which store.")] = (
-        Backend.zookeeper
-    ),
+    backend: Annotated[
+        Backend,
+        typer.Option("--backend", help="Which store (etcd needs no Java: one binary)."),
+    ] = Backend.etcd,
     nodes: Annotated[int, typer.Option("--nodes", help="1 or 3 members.")] = 1,
-    directory: DirOpt = _DEFAULT_DIR,
+    directory: DirOpt = None,
     namespace: Annotated[
         str, typer.Option("--namespace", help="Namespace of the printed URL.")
     ] = "default",
@@ -38,13 +56,19 @@ def registry_up(
         typer.Option("--auth", help="etcd only: enable auth (root user, password in state.json)."),
     ] = False,
 ) -> None:
-    """Start a detached local registry and print its URL (only the URL, on stdout)."""
+    """Start a detached local registry and print its URL (only the URL, on stdout).
+
+    It runs the etcd (or ZooKeeper and java) found on the PATH or through
+    SHARDKEEPER_ETCD, SHARDKEEPER_ZOOKEEPER_HOME, SHARDKEEPER_ZOOKEEPER_JAR or
+    JAVA_HOME; when none is installed it says what to install (exit 1). Run again, from
+    any directory, it prints the URL of the registry already running."""
     from shardkeeper.localregistry import up
 
     if nodes not in (1, 3):
         raise ConfigError(f"--nodes {nodes}: give 1 or 3")
     if auth and backend is not Backend.etcd:
         raise ConfigError(f"--auth applies to --backend etcd only, not {backend.value}")
+    directory = _directory(directory)
     state = _local(
         lambda: up(backend.value, nodes, directory, namespace=namespace, auth=auth, timeout=timeout)
     )
@@ -79,20 +103,22 @@ def sizing(state: dict[str, Any]) -> str:
 
 
 @registry_app.command("down")
-def registry_down(directory: DirOpt = _DEFAULT_DIR) -> None:
+def registry_down(directory: DirOpt = None) -> None:
     """Stop the local registry (every process it started)."""
     from shardkeeper.localregistry import down
 
+    directory = _directory(directory)
     pids = _local(lambda: down(directory))
     typer.echo(f"stopped pids {', '.join(map(str, pids))}" if pids else "nothing was running")
 
 
 @registry_app.command("status")
-def registry_status(directory: DirOpt = _DEFAULT_DIR, as_json: JsonOpt = False) -> None:
+def registry_status(directory: DirOpt = None, as_json: JsonOpt = False) -> None:
     """Show the local registry and whether every member serves (exit 1 if not)."""
     from shardkeeper.localregistry import status as local_status
     from shardkeeper.registry.url import redact  # here: --help needs no pydantic
 
+    directory = _directory(directory)
     info = _local(lambda: local_status(directory))
     keys = ("backend", "nodes", "url", "hosts", "pids", "logs", "started_at", "healthy")
     data: dict[str, Any] = {"running": info is not None, "dir": str(directory)}
@@ -168,9 +194,16 @@ def registry_fix_acl(registry: RegistryOpt = None) -> None:
 
 
 def _local(fn: Callable[[], T]) -> T:
-    """Run a local-registry call; its failures become one error line (exit 1)."""
+    """Run a local-registry call; its failures become one error line (exit 1), a
+    missing server program the line and, below it, the lines that install it."""
+    from shardkeeper.testing.servers.locate import ServerNotFoundError
+
     try:
         return fn()
+    except ServerNotFoundError as exc:
+        # kept on their lines: each install line is meant to be copied as it is
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     # RuntimeError covers the servers' ClusterError (a subclass)
     except (RuntimeError, ValueError, OSError) as exc:
         raise Failed(str(exc)) from None

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from shardkeeper.testing.servers.base import ServerCluster
+from shardkeeper.testing.servers.locate import find_etcd, find_etcdctl
 from shardkeeper.testing.servers.members import Member
 from shardkeeper.testing.servers.processes import (
     LOOPBACK,
@@ -44,6 +45,9 @@ __all__ = [
     "etcd_health",
 ]
 
+#: Debian's paths; the servers run the etcd that
+#: :func:`~shardkeeper.testing.servers.locate.find_etcd` finds
+#: (``$SHARDKEEPER_ETCD``, the ``PATH``, then these)
 ETCD_BINARY = "/usr/bin/etcd"
 ETCDCTL_BINARY = "/usr/bin/etcdctl"
 
@@ -176,7 +180,7 @@ class EtcdCluster(ServerCluster):
 
     def etcdctl(self, *args: str, timeout: float = 10.0) -> str:
         """Run ``etcdctl`` (API v3) against every member with the root credentials."""
-        cmd = [ETCDCTL_BINARY, f"--endpoints={','.join(self.endpoints)}", "--dial-timeout=3s"]
+        cmd = [find_etcdctl(), f"--endpoints={','.join(self.endpoints)}", "--dial-timeout=3s"]
         if self.auth and self._auth_enabled:
             cmd.append(f"--user={self.username}:{self.password}")
         if self.tls is not None:
@@ -240,7 +244,7 @@ class EtcdCluster(ServerCluster):
         peer = f"http://{m.host}:{m.peer_port}"
         initial = ",".join(f"member-{o.index}=http://{o.host}:{o.peer_port}" for o in self.members)
         return [
-            ETCD_BINARY,
+            find_etcd(),
             f"--name={name}",
             f"--data-dir={m.data_dir}",
             f"--listen-client-urls={client}",

@@ -12,13 +12,13 @@ four-letter-word readiness probes only.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from shardkeeper.testing.servers.base import ServerCluster
+from shardkeeper.testing.servers.locate import find_java, find_zookeeper
 from shardkeeper.testing.servers.members import Member
 from shardkeeper.testing.servers.processes import LOOPBACK, Backend, ClusterError, free_ports
 
@@ -27,12 +27,15 @@ if TYPE_CHECKING:
 
 __all__ = ["ZOOKEEPER_CLASSPATH", "ZooKeeperCluster", "four_letter_word", "zookeeper_mode"]
 
-#: Where Debian puts ZooKeeper; the jar's manifest pulls its own dependencies, but the
-#: slf4j binding must be on the class path or the server logs nothing at all.
+#: Where Debian puts ZooKeeper (the servers run the installation that
+#: :func:`~shardkeeper.testing.servers.locate.find_zookeeper` finds: an environment
+#: variable, a zkServer.sh on the PATH, then this); the jar's manifest pulls its own
+#: dependencies, but the slf4j binding must be on the class path or the server logs
+#: nothing at all.
 ZOOKEEPER_CLASSPATH = (
     "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar"
 )
-#: what the Netty connection factory (needed for TLS) loads beyond the jar's manifest
+#: what Debian's Netty connection factory (needed for TLS) loads beyond the manifest
 NETTY_CLASSPATH = "/usr/share/java/netty-codec.jar:/usr/share/java/netty-resolver.jar"
 
 
@@ -206,7 +209,11 @@ class ZooKeeperCluster(ServerCluster):
             (m.data_dir / "myid").write_text(f"{m.index + 1}\n")
 
     def _command(self, m: Member) -> list[str]:
-        java = shutil.which("java") or "/usr/bin/java"
+        # both looked up at each launch: a missing one says what to install, before a
+        # JVM fails with ClassNotFoundException
+        install = find_zookeeper()
+        java = find_java()
+        classpath = install.classpath + (install.netty if self.tls is not None else ())
         return [
             java,
             "-Xms16m",
@@ -220,7 +227,7 @@ class ZooKeeperCluster(ServerCluster):
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-cp",
-            ZOOKEEPER_CLASSPATH + (":" + NETTY_CLASSPATH if self.tls is not None else ""),
+            os.pathsep.join(classpath),
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",
             str(m.base_dir / "zoo.cfg"),
         ]
