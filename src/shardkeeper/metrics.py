@@ -124,7 +124,9 @@ class RuntimeMetrics:
         self.executions.labels(record.job, record.outcome.value).inc()
         if record.covers or record.covered_before:
             self.covered.labels(record.job).inc(len(record.covers) + record.covered_before)
-        if record.outcome is Outcome.FENCED:
+        if record.outcome is Outcome.FENCED or record.reported_by:
+            # a run recorded by another instance (a dead one's, found by the leader)
+            # is counted, but its time and end are not this instance's
             return
         self.duration.labels(record.job).observe(record.duration)
         if not (record.failover or record.misfire):

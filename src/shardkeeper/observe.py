@@ -54,10 +54,14 @@ class Outcome(enum.StrEnum):
     was stopping): its work may be unfinished, so the item runs again (failover on:
     elsewhere at once; off: at its owner's next fire)."""
     CRASHED = "crashed"
-    """The worker process running ``execute`` died under it (``executor="process"``:
-    a signal, ``os._exit``, an out-of-memory kill); the error names the exit status.
-    The item is retried per its ``retries``, then handed to failover once (failover
-    on, and this run was not a failover run itself)."""
+    """The process running ``execute`` died under it. A worker process
+    (``executor="process"``: a signal, ``os._exit``, an out-of-memory kill): the error
+    names the exit status, and the item is retried per its ``retries``, then handed
+    to failover once (failover on, and this run was not a failover run itself). Or
+    the whole instance (``kill -9``, a lost machine, a freeze past its session): the
+    job's leader records that run when it finds its running mark orphaned
+    (:attr:`ExecutionRecord.reported_by`), ended at that moment, and queues the item
+    for failover (failover on)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,16 @@ class ExecutionRecord:
     #: which registry and namespace the run happened in (``CoordinationStore.identity``;
     #: the runtime's :class:`Observers` fills it in, "" when not known)
     scope: str = ""
+    #: a failover run: the instance whose cut-off run of the item it took over
+    #: ("" otherwise)
+    taken_over_from: str = ""
+    #: the checkpoint a re-run resumed from, when it read one (``ctx.resume_state``):
+    #: its number, writer and time, and the state's start ("" when none)
+    resumed_from: str = ""
+    #: "" when :attr:`instance` itself reports the run; else the instance that
+    #: recorded a run it did not run (the leader that found a dead instance's run
+    #: cut off: outcome ``crashed``, ended when it was found)
+    reported_by: str = ""
 
     @property
     def duration(self) -> float:

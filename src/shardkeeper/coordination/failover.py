@@ -76,12 +76,25 @@ class FailoverService:
     def requeue_orphans(self, live: Collection[str], *, keep: bool = True) -> list[int]:
         """Queue (``keep``) or drop every item whose running mark names an instance not
         in ``live``, or is unreadable. Returns the items moved by this call."""
-        queued = self._move_marks(
-            lambda mark, item: mark.instance_id not in live, keep=keep, owner_absent=True
+        return [item for item, _mark in self.requeue_orphan_marks(live, keep=keep)]
+
+    def requeue_orphan_marks(
+        self, live: Collection[str], *, keep: bool = True
+    ) -> list[tuple[int, RunningMark]]:
+        """:meth:`requeue_orphans`, returning each moved item with the mark it had: the
+        run its dead owner left cut off (for that run's history row)."""
+        moved = self._move_marks_detail(
+            lambda mark, item: mark.instance_id not in live,
+            keep=lambda _mark: keep,
+            owner_absent=True,
         )
-        if queued:
-            log.info("%s: queued orphaned items %s for failover", self._paths.job, queued)
-        return queued
+        if moved:
+            log.info(
+                "%s: queued orphaned items %s for failover",
+                self._paths.job,
+                [item for item, _mark in moved],
+            )
+        return moved
 
     def requeue_own(
         self,
@@ -193,14 +206,6 @@ class FailoverService:
             )
         return moved
 
-    def _move_marks(
-        self, select: Callable[[RunningMark, int], bool], *, keep: bool, owner_absent: bool
-    ) -> list[int]:
-        outcome = self._move_marks_detail(
-            select, keep=lambda _mark: keep, owner_absent=owner_absent
-        )
-        return [item for item, _mark in outcome]
-
     def _move_marks_detail(
         self,
         select: Callable[[RunningMark, int], bool],
@@ -209,7 +214,7 @@ class FailoverService:
         owner_absent: bool,
     ) -> list[tuple[int, RunningMark]]:
         """(item, mark) of each mark moved: queued for failover when ``keep(mark)``,
-        else deleted (see _move_marks)."""
+        else deleted."""
         # One conditional commit per mark: it moves only the mark we read (same
         # created_revision), so racing leaders and the mark's owner never clash; and
         # (owner_absent) only while the owner's membership node is absent.

@@ -10,6 +10,7 @@ deployment) reads every row.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import asdict, dataclass
@@ -89,15 +90,41 @@ class HistoryEntry:
     #: how many fires, older than those in :attr:`covers`, this run stood for
     #: without listing them (``ctx.covered_before``)
     covered_before: int = 0
+    #: a failover run: the instance whose cut-off run it took over ("" otherwise)
+    taken_over_from: str = ""
+    #: the checkpoint a re-run resumed from ("" when it read none)
+    resumed_from: str = ""
+    #: the instance that recorded a run it did not run ("" when :attr:`instance` did)
+    reported_by: str = ""
 
     @property
     def covered(self) -> tuple[float, ...]:
         """The fire times of :attr:`covers`, oldest first."""
         return tuple(float(t) for t in self.covers.split(",") if t)
 
+    @property
+    def progress_report(self) -> dict[str, Any] | None:
+        """:attr:`progress` decoded (done, total, note, at), None when there is none
+        (or it is not readable JSON)."""
+        if not self.progress:
+            return None
+        try:
+            report = json.loads(self.progress)
+        except ValueError:
+            return None
+        return report if isinstance(report, dict) else None
+
     def to_dict(self) -> dict[str, Any]:
-        """The entry as JSON-ready data (the ``--json`` schema of ``history``)."""
-        return asdict(self)
+        """The entry as JSON-ready data (the ``--json`` schema of ``history``):
+        ``covers`` a list of fire times, ``progress`` an object or null, and the
+        optional texts (``taken_over_from``, ``resumed_from``, ``reported_by``) null
+        when empty: never a string standing for "nothing"."""
+        data = asdict(self)
+        data["covers"] = list(self.covered)
+        data["progress"] = self.progress_report
+        for name in ("taken_over_from", "resumed_from", "reported_by"):
+            data[name] = data[name] or None
+        return data
 
 
 @dataclass(frozen=True)

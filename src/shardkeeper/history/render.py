@@ -12,7 +12,7 @@ from shardkeeper.history.query import HistoryEntry
 from shardkeeper.history.rows import WHOLE_FIRE
 from shardkeeper.ops.views import iso
 
-__all__ = ["COLUMNS", "history_table", "json_lines", "scope_label", "tracebacks"]
+__all__ = ["COLUMNS", "flags", "history_table", "json_lines", "scope_label", "tracebacks"]
 
 #: the table's columns
 COLUMNS = ("FIRE", "ITEM", "INSTANCE", "STARTED", "DURATION", "OUTCOME", "FLAGS", "ERROR")
@@ -35,6 +35,24 @@ def _error(e: HistoryEntry) -> str:
     return (text[: ERROR_WIDTH - 3] + "...") if len(text) > ERROR_WIDTH else (text or "-")
 
 
+def flags(e: HistoryEntry) -> str:
+    """The FLAGS cell: ``failover`` (``taken over from X`` when known), ``resumed from
+    checkpoint ...``, ``misfire``, and ``reported by Y`` for a run another instance
+    recorded (a dead instance's cut-off run); ``-`` for none."""
+    parts: list[str] = []
+    if e.failover:
+        parts.append(
+            f"failover, taken over from {e.taken_over_from}" if e.taken_over_from else "failover"
+        )
+    if e.resumed_from:
+        parts.append(f"resumed from {e.resumed_from}")
+    if e.misfire:
+        parts.append("misfire")
+    if e.reported_by:
+        parts.append(f"reported by {e.reported_by}")
+    return "; ".join(parts) or "-"
+
+
 def scope_label(scope: str) -> str:
     """A row's scope as shown: the registry identity, or ``(before scoping)`` for a
     legacy row."""
@@ -48,7 +66,6 @@ def history_table(entries: Iterable[HistoryEntry], *, show_scope: bool = False) 
     for column in (*COLUMNS, "SCOPE") if show_scope else COLUMNS:
         table.add_column(column, overflow="fold")
     for e in entries:
-        flags = [name for name, on in (("failover", e.failover), ("misfire", e.misfire)) if on]
         cells = (
             _when(e.fire_time),
             "all" if e.item == WHOLE_FIRE else str(e.item),
@@ -56,7 +73,7 @@ def history_table(entries: Iterable[HistoryEntry], *, show_scope: bool = False) 
             _when(e.started),
             _duration(e.duration),
             e.outcome,
-            ",".join(flags) or "-",
+            flags(e),
             _error(e),
             *((scope_label(e.scope),) if show_scope else ()),
         )

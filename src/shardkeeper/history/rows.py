@@ -36,6 +36,9 @@ def execution_row(record: ExecutionRecord) -> Row:
         "scope": record.scope,
         "progress": record.progress,
         "covered_before": record.covered_before,
+        "taken_over_from": record.taken_over_from,
+        "resumed_from": record.resumed_from,
+        "reported_by": record.reported_by,
     }
 
 
@@ -64,6 +67,9 @@ def skip_rows(record: SkipRecord) -> list[Row]:
             "scope": record.scope,
             "progress": "",
             "covered_before": 0,
+            "taken_over_from": "",
+            "resumed_from": "",
+            "reported_by": "",
         }
         for item in (record.items or (WHOLE_FIRE,))
     ]

@@ -69,6 +69,13 @@ executions = Table(
     # them (ctx.covered_before: a gap of more than 100 fires); a server default for
     # older writers, as scope
     Column("covered_before", Integer, nullable=False, default=0, server_default="0"),
+    # a failover run: the instance whose cut-off run it took over ("" otherwise)
+    Column("taken_over_from", String(255), nullable=False, default="", server_default=""),
+    # the checkpoint a re-run resumed from (number, writer, time, state's start)
+    Column("resumed_from", Text, nullable=False, default="", server_default=""),
+    # the instance that recorded a run it did not run itself (the leader that found a
+    # dead instance's run cut off), "" when the run's own instance did
+    Column("reported_by", String(255), nullable=False, default="", server_default=""),
     # the CLI's queries: one job newest first; failures; retention by age; one execution
     Index("ix_executions_job_started", "job", "started"),
     Index("ix_executions_outcome", "outcome"),
@@ -93,6 +100,11 @@ ADDED_COLUMNS: dict[str, str] = {
     "scope": "ALTER TABLE executions ADD COLUMN scope VARCHAR(1000) NOT NULL DEFAULT ''",
     "progress": "ALTER TABLE executions ADD COLUMN progress TEXT NOT NULL DEFAULT ''",
     "covered_before": "ALTER TABLE executions ADD COLUMN covered_before INTEGER NOT NULL DEFAULT 0",
+    "taken_over_from": (
+        "ALTER TABLE executions ADD COLUMN taken_over_from VARCHAR(255) NOT NULL DEFAULT ''"
+    ),
+    "resumed_from": "ALTER TABLE executions ADD COLUMN resumed_from TEXT NOT NULL DEFAULT ''",
+    "reported_by": "ALTER TABLE executions ADD COLUMN reported_by VARCHAR(255) NOT NULL DEFAULT ''",
 }
 
 #: indexes added after the first release, created on an older table once its columns

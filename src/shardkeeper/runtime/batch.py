@@ -84,6 +84,9 @@ class Batch:
     #: their completion writes no result, so that the next run counts them
     uncounted: frozenset[int] = frozenset()
     failover: bool = False
+    #: a failover claim's: the instance whose cut-off run of each item it replaces
+    #: (the queue entry's ``from_instance``), for the history
+    taken_from: dict[int, str] = field(default_factory=dict)
     misfire: bool = False
     fenced: bool = False
     #: why it was fenced (Batches.fence_all): said again when its items are handed off

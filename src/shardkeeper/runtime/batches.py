@@ -472,8 +472,20 @@ class Batches:
                 covers=batch.covers.get(item, ()),
                 covered_before=batch.covered_before.get(item, 0),
                 progress=self._last_progress(batch, item) if outcome != OK else "",
+                taken_over_from=batch.taken_from.get(item, ""),
+                resumed_from=self._resumed_from(batch, item),
             )
         )
+
+    def _resumed_from(self, batch: Batch, item: int) -> str:
+        """The checkpoint the item's run resumed from, for the history ("" for none)."""
+        states = self._item_states
+        session = (
+            states.get(batch.execution_ids.get(item, ""), batch.tokens.get(item, 0))
+            if states is not None
+            else None
+        )
+        return session.resumed_from() if session is not None else ""
 
     def _last_progress(self, batch: Batch, item: int) -> str:
         """The item's last progress report as JSON, for the history ("" for none)."""

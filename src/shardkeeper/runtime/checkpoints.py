@@ -43,6 +43,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from shardkeeper.config import JobConfig
@@ -61,7 +62,7 @@ from shardkeeper.errors import (
 )
 from shardkeeper.registry.base import Check, Delete, Op, Put
 
-__all__ = ["RESUME_READ_TRIES", "ItemCheckpoints", "ItemStates"]
+__all__ = ["RESUME_READ_TRIES", "ItemCheckpoints", "ItemStates", "describe_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +162,20 @@ class ItemStates:
         return [p for s in sessions if (p := s.last_progress()) is not None]
 
 
+#: how much of a resumed state the history row quotes (the whole is in the store)
+STATE_QUOTE = 80
+
+
+def describe_checkpoint(doc: CheckpointDoc) -> str:
+    """A checkpoint as a history row names it: its number (the how-manieth of its
+    execution), writer, time and the start of its state."""
+    when = datetime.fromtimestamp(doc.at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    state = doc.state_json
+    if len(state) > STATE_QUOTE:
+        state = state[: STATE_QUOTE - 3] + "..."
+    return f"checkpoint {doc.seq} of {doc.instance} ({when}): {state}"
+
+
 class ItemCheckpoints:
     """One execution's checkpoints and progress (module docstring); an ``ItemState``."""
 
@@ -197,6 +212,8 @@ class ItemCheckpoints:
         self._loaded: tuple[Any, bool, Any] | None = None
         #: the resumed state as JSON (the run's state until it checkpoints)
         self._resume_json: str | None = None
+        #: the checkpoint resumed from, as the history says it ("" for none)
+        self._resumed_from = ""
         self._seq = 0
         self._pending: str | None = None
         self._pending_seq = 0
@@ -330,6 +347,13 @@ class ItemCheckpoints:
         return resume_state if resume_state is not None else last
 
     # -- the runtime's side -------------------------------------------------------------
+
+    def resumed_from(self) -> str:
+        """The checkpoint this run resumed from, for its history row: ``checkpoint 7
+        of vm@12@ab (2026-12-07T02:47:22Z): {"next": 7}``; "" when it read none
+        (not a re-run, nothing stored, or the job never asked for its resume state)."""
+        with self._lock:
+            return self._resumed_from
 
     def last_progress(self) -> ProgressDoc | None:
         """The last progress report given (written or not)."""
@@ -542,6 +566,7 @@ class ItemCheckpoints:
                         resume_state, resumed = doc.state, True
                         with self._lock:
                             self._resume_json = doc.state_json
+                            self._resumed_from = describe_checkpoint(doc)
                 last = None
                 if self._carry:
                     prev = reader.read_last(self.item, self.fire_time)

@@ -11,8 +11,11 @@ from __future__ import annotations
 import enum
 import logging
 import time
+from collections.abc import Callable
 
+from shardkeeper.coordination.model import RunningMark
 from shardkeeper.coordination.sharding import necessary_parts
+from shardkeeper.observe import ExecutionRecord, Outcome
 from shardkeeper.runtime.jobstate import JobState
 from shardkeeper.runtime.services import JobServices
 
@@ -46,9 +49,17 @@ class ReshardStep(enum.Enum):
 class LeaderDuties:
     """The leader's repairs and resharding for one job (module docstring)."""
 
-    def __init__(self, services: JobServices, state: JobState) -> None:
+    def __init__(
+        self,
+        services: JobServices,
+        state: JobState,
+        on_cut_off: Callable[[ExecutionRecord], None] | None = None,
+    ) -> None:
         self._s = services
         self._state = state
+        #: receives the record of each run a dead owner left cut off (its orphaned
+        #: mark, found and moved here): the history's row of that attempt
+        self._on_cut_off = on_cut_off
         self._last_reconcile = time.monotonic()
         #: (fire, reason) of a reshard owed to instances that joined after that fire:
         #: the flag is set at the first later fire (setting it at once would block
@@ -87,7 +98,47 @@ class LeaderDuties:
         if not self._s.execution.any_running():
             return []
         live = set(self._s.sharding.live_instances())
-        return self._s.failover.requeue_orphans(live, keep=self._state.config.failover)
+        keep = self._state.config.failover
+        moved = self._s.failover.requeue_orphan_marks(live, keep=keep)
+        if self._on_cut_off is not None:
+            found = time.time()
+            for item, mark in moved:
+                self._on_cut_off(self.cut_off_record(item, mark, found, requeued=keep))
+        return [item for item, _mark in moved]
+
+    def cut_off_record(
+        self, item: int, mark: RunningMark, found: float, *, requeued: bool
+    ) -> ExecutionRecord:
+        """The record of a run its instance left cut off (the instance is gone, its
+        running mark orphaned): outcome ``crashed``, on the dead instance, from the
+        run's start to when this leader found it (the death itself is not known more
+        precisely), reported by this instance (newcomer review N12)."""
+        cfg = self._state.config
+        me = self._s.instance_id
+        then = (
+            "queued for failover: another instance runs it again"
+            if requeued
+            else "not run again (failover is off): the item runs at its next fire"
+        )
+        started = mark.started_at if mark.started_at > 0 else mark.fire_time
+        return ExecutionRecord(
+            job=cfg.name,
+            item=item,
+            fire_time=mark.fire_time,
+            execution_id=mark.execution_id,
+            instance=mark.instance_id,
+            started=min(started, found),
+            ended=found,
+            outcome=Outcome.CRASHED,
+            failover=mark.failover,
+            error_type="InstanceGone",
+            error_message=(
+                f"instance {mark.instance_id} left the cluster while this run was running "
+                f"(killed, lost, or frozen past its session); found by the leader {me}, "
+                f"and {then}"
+            ),
+            reported_by=me,
+        )
 
     def member_left(self, instance_id: str) -> None:
         """A member's node went: requeue its marks, reshard at the next trigger."""

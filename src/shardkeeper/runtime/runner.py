@@ -139,7 +139,9 @@ class JobRunner:
         self._lanes = lanes
         self._fresh = fresh or (lambda: True)
         self._session_now = session or (lambda: "")
-        self.leader = LeaderDuties(services, self.state)
+        # the leader records the runs a dead owner left cut off (the history's row of
+        # that attempt: newcomer review N12)
+        self.leader = LeaderDuties(services, self.state, on_cut_off=self._observers.on_execution)
         self._workers = workers
         #: the executions' checkpoints and progress (runtime/checkpoints.py); a held
         #: write waits on the lanes' timer, on a lane of its own
@@ -747,6 +749,7 @@ class JobRunner:
                         session=session,
                         params=dict(group[0].entry.params),
                         request=group[0].entry.request,
+                        taken_from={c.item: c.entry.from_instance for c in group},
                         covers=listed(covered),
                         covered_before=counted(covered),
                         spans={c.item: span for c in group if (span := spans.get(c.item))},
