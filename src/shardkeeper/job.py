@@ -195,7 +195,8 @@ class ShardingContext:
     is_misfire: bool = False
     props: dict[str, str] = field(default_factory=dict)
     #: one-off parameters of an operator's run-now request (``shardkeeper trigger
-    #: JOB --param k=v``); empty for scheduled fires and their re-runs
+    #: JOB --param k=v``), also in a failover re-run of its execution; empty for
+    #: scheduled fires and their re-runs
     params: dict[str, str] = field(default_factory=dict)
     #: fire times of this item that no run stood for and this run is the fold of
     #: (misfire on): earlier fires whose owner died, froze or lost its store before
