@@ -19,13 +19,19 @@ CLI, an operator's console) does not have to be able to import the job's code.
 from __future__ import annotations
 
 import importlib
+import logging
 import re
+import sysconfig
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from shardkeeper.errors import ConfigError, JobConfigError
 
-__all__ = ["EXTRAS", "import_object", "is_import_path", "needs_extra"]
+__all__ = ["EXTRAS", "import_object", "is_import_path", "needs_extra", "where_raised"]
+
+log = logging.getLogger(__name__)
 
 #: each extra of the package and the top-level modules it provides (pyproject.toml's
 #: [project.optional-dependencies]; tests/test_packaging.py checks the two agree)
@@ -69,10 +75,6 @@ def import_object(path: str, what: str) -> object:
         module_name, _, attr_path = path.rpartition(".")
     try:
         obj: object = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise JobConfigError(
-            f"{what} {path!r}: cannot import module {module_name!r} ({exc})"
-        ) from exc
     except SyntaxError as exc:
         where = f"{exc.filename}, line {exc.lineno}" if exc.filename else "unknown place"
         raise JobConfigError(
@@ -81,11 +83,21 @@ def import_object(path: str, what: str) -> object:
     except JobConfigError:
         raise  # e.g. the module builds an invalid JobConfig: that message says it all
     except Exception as exc:
+        # The whole traceback at debug level; the one error line names the innermost
+        # place in the user's code (a helper module's line, not importlib's), so that
+        # nobody has to re-run the import by hand to find it.
+        log.debug("importing module %r failed", module_name, exc_info=exc)
+        place = where_raised(exc)
+        at = f"; {place}" if place else ""
+        if isinstance(exc, ImportError):
+            raise JobConfigError(
+                f"{what} {path!r}: cannot import module {module_name!r} ({exc}{at})"
+            ) from exc
         # The module's own top-level code failed: the user's error, reported as one
         # line (the cause stays chained for a debugger).
         raise JobConfigError(
             f"{what} {path!r}: importing module {module_name!r} failed "
-            f"({type(exc).__name__}: {exc})"
+            f"({type(exc).__name__}: {exc}{at})"
         ) from exc
     for part in attr_path.split("."):
         try:
@@ -95,6 +107,40 @@ def import_object(path: str, what: str) -> object:
                 f"{what} {path!r}: module {module_name!r} has no attribute {attr_path!r}"
             ) from None
     return obj
+
+
+def _dirs(*keys: str) -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(str(Path(paths[k]).resolve()) + "/" for k in keys if k in paths)
+
+
+def where_raised(exc: BaseException) -> str | None:
+    """``"/srv/app/helper.py, line 3"`` (``", in connect"`` inside a function): the
+    innermost frame of ``exc``'s traceback in the user's code, or None when it has none.
+
+    Frames of the import machinery (``<frozen importlib._bootstrap>``), of the
+    standard library (``os.environ[...]`` raises in ``os.py``) and of shardkeeper are
+    not the user's; a frame in an installed package (site-packages) counts only when
+    no frame outside one does (the job's own package may be installed there).
+    """
+    ours = str(Path(__file__).resolve().parent) + "/"
+    stdlib = _dirs("stdlib", "platstdlib")
+    site = _dirs("purelib", "platlib")  # (may lie inside stdlib's directory)
+    frames = []
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename.startswith("<"):
+            continue
+        resolved = str(Path(frame.filename).resolve())
+        in_site = resolved.startswith(site)
+        if resolved.startswith(ours) or (resolved.startswith(stdlib) and not in_site):
+            continue
+        frames.append((frame, in_site))
+    own = [f for f, in_site in frames if not in_site] or [f for f, _ in frames]
+    if not own:
+        return None
+    last = own[-1]
+    inside = f", in {last.name}" if last.name != "<module>" else ""
+    return f"{last.filename}, line {last.lineno}{inside}"
 
 
 @contextmanager

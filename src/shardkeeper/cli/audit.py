@@ -136,12 +136,14 @@ def audit(
     from shardkeeper.ops.audit import parse_since
 
     start = parse_since(since) if since is not None else None
+    if history_url is not None:
+        # a missing extra is said before the store is asked (exit 2 whatever its state)
+        with needs_extra("history", "shardkeeper audit --history-url"):
+            from shardkeeper.history.audit import AuditTable
     with connect(registry) as ops:
         if history_url is None:
             entries, source = ops.audit(name, since=start, limit=limit), "registry"
         else:
-            with needs_extra("history", "shardkeeper audit --history-url"):
-                from shardkeeper.history.audit import AuditTable
             table = AuditTable(history_url)
             try:
                 entries = table.read(ops.store.namespace, name, since=start, limit=limit)

@@ -26,6 +26,7 @@ from shardkeeper.cli.render import (
 from shardkeeper.errors import ConfigError
 
 if TYPE_CHECKING:  # the views are imported with the store's answers, not for --help
+    from shardkeeper.history import HistoryReader
     from shardkeeper.ops import DumpEntry, InstanceView, ItemView, JobSummary
 
 __all__ = ["dump", "history", "instances", "job_cmd", "jobs_cmd", "shards", "status"]
@@ -320,6 +321,7 @@ def history(
     )
     with HistoryReader(history_url) as reader:  # a bad or 'off' URL fails first
         reader.scope = _history_scope(registry, all_scopes=all_scopes)
+        _require_database(reader)
         scope = reader.scope or ALL_SCOPES
         entries = reader.query(query)
         where = reader.describe()
@@ -339,6 +341,28 @@ def history(
         out.print(history_table(entries, show_scope=all_scopes))
         if show_traceback or execution is not None:
             sys.stdout.write(tracebacks(entries))
+
+
+def _require_database(reader: HistoryReader) -> None:
+    """Failed (exit 1) when the SQLite file to read does not exist.
+
+    "No executions match" would be a false answer: nothing was ever recorded there,
+    usually because the instances were started without --history-url (they record
+    nothing then), record to another URL, or run on another host (a SQLite file is
+    per host). An error, not a note with exit 0, so that a script reading --json
+    does not take "no runs" for an answer.
+    """
+    from shardkeeper.history.engine import sqlite_path
+
+    path = sqlite_path(reader.url)
+    if path is None or path.exists():
+        return
+    raise Failed(
+        f"no history database at {path}: nothing was ever recorded there. Instances "
+        "record history only when started with --history-url URL (or "
+        "SHARDKEEPER_HISTORY_URL; 'default' is this file); give this command the same "
+        "--history-url as the instances (a SQLite file is per host: read it where they run)"
+    )
 
 
 def _history_scope(registry: str | None, *, all_scopes: bool) -> str | None:

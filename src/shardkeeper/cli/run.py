@@ -162,7 +162,8 @@ def run(
     specs, unclaimed = resolve_jobs(classes, job_file)
     if unclaimed:
         logging.getLogger("shardkeeper.cli").warning(
-            "jobs in %s not run by this instance (no matching class): %s",
+            "jobs in %s not run by this instance (their job_class is not one of this "
+            "run's classes): %s",
             job_file,
             ", ".join(unclaimed),
         )

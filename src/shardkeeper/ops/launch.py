@@ -11,12 +11,16 @@ class when, in this order:
 3. its ``name`` equals the class name (``OrderSync`` matches ``name: OrderSync``).
 
 A class with no match and no ``config`` attribute is an error that says how to fix
-it. File jobs that match no class are reported back (the caller warns): a shared
-file may list jobs that other processes run.
+it. A file job that names no ``job_class`` and matches no class is an error too (a
+misspelt name would otherwise leave the file without effect, silently): it names the
+job, the closest valid name and every valid one. A file job whose ``job_class`` names
+a class this process does not run is another process's (a shared file): those are
+reported back, and the caller logs them.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 from collections.abc import Sequence
@@ -94,21 +98,55 @@ def resolve_jobs(
     file_jobs = load_job_configs(Path(config_file)) if config_file is not None else []
     claimed: set[str] = set()
     result: list[JobSpec] = []
+    without: list[str] = []
     for spec in specs:
         cls = load_job_class(spec)
         matched = _match([c for c in file_jobs if c.name not in claimed], spec, cls)
         if not matched:
-            where = f" or add a job for it to {config_file}" if config_file else ""
-            raise JobConfigError(
-                f"no configuration for job class {spec!r}: set its class attribute "
-                f"config = JobConfig(...){where} (matched by job_class, or by name)"
-            )
+            without.append(spec)
         for config in matched:
             claimed.add(config.name)
             result.append((cls, config))
+    # a misspelt file job first: it is often why a class found no configuration
+    _refuse_unmatched(
+        [c for c in file_jobs if c.name not in claimed and c.job_class is None],
+        specs,
+        config_file,
+    )
+    if without:
+        where = f" or add a job for it to {config_file}" if config_file else ""
+        raise JobConfigError(
+            f"no configuration for job class {without[0]!r}: set its class attribute "
+            f"config = JobConfig(...){where} (matched by job_class, or by name)"
+        )
     names = [c.name for _, c in result]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise JobConfigError(f"job name {twice[0]!r} is given to more than one job class")
-    unclaimed = [c.name for c in file_jobs if c.name not in claimed]
-    return result, unclaimed
+    return result, [c.name for c in file_jobs if c.name not in claimed]
+
+
+def _refuse_unmatched(
+    unmatched: list[JobConfig], specs: Sequence[str], config_file: object
+) -> None:
+    """JobConfigError for file jobs that name no job_class and match no class by name
+    (see the module docstring), naming the valid names."""
+    if not unmatched:
+        return
+    valid: dict[str, str] = {}
+    for spec in specs:
+        cls = load_job_class(spec)  # (imported already: a lookup in sys.modules)
+        if cls.config is not None:
+            valid.setdefault(cls.config.name, f"the name of {spec}'s config")
+        valid.setdefault(cls.__name__, f"the class name of {spec}")
+    problems = []
+    for job in unmatched:
+        close = difflib.get_close_matches(job.name, list(valid), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        problems.append(f"job {job.name!r} matches no job class of this run{hint}")
+    names = ", ".join(f"{name!r} ({why})" for name, why in valid.items())
+    raise JobConfigError(
+        f"{config_file}: {'; '.join(problems)}; the valid names are {names}. A job "
+        "that another process runs names its class: add job_class: "
+        "'package.module:Class' to it"
+    )

@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
-from shardkeeper._imports import import_object
+from shardkeeper._imports import import_object, is_import_path
 from shardkeeper._version import __version__
 from shardkeeper.config import JobConfig
 from shardkeeper.config.timing import check_fire_deadline, request_bound
@@ -66,7 +66,7 @@ from shardkeeper.coordination.model import InstanceInfo, encode
 from shardkeeper.coordination.paths import JOBS, instance_path
 from shardkeeper.coordination.sharding import necessary_value
 from shardkeeper.errors import ConfigError, JobConfigError, JobConflictError, StoreError
-from shardkeeper.job import JobListener, ShardedJob
+from shardkeeper.job import DataflowJob, JobListener, ScriptJob, ShardedJob
 from shardkeeper.observe import Observers
 from shardkeeper.registry import batching
 from shardkeeper.registry.base import (
@@ -368,10 +368,69 @@ def job_spec(
             f"{type(instance).__qualname__} has no config: pass config=JobConfig(...) "
             "or set the class attribute config"
         )
-    job_class = f"{type(instance).__module__}:{type(instance).__qualname__}"
-    cfg = cfg.model_copy(update={"job_class": cfg.job_class or job_class})
+    check_implemented(instance)
+    job_class = cfg.job_class or _import_path(type(instance))
+    # model_copy does not validate: the path is checked here, as every other instance
+    # checks it when it reads the stored config (JobConfig's job_class validator)
+    cfg = cfg.model_copy(update={"job_class": job_class})
     loaded = list(listeners) + [_load_listener(path) for path in cfg.listeners]
     return JobSpec(cfg, instance, loaded)
+
+
+def _import_path(cls: type[ShardedJob]) -> str:
+    """``module:Class``, the job class as the stored config records it; JobConfigError
+    when no other process could import the class by it."""
+    path = f"{cls.__module__}:{cls.__qualname__}"
+    if "<locals>" in cls.__qualname__:
+        outer = cls.__qualname__.partition(".<locals>")[0]
+        raise JobConfigError(
+            f"job class {path!r} is defined inside the function {outer!r}: no other "
+            "instance can import it, and each would refuse the stored job; define the "
+            f"class at the top level of module {cls.__module__!r}, or give its import "
+            "path in the config (job_class='package.module:Class')"
+        )
+    if not is_import_path(path):
+        raise JobConfigError(
+            f"job class {path!r} is not importable by that path; define it at the top "
+            "level of a module, or give its import path in the config "
+            "(job_class='package.module:Class')"
+        )
+    return path
+
+
+def check_implemented(job: ShardedJob) -> None:
+    """Refuse a job that would fail every item of every fire: a ShardedJob that does
+    not define execute(ctx) (nor run_item), a DataflowJob without fetch_data and
+    process_data, a ScriptJob without a command. JobConfigError naming the class and
+    the method to write."""
+    cls = type(job)
+    name = f"{cls.__module__}:{cls.__qualname__}"
+    if isinstance(job, ScriptJob):
+        if not job.command:
+            raise JobConfigError(
+                f"job class {name!r} has no command: set the class attribute command "
+                "(an argv list, or a string split by the shell's rules)"
+            )
+        return
+    if isinstance(job, DataflowJob):
+        if cls.run_item is DataflowJob.run_item:
+            missing = [
+                f"{m}(self, ctx{', data' if m == 'process_data' else ''})"
+                for m in ("fetch_data", "process_data")
+                if getattr(cls, m) is getattr(DataflowJob, m)
+            ]
+            if missing:
+                raise JobConfigError(
+                    f"job class {name!r} does not define {' and '.join(missing)}: a "
+                    "DataflowJob subclass must define both (they would fail every item)"
+                )
+        return
+    if cls.execute is ShardedJob.execute and cls.run_item is ShardedJob.run_item:
+        raise JobConfigError(
+            f"job class {name!r} does not define execute(self, ctx): a ShardedJob "
+            "subclass must (it handles one item; it may be async def); without it "
+            "every item would fail at every fire"
+        )
 
 
 def _load_listener(path: str) -> JobListener:

@@ -153,6 +153,20 @@ class _FireExecutor(BaseExecutor):  # type: ignore[misc]
 _NEW, _STARTED, _STOPPED = "new", "started", "stopped"
 
 
+def quiet_apscheduler() -> None:
+    """Set APScheduler's logger to WARNING, unless the application configured it.
+
+    Its INFO lines ("Adding job tentatively -- it will be properly scheduled when the
+    scheduler starts", "Added job ...", "Scheduler started") describe this adapter's
+    inner workings, not the user's jobs, and read like problems in ``run``'s output;
+    its warnings and errors still show. A level or a handler set on the
+    ``apscheduler`` logger (or a level on one of its children) is left alone.
+    """
+    quiet = logging.getLogger("apscheduler")
+    if quiet.level == logging.NOTSET and not quiet.handlers:
+        quiet.setLevel(logging.WARNING)
+
+
 class TriggerScheduler:
     """Fires jobs on their cron, interval or one-off triggers with a fixed number of
     threads.
@@ -193,6 +207,7 @@ class TriggerScheduler:
         #: one-off jobs: APScheduler forgets them after their one fire (or at once when
         #: their time has passed), which is not "unknown" to our callers
         self._one_off: set[str] = set()
+        quiet_apscheduler()
         self._scheduler = BackgroundScheduler(
             executors={_EXECUTOR_ALIAS: self._executor},
             timezone=ZoneInfo("UTC"),

@@ -54,7 +54,7 @@ from shardkeeper.errors import (
     StoreLimitError,
     StoreUnavailableError,
 )
-from shardkeeper.registry import tls
+from shardkeeper.registry import reach, tls
 from shardkeeper.registry._events import EventLoop
 from shardkeeper.registry.base import (
     CommitResult,
@@ -213,6 +213,7 @@ class EtcdStore(CoordinationStore):
             transport.connect()
             deadline = time.monotonic() + s.connection_timeout
             attempt = 0
+            answers: list[reach.HostAnswer] | None = None
             while True:
                 remaining = deadline - time.monotonic()
                 try:
@@ -231,13 +232,24 @@ class EtcdStore(CoordinationStore):
                     break
                 except (StoreUnavailableError, OperationTimeoutError) as exc:
                     attempt += 1
+                    if answers is None:
+                        # refused, unknown host, no route: certain now, not after
+                        # the timeout (a black hole still waits it: reach.py)
+                        answers = reach.probe(
+                            s.hosts, min(reach.PROBE_TIMEOUT, s.connection_timeout)
+                        )
+                        refused = reach.refusal("etcd", answers)
+                        if refused is not None:
+                            transport.close()
+                            raise StoreUnavailableError(refused) from exc
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         transport.close()
                         raise StoreUnavailableError(
                             f"cannot reach etcd at {s.hosts_string} within the connection "
-                            f"timeout of {s.connection_timeout:g} s ({attempt} attempts; "
-                            f"last error: {exc}){tls.unreachable_note(s)}"
+                            f"timeout of {s.connection_timeout:g}s ({attempt} attempts; "
+                            f"last error: {exc}){reach.silence_note(answers)}"
+                            f"{tls.unreachable_note(s)}"
                         ) from exc
                     time.sleep(min(RETRY_DELAY * attempt, 0.5, remaining))
                 except BaseException:

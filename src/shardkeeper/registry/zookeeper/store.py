@@ -43,7 +43,7 @@ from shardkeeper.errors import (
     StoreLimitError,
     StoreUnavailableError,
 )
-from shardkeeper.registry import tls
+from shardkeeper.registry import reach, tls
 from shardkeeper.registry._events import EventLoop, Retry
 from shardkeeper.registry.base import (
     Check,
@@ -216,11 +216,20 @@ class ZooKeeperStore(CoordinationStore):
         self._loop.start()
         deadline = time.monotonic() + s.connection_timeout
         t.start()
-        if not self._session.wait_first(s.connection_timeout):
+        answers: list[reach.HostAnswer] = []
+        if not self._session.wait_first(min(reach.PROBE_AFTER, s.connection_timeout)):
+            # refused, unknown host, no route: certain now, not after the timeout
+            answers = reach.probe(s.hosts, min(reach.PROBE_TIMEOUT, s.connection_timeout))
+            refused = reach.refusal("ZooKeeper", answers)
+            if refused is not None and not self._session.wait_first(0):
+                self.close()
+                raise StoreUnavailableError(refused)
+        if not self._session.wait_first(max(deadline - time.monotonic(), 0.0)):
             self.close()
             raise StoreUnavailableError(
                 f"cannot reach ZooKeeper at {s.hosts_string} within the connection "
-                f"timeout of {s.connection_timeout:g}s{tls.unreachable_note(s)}"
+                f"timeout of {s.connection_timeout:g}s{reach.silence_note(answers)}"
+                f"{tls.unreachable_note(s)}"
             )
         try:
             self._session.prepare_namespace(max(deadline, time.monotonic() + 0.5))
