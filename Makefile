@@ -1,5 +1,6 @@
 # shardkeeper: two commands do all the set-up on a fresh machine.
-#   make demo   - install what is missing, start a local ZooKeeper, run the demo
+#   make demo   - install what the demo's store needs (BACKEND=etcd, the default: etcd
+#                 only; BACKEND=zookeeper: ZooKeeper and a JRE), run the demo on it
 #   make test   - install what is missing, run ruff, mypy and the test suite
 #   make test-fast   - the tests that need no server (-m "not external_service"): no root,
 #                      no system packages
@@ -10,9 +11,8 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-BACKEND ?= zookeeper
+BACKEND ?= etcd
 STAMP := $(VENV)/.installed
-APT_PACKAGES := zookeeper etcd-server etcd-client default-jre-headless docker-compose iproute2 postgresql-15 openssl
 PYTEST_ARGS ?=
 # the suite mostly waits on real servers (session timeouts, processes): two xdist
 # workers halve its time on 2 cores; the CPU-heavy tests share one worker (xdist_group)
@@ -27,9 +27,9 @@ INSTALL_DEV := -e '.[all]' --group dev
 OTHER_PYTHONS ?= 3.12 3.13
 PYENV_ROOT ?= $(HOME)/.pyenv
 
-.PHONY: demo test test-fast test-latest test-versions lint typecheck typecheck-tests pytest system-deps venv chaos bench clean registry-up registry-down
+.PHONY: demo test test-fast test-latest test-versions lint typecheck typecheck-tests pytest system-deps demo-deps venv chaos bench clean registry-up registry-down
 
-demo: system-deps venv
+demo: demo-deps venv
 	$(PY) -m demo --backend $(BACKEND)
 
 test: system-deps venv lint typecheck typecheck-tests pytest
@@ -90,6 +90,13 @@ bench: system-deps venv
 	$(VENV)/bin/pip install -q -c constraints.txt --group bench
 	$(PY) -m bench $(if $(QUICK),--quick,)
 
+# One check per system package: each adds the package to $missing (installed with its
+# recommended packages) or $bare (without them) when what it provides is absent. Kept
+# recursive (=) so that $$ reaches the shell as $.
+CHECK_ZOOKEEPER = [ -f /usr/share/java/zookeeper.jar ] || [ -n "$$SHARDKEEPER_ZOOKEEPER_HOME$$SHARDKEEPER_ZOOKEEPER_JAR$$ZOOKEEPER_HOME" ] || command -v zkServer.sh >/dev/null || missing="$$missing zookeeper";
+CHECK_JAVA = command -v java >/dev/null || [ -n "$$JAVA_HOME" ] || missing="$$missing default-jre-headless";
+CHECK_ETCD = command -v etcd >/dev/null || [ -n "$$SHARDKEEPER_ETCD" ] || missing="$$missing etcd-server";
+CHECK_ETCDCTL = command -v etcdctl >/dev/null || missing="$$missing etcd-client";
 # ZooKeeper, etcd, a JRE and PostgreSQL 15 (the history tests start a throwaway server
 # with its initdb/pg_ctl) come from Debian packages; install only what is missing.
 # docker-compose (v1) only validates docker-compose.yml offline (tests/test_compose.py):
@@ -97,18 +104,23 @@ bench: system-deps venv
 # openssl runs the certificate recipe of docs/security.md (tests/registry/test_tls.py).
 # chromium and chromium-driver run the console's browser tests (tests/console/), headless:
 # their recommended packages are not needed either.
-system-deps:
-	@missing=""; bare=""; \
-	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
-	command -v etcd >/dev/null || missing="$$missing etcd-server"; \
-	command -v etcdctl >/dev/null || missing="$$missing etcd-client"; \
-	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
+SYSTEM_CHECKS = $(CHECK_ZOOKEEPER) $(CHECK_ETCD) $(CHECK_ETCDCTL) $(CHECK_JAVA) \
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
 	command -v openssl >/dev/null || missing="$$missing openssl"; \
 	[ -x /usr/lib/postgresql/15/bin/initdb ] || missing="$$missing postgresql-15"; \
 	command -v docker-compose >/dev/null || bare="$$bare docker-compose"; \
 	command -v chromium >/dev/null || bare="$$bare chromium"; \
-	command -v chromedriver >/dev/null || bare="$$bare chromium-driver"; \
+	command -v chromedriver >/dev/null || bare="$$bare chromium-driver";
+# the demo and `make registry-up` need only their BACKEND's store: etcd is one binary;
+# ZooKeeper needs a JRE. No PostgreSQL, browser or JRE for BACKEND=etcd.
+DEMO_CHECKS_etcd = $(CHECK_ETCD)
+DEMO_CHECKS_zookeeper = $(CHECK_ZOOKEEPER) $(CHECK_JAVA)
+
+# $(call apt_install,CHECKS): run CHECKS, then apt-get install what they found missing
+# (as root, or with password-less sudo; otherwise print the line to run and fail)
+define apt_install
+	@missing=""; bare=""; \
+	$(1) \
 	if [ -n "$$missing$$bare" ]; then \
 	  echo "installing system packages:$$missing$$bare"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; \
@@ -120,6 +132,17 @@ system-deps:
 	  && { [ -z "$$missing" ] || $$SUDO apt-get install -y -qq$$missing >/dev/null; } \
 	  && { [ -z "$$bare" ] || $$SUDO apt-get install -y -qq --no-install-recommends$$bare >/dev/null; }; \
 	fi
+endef
+
+# everything the test suite needs (make test, chaos, bench)
+system-deps:
+	$(call apt_install,$(SYSTEM_CHECKS))
+
+# what the demo's BACKEND needs, nothing else
+demo-deps:
+	@case "$(BACKEND)" in etcd|zookeeper) ;; \
+	  *) echo "BACKEND=$(BACKEND): valid backends are etcd and zookeeper"; exit 2;; esac
+	$(call apt_install,$(DEMO_CHECKS_$(BACKEND)))
 
 venv: $(STAMP)
 
@@ -131,7 +154,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt $(INSTALL_DEV)
 	touch $(STAMP)
 
-registry-up: system-deps venv
+registry-up: demo-deps venv
 	$(PY) -m shardkeeper.cli registry up --backend $(BACKEND)
 
 registry-down: venv

@@ -116,16 +116,20 @@ def block(doc: str, start: str) -> Block:
 # -- what runs each block ------------------------------------------------------------
 
 HERE = "tests/examples/test_doc_blocks.py"
-TOUR = f"{HERE}::test_readme_tour"
+TOUR = "tests/examples/test_readme_tour.py::test_readme_tour_from_a_clone_as_a_user_without_java"
 STARTED = f"{HERE}::test_getting_started_tour"
 ALONE = f"{HERE}::test_python_block"
 PLUGIN = f"{HERE}::test_testing_doc_in_a_users_project"
 
 #: (doc, the start of the block: enough to name one) -> the test that runs it
 RUN: dict[tuple[str, str], str] = {
-    # the README tour, in order
+    # the README's install from a clone and its tour, in order
+    (
+        "README.md",
+        "git clone https://github.com/shardkeeper/shardkeeper.git && cd shardkeeper\npython3",
+    ): TOUR,
     ("README.md", "export SHARDKEEPER_REGISTRY=$(shardkeeper registry up"): TOUR,
-    ("README.md", "from shardkeeper import JobConfig, ShardedJob, ShardingContext"): TOUR,
+    ("README.md", '"""The tour\'s job'): TOUR,
     ("README.md", "# terminal 1 (set up above)"): TOUR,
     ("README.md", "shardkeeper status"): TOUR,
     ("README.md", "shardkeeper trigger city-report"): TOUR,
@@ -362,97 +366,6 @@ def _members(url: str, job: str) -> int:
 
 
 @pytest.mark.external_service  # starts its own servers (registry up, the plugin)
-def test_readme_tour(tmp_path: Path) -> None:
-    """README's 5-minute tour, block by block, in a fresh directory: a local
-    ZooKeeper from `registry up`, city_report.py, two `shardkeeper run` terminals
-    sharing the four cities (each once per fire), the inspection and operator
-    commands, the embedded runtime, and `registry down`."""
-    env = _env()
-    up = block("README.md", "export SHARDKEEPER_REGISTRY=$(shardkeeper registry up")
-    with _local_registry(tmp_path, env):
-        url = _bash(up.text + 'printf "\\nURL=%s\\n" "$SHARDKEEPER_REGISTRY"\n', tmp_path, env)
-        url = re.findall(r"^URL=(\S+)$", url, re.M)[-1]
-        assert url.startswith("zk://127.0.0.1:") and "2181" not in url, url
-        job = block("README.md", "from shardkeeper import JobConfig, ShardedJob, ShardingContext")
-        (tmp_path / "city_report.py").write_text(job.text)
-
-        terminals = block("README.md", "# terminal 1 (set up above)").text.split("\n\n")
-        assert len(terminals) == 2, terminals
-        env_1 = _env(SHARDKEEPER_REGISTRY=url)  # terminal 1 is "set up above"
-        with (
-            _background(terminals[0], tmp_path, env_1, tmp_path / "t1.log") as t1,
-            _background(terminals[1], tmp_path, env, tmp_path / "t2.log") as t2,
-        ):
-
-            def logs() -> str:
-                return f"terminal 1:\n{t1.output()}\nterminal 2:\n{t2.output()}"
-
-            # `print(ctx.instance_id, ctx.item, ctx.item_parameter, ctx.fire_time)`
-            line = re.compile(r"^(\S+@\S+) (\d) (amsterdam|berlin|cairo|delhi) (\S+ \S+)$", re.M)
-
-            def shared_fire() -> bool:
-                runs = line.findall(t1.output()) + line.findall(t2.output())
-                by_fire: dict[str, list[tuple[str, str]]] = {}
-                for instance, item, _city, fire in runs:
-                    by_fire.setdefault(fire, []).append((instance, item))
-                return any(
-                    sorted(i for _, i in r) == ["0", "1", "2", "3"] and len({n for n, _ in r}) == 2
-                    for r in by_fire.values()
-                )
-
-            wait_until(
-                shared_fire, COMMAND_TIMEOUT, message=lambda: f"no fire shared by both; {logs()}"
-            )
-            runs = line.findall(t1.output()) + line.findall(t2.output())
-            pairs = [(fire, item) for _, item, _, fire in runs]
-            assert len(pairs) == len(set(pairs)), f"a city ran twice for one fire; {logs()}"
-
-            watch = _bash(block("README.md", "shardkeeper status").text, tmp_path, env_1)
-            assert "city-report" in watch and "2 live instance(s)" in watch, watch
-            instances = {i for i, *_ in runs}
-            assert all(i in watch for i in instances), watch
-
-            steer = _bash(
-                block("README.md", "shardkeeper trigger city-report").text, tmp_path, env_1
-            )
-            with Operations.connect(url) as ops:
-                detail = ops.job("city-report")
-                assert [i.item for i in detail.items if i.disabled] == [2], steer
-                assert ops.get_config("city-report").sharding_total_count == 6, steer
-            assert re.search(r"^triggered city-report on vm@", steer, re.M), steer
-            _stop(t1, t2)
-
-        embedded = block("README.md", "from shardkeeper import Runtime")
-        stubs = """
-            import threading
-            from city_report import CityReport
-            ran = threading.Event()
-            _execute = CityReport.execute
-            def _recorded(self, ctx):
-                _execute(self, ctx)
-                ran.set()
-            CityReport.execute = _recorded
-            def serve_forever():  # the service: here, until an item has run
-                assert ran.wait(30), "no item ran in the embedded runtime"
-        """
-        out = _python(embedded, tmp_path, env_1, before=stubs, after='print("EMBEDDED OK")')
-        assert "EMBEDDED OK" in out, out
-
-        down = _bash(block("README.md", "shardkeeper registry down").text, tmp_path, env)
-        assert "stopped" in down, down
-        status = subprocess.run(
-            ["shardkeeper", "registry", "status"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=COMMAND_TIMEOUT,
-            check=False,
-        )
-        assert "no registry runs" in status.stdout, status
-
-
-@pytest.mark.external_service  # starts its own servers (registry up, the plugin)
 def test_getting_started_tour(tmp_path: Path) -> None:
     """getting-started.md sections 4 and 5 in a directory laid out like the checkout:
     `registry up --namespace examples`, one instance as a script and one through
@@ -460,7 +373,8 @@ def test_getting_started_tour(tmp_path: Path) -> None:
     `instances` print the columns and lines of the sample."""
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     (tmp_path / ".venv").symlink_to(Path(sys.prefix))
-    env = _env()
+    # the registry's state is per user: this test's own user directory
+    env = _env(XDG_STATE_HOME=str(tmp_path / "state"))
     doc = "docs/getting-started.md"
     with _local_registry(tmp_path, env):
         up = block(doc, ". .venv/bin/activate").text
@@ -490,7 +404,7 @@ def test_getting_started_tour(tmp_path: Path) -> None:
                 message=lambda: f"script:\n{one.output()}\ncli:\n{two.output()}",
             )
             transcript = block(doc, "$ shardkeeper status")
-            _compare_transcript(transcript, tmp_path, _env(SHARDKEEPER_REGISTRY=url))
+            _compare_transcript(transcript, tmp_path, {**env, "SHARDKEEPER_REGISTRY": url})
             _stop(one, two)
         _bash("shardkeeper registry down", tmp_path, env)
 
