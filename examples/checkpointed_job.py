@@ -15,12 +15,15 @@ The items run in worker processes (``executor="process"``): an import that crash
 recorded ``crashed`` and failed over.
 
 Run it (from the repository root, in two terminals, then ``kill -9`` one of them
-during an import and watch the other resume)::
+while it prints ``importing`` lines, and watch the other resume)::
 
     export SHARDKEEPER_REGISTRY=$(shardkeeper registry up --namespace examples)
     LEDGER_OUT=/tmp/ledger python examples/checkpointed_job.py
 
-Each imported batch is appended to ``$LEDGER_OUT/shard-<item>.log``.
+A fire every 20 s imports 5 batches of 2 s per shard: for 10 s of every 20 an import
+runs, time enough to kill it by hand. ``LEDGER_BATCHES`` (batches a fire) and
+``LEDGER_BATCH_SECONDS`` (seconds a batch) change that. Each imported batch is appended
+to ``$LEDGER_OUT/shard-<item>.log``.
 """
 
 from __future__ import annotations
@@ -34,10 +37,12 @@ from pathlib import Path
 
 from shardkeeper import JobConfig, Runtime, ShardedJob, ShardingContext
 
-__all__ = ["BATCHES_PER_FIRE", "LedgerImport", "main", "out_dir"]
+__all__ = ["BATCHES_PER_FIRE", "BATCH_SECONDS", "LedgerImport", "main", "out_dir"]
 
-#: batches one fire imports per shard
-BATCHES_PER_FIRE = 3
+#: batches one fire imports per shard (``LEDGER_BATCHES``)
+BATCHES_PER_FIRE = int(os.environ.get("LEDGER_BATCHES") or 5)
+#: seconds one batch takes (``LEDGER_BATCH_SECONDS``): long enough to kill by hand
+BATCH_SECONDS = float(os.environ.get("LEDGER_BATCH_SECONDS") or 2.0)
 
 
 def out_dir() -> Path:
@@ -52,7 +57,8 @@ class LedgerImport(ShardedJob):
 
     config = JobConfig.parse(
         name="ledger-import",
-        cron="0 * * * * *",
+        # every 20 s: with 5 batches of 2 s an import runs half of the time
+        cron="*/20 * * * * *",
         sharding_total_count=2,
         failover=True,
         # the imports run in worker processes: a crash ends the worker, not the instance
@@ -65,13 +71,26 @@ class LedgerImport(ShardedJob):
         job_class="examples.checkpointed_job:LedgerImport",
     )
 
-    def __init__(self, out: Path | None = None) -> None:
+    def __init__(
+        self,
+        out: Path | None = None,
+        batches: int | None = None,
+        batch_seconds: float | None = None,
+    ) -> None:
         # Resolved here, in the instance's process: the worker processes get the job
         # as this pickled instance (their environment is the pool's, from its start).
         self.out = out or out_dir()
+        self.batches = BATCHES_PER_FIRE if batches is None else batches
+        if self.batches < 1:
+            raise ValueError(f"batches={self.batches}: give 1 or more (LEDGER_BATCHES)")
+        self.batch_seconds = BATCH_SECONDS if batch_seconds is None else batch_seconds
+        if not self.batch_seconds >= 0:
+            raise ValueError(
+                f"batch_seconds={self.batch_seconds}: give 0 or more (LEDGER_BATCH_SECONDS)"
+            )
 
     def execute(self, ctx: ShardingContext) -> None:
-        """Import BATCHES_PER_FIRE batches from where the shard's import stands."""
+        """Import ``batches`` batches from where the shard's import stands."""
         # resume_state: this fire was cut off elsewhere; last_state: where the
         # previous fire ended; neither: the first import of the shard
         where = ctx.resume_state or ctx.last_state or {"next": 0}
@@ -79,23 +98,23 @@ class LedgerImport(ShardedJob):
         if ctx.resumed:
             # this fire's import was cut off elsewhere: finish the fire's batches
             print(f"item {ctx.item}: resuming at batch {start}", flush=True)
-            end = -(-start // BATCHES_PER_FIRE) * BATCHES_PER_FIRE
+            end = -(-start // self.batches) * self.batches
         else:
-            end = (start // BATCHES_PER_FIRE + 1) * BATCHES_PER_FIRE
+            end = (start // self.batches + 1) * self.batches
         log_file = self.out / f"shard-{ctx.item}.log"
         for batch in range(start, end):
             if ctx.should_stop():
                 return  # grace running out, or fenced: the checkpoint says where to go on
+            print(f"item {ctx.item}: importing batch {batch}", flush=True)
             self.import_batch(ctx.item, batch, log_file)
             # one conditional commit (coalesced): refused once the item is not ours
             if not ctx.checkpoint({"next": batch + 1}):
                 return  # taken over: the successor goes on from our last checkpoint
             ctx.progress(batch + 1 - start, end - start, note=f"batch {batch}")
 
-    @staticmethod
-    def import_batch(item: int, batch: int, log_file: Path) -> None:
-        """The work of one batch (here: a short pause, and a line in the log)."""
-        time.sleep(0.2)
+    def import_batch(self, item: int, batch: int, log_file: Path) -> None:
+        """The work of one batch (here: a pause, and a line in the log)."""
+        time.sleep(self.batch_seconds)
         with log_file.open("a") as f:
             f.write(f"{item} {batch}\n")
 

@@ -108,7 +108,7 @@ def test_checkpointed_job_carries_its_cursor_across_fires(
     three batches of each shard, starting where the previous fire's last checkpoint
     left it (``checkpoint_carry``), so no batch is imported twice or skipped."""
     mod = example("checkpointed_job")
-    per_fire = mod.BATCHES_PER_FIRE
+    per_fire = 3  # short batches: the defaults are sized for killing one by hand
 
     def imported(item: int) -> list[int]:
         log = tmp_path / f"shard-{item}.log"
@@ -117,7 +117,8 @@ def test_checkpointed_job_carries_its_cursor_across_fires(
         )
 
     # the instance (and its output directory) is pickled for the worker processes
-    with running(registry_url, mod.LedgerImport(out=tmp_path)) as runtime:
+    job = mod.LedgerImport(out=tmp_path, batches=per_fire, batch_seconds=0.2)
+    with running(registry_url, job) as runtime:
         for fire in (1, 2):
             run_now(store, runtime, "ledger-import")
             done = fire * per_fire
@@ -132,6 +133,39 @@ def test_checkpointed_job_carries_its_cursor_across_fires(
             )
         assert imported(0) == imported(1) == list(range(2 * per_fire))
         assert stats(runtime, "ledger-import").get("failed", 0) == 0
+
+
+def test_checkpointed_job_leaves_time_to_kill_an_import_by_hand(tmp_path: Path) -> None:
+    """By default an import runs 10 s of every 20 s (5 batches of 2 s; before: 0.6 s a
+    minute, too short to kill by hand); LEDGER_BATCHES and LEDGER_BATCH_SECONDS tune
+    it; a bad value is refused naming it."""
+    show = (
+        "import examples.checkpointed_job as m; j = m.LedgerImport(out=__import__('pathlib')"
+        f".Path({str(tmp_path)!r})); print(j.batches, j.batch_seconds, j.config.cron)"
+    )
+
+    def shown(**env: str) -> list[str]:
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
+        done = subprocess.run(
+            [sys.executable, "-c", show],
+            cwd=ROOT,
+            env={**clean, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return done.stdout.split(maxsplit=2)
+
+    batches, seconds, cron = shown()
+    assert cron.strip() == "*/20 * * * * *"
+    assert int(batches) * float(seconds) >= 10.0
+    assert shown(LEDGER_BATCHES="2", LEDGER_BATCH_SECONDS="0.5")[:2] == ["2", "0.5"]
+    mod = example("checkpointed_job")
+    with pytest.raises(ValueError, match=r"batch_seconds=-1\.0: give 0 or more"):
+        mod.LedgerImport(out=tmp_path, batch_seconds=-1.0)
+    with pytest.raises(ValueError, match="batches=0: give 1 or more"):
+        mod.LedgerImport(out=tmp_path, batches=0)
 
 
 def test_script_job_runs_the_command(registry_url: str, store: CoordinationStore) -> None:
