@@ -2,7 +2,8 @@
 
 Run it with the Runtime API (start it in two or three terminals and watch the
 cities move between the instances). In each terminal, from the repository root (a
-second ``registry up`` prints the URL of the registry already running there)::
+second ``registry up``, from any directory, prints the URL of the registry already
+running: its state is per user)::
 
     export SHARDKEEPER_REGISTRY=$(shardkeeper registry up --namespace examples)
     python examples/simple_job.py
