@@ -55,6 +55,24 @@ def test_items_start_at_their_fire_time_never_before(
     assert any(late < FIRE_LEAD for _, late in starts), starts
 
 
+class EndsJustBeforeTheNextFire(ShardedJob):
+    """Runs until FIRE_LEAD / 2 before the next fire of an every-0.5-s job (at module
+    level: a job class defined in a function is refused, no other instance could
+    import it)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runs: list[tuple[float, bool]] = []
+
+    def execute(self, ctx: ShardingContext) -> None:
+        with self.lock:
+            self.runs.append((ctx.fire_time.timestamp(), ctx.is_misfire))
+        # run until FIRE_LEAD / 2 before the next fire: past the early decision
+        end = ctx.fire_time.timestamp() + 0.5 - FIRE_LEAD / 2
+        while time.time() < end and not ctx.should_stop():
+            time.sleep(0.002)  # the item's own work, not synchronisation
+
+
 def test_a_fire_decided_early_waits_for_the_earlier_batch_instead_of_a_misfire(
     memory_server: MemoryServer, runtimes: list[Runtime]
 ) -> None:
@@ -62,19 +80,6 @@ def test_a_fire_decided_early_waits_for_the_earlier_batch_instead_of_a_misfire(
     due, do not turn that fire into a misfire (it waits until it is due to decide).
     On the in-memory reference store: its commits take microseconds, so an item's end
     and its completion commit fall where the test puts them."""
-
-    class EndsJustBeforeTheNextFire(ShardedJob):
-        def __init__(self) -> None:
-            self.lock = threading.Lock()
-            self.runs: list[tuple[float, bool]] = []
-
-        def execute(self, ctx: ShardingContext) -> None:
-            with self.lock:
-                self.runs.append((ctx.fire_time.timestamp(), ctx.is_misfire))
-            # run until FIRE_LEAD / 2 before the next fire: past the early decision
-            end = ctx.fire_time.timestamp() + 0.5 - FIRE_LEAD / 2
-            while time.time() < end and not ctx.should_stop():
-                time.sleep(0.002)  # the item's own work, not synchronisation
 
     job = EndsJustBeforeTheNextFire()
     cfg = JobConfig.parse(name="edge", interval=0.5, sharding_total_count=1, misfire=True)

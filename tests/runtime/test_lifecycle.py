@@ -22,6 +22,25 @@ JOB = "life"
 P = JobPaths(JOB)
 
 
+class Probe(ShardedJob):
+    """Records, per item run, whether the instance's membership node exists then (job
+    classes live at module level: one defined in a function is refused)."""
+
+    def __init__(self, observer: MemoryStore, present: list[tuple[int, bool]]) -> None:
+        self.observer = observer
+        self.present = present
+
+    def execute(self, ctx: ShardingContext) -> None:
+        self.present.append((ctx.item, self.observer.exists(P.instance(ctx.instance_id))))
+
+
+class Noop(ShardedJob):
+    """Does nothing."""
+
+    def execute(self, ctx: ShardingContext) -> None:
+        pass
+
+
 @pytest.fixture
 def server() -> Iterator[MemoryServer]:
     srv = MemoryServer()
@@ -41,13 +60,11 @@ def test_graceful_stop_waits_for_a_trigger_that_is_marking_its_items(
     observer = server.store()
     observer.start()
     present: list[tuple[int, bool]] = []
-
-    class Probe(ShardedJob):
-        def execute(self, ctx: ShardingContext) -> None:
-            present.append((ctx.item, observer.exists(P.instance(ctx.instance_id))))
-
     rt = Runtime(server.store(), shutdown_grace=10)
-    rt.add_job(Probe(), JobConfig(name=JOB, interval=0.5, sharding_total_count=2, failover=True))
+    rt.add_job(
+        Probe(observer, present),
+        JobConfig(name=JOB, interval=0.5, sharding_total_count=2, failover=True),
+    )
     # hold the first start commit (the one that writes running marks) before it applies
     held = server.pause("commit", path=P.running_root, thread="sk-coord")
     rt.start()
@@ -77,10 +94,6 @@ def test_a_removed_job_is_retired_not_registered_again(server: MemoryServer) -> 
     (and goes on with its others)."""
     admin = server.store()
     admin.start()
-
-    class Noop(ShardedJob):
-        def execute(self, ctx: ShardingContext) -> None:
-            pass
 
     rt = Runtime(server.store(), shutdown_grace=1)
     rt.add_job(Noop(), JobConfig(name=JOB, interval=0.3, sharding_total_count=1))

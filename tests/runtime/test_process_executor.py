@@ -305,10 +305,16 @@ def test_settings_are_checked() -> None:
 
     cfg = JobConfig(name="local", interval=1, sharding_total_count=1, executor="process")
     rt = Runtime("memory://unused/ns")
-    with pytest.raises(JobNotImportableError, match="defined inside a function"):
+    with pytest.raises(JobConfigError, match="defined inside the function"):
         rt.add_job(Local, cfg)
-    # the thread executor runs it as before
-    rt.add_job(Local, cfg.model_copy(update={"executor": "thread"}))
+    # refused with the thread executor too: the job_class it would be stored under
+    # is no import path, which every other instance refuses to read
+    with pytest.raises(JobConfigError, match="no other instance can import it"):
+        rt.add_job(Local, cfg.model_copy(update={"executor": "thread"}))
+    # named by an import path it is the user's word: the process executor still
+    # refuses what a worker process cannot import
+    with pytest.raises(JobNotImportableError, match="defined inside a function"):
+        rt.add_job(Local, cfg.model_copy(update={"job_class": "tests.x:Local"}))
     with pytest.raises(JobConfigError, match="executor='fork' is not one of: thread, process"):
         JobConfig(name="x", interval=1, sharding_total_count=1, executor="fork")
     with pytest.raises(ConfigError, match="executor='fork' is not one of: thread, process"):
