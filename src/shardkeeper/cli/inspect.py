@@ -121,7 +121,8 @@ def _items_table(items: list[ItemView]) -> Table:
             str(i.item),
             i.parameter or "-",
             i.owner or "-",
-            i.running_on or "-",
+            # ended while its batch's slower items run: not running any more
+            f"- (finished {i.last_outcome})" if i.finished else (i.running_on or "-"),
             failover,
             fmt_yes(i.misfire),
             fmt_yes(i.disabled),

@@ -427,6 +427,38 @@ class ExecutionService:
         """The conditional deletion of ``item``'s mark (see :meth:`finish`)."""
         return clear_mark_ops(self._paths, item, token, fence)
 
+    def publish_results(
+        self,
+        results: Mapping[int, bytes],
+        tokens: Mapping[int, int],
+        fences: Mapping[int, str],
+        written: Collection[int] = (),
+    ) -> list[int]:
+        """Write the results of items that ended while their batch still runs, each
+        only while its mark is still this execution's (its fence child, else its
+        created_revision ``tokens[item]``): readers then show such an item finished,
+        and a failure at once, not when the batch's slowest item ends. The marks stay
+        (the batch's completion clears them, writing the results again). Returns the
+        items written; a refused chunk (a mark taken over: the batch is fenced) is
+        left to the completion or the hand-off. StoreError propagates."""
+        items = sorted(results)
+        groups: list[list[Op]] = []
+        for item in items:
+            path = self._paths.running(item)
+            fence = fences.get(item, "")
+            check = (
+                Check(f"{path}/{fence}", exists=True)
+                if fence
+                else Check(path, created_revision=tokens.get(item, 0))
+            )
+            put = Put(self._paths.result(item), results[item], existing=item in written)
+            groups.append([check, put])
+        applied: list[int] = []
+        for members, _ops in pack_groups(self._store, groups, [], apart=True):
+            done = batching.commit_groups(self._store, [], [groups[m] for m in members])
+            applied += [items[members[k]] for k in done.applied]
+        return applied
+
     def mark_misfire(self, items: Sequence[int], fire_time: float) -> None:
         """Record that a trigger was missed while ``items`` ran (for operators)."""
         ops: list[Op] = [Put(self._paths.misfire(i), str(fire_time).encode()) for i in items]

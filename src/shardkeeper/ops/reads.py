@@ -36,7 +36,7 @@ from shardkeeper.registry.url import RegistrySettings
 from shardkeeper.scheduling.triggers import build_trigger
 from shardkeeper.secretref import mask_urls_in_text
 
-__all__ = ["Reads", "next_fire"]
+__all__ = ["Reads", "finished_in_batch", "next_fire"]
 
 
 def next_fire(config: JobConfig | None, now: datetime | None = None) -> datetime | None:
@@ -49,6 +49,23 @@ def next_fire(config: JobConfig | None, now: datetime | None = None) -> datetime
     except (ShardkeeperError, ValueError):
         return None
     return nxt.astimezone(UTC) if isinstance(nxt, datetime) else None
+
+
+def finished_in_batch(state: JobSnapshot, item: int) -> bool:
+    """Whether ``item`` still carries its running mark but its run of that fire has
+    ended: its result (written as it ended, runtime/batches.py) is of the mark's fire,
+    instance and run. The mark stays until the slowest item of the instance's batch
+    ends (one completion commit per batch), so without this a finished item, a failed
+    one too, read as running (newcomer review N15)."""
+    mark = state.running.get(item)
+    result = state.results.get(item)
+    return (
+        mark is not None
+        and result is not None
+        and abs(result.fire_time - mark.fire_time) < 1e-3
+        and result.instance == mark.instance_id
+        and result.ended >= mark.started_at
+    )
 
 
 def _item_view(state: JobSnapshot, item: int, health: JobHealth) -> ItemView:
@@ -86,7 +103,8 @@ def _item_view(state: JobSnapshot, item: int, health: JobHealth) -> ItemView:
         last_instance=result.instance if result else None,
         failures=result.failures if result else 0,
         health=health.items.get(item, "ok"),
-        progress=progress,
+        progress=None if finished_in_batch(state, item) else progress,
+        finished=finished_in_batch(state, item),
     )
 
 
@@ -150,7 +168,7 @@ class Reads(OperationsBase):
                 JobStatus(
                     summary=self._summary(state),
                     reshard_pending=state.necessary is not None,
-                    running_items=len(state.running),
+                    running_items=sum(not finished_in_batch(state, i) for i in state.running),
                     failover_queued=len(state.failover),
                     misfired_items=len(state.misfire),
                     disabled_items=len(state.disabled_items & in_range),

@@ -103,7 +103,9 @@ class JobStatus:
     ``no-instance`` (no live instance runs the job), ``disabled``, ``failing`` (an item's
     last execution failed: ``failing_items``), ``stale`` (an item has not run for
     longer than its schedule allows: ``stale_items``; see ops/health.py),
-    ``failover-pending``, ``reshard-pending``, ``ok``.
+    ``failover-pending``, ``reshard-pending``, ``ok``. ``running_items``: items
+    whose code runs now (an item that ended while its batch's slower items run is
+    not counted: :attr:`ItemView.finished`).
     """
 
     summary: JobSummary
@@ -167,7 +169,9 @@ class ItemView:
     ``health`` is ``ok``, ``failing`` or ``stale`` (see ops/health.py).
     ``progress``: the running execution's last ``ctx.progress`` report (``done``,
     ``total``, ``note``, ``at``, ``percent``, ``rate`` per second, ``eta`` seconds),
-    None when it gave none.
+    None when it gave none. ``finished``: the item still carries the mark of
+    ``running_on`` but its run has ended (``last_outcome``): one fire's items on an
+    instance are one batch, whose marks are cleared when its slowest item ends.
     """
 
     item: int
@@ -191,6 +195,14 @@ class ItemView:
     failures: int = 0
     health: str = "ok"
     progress: dict[str, Any] | None = None
+    #: its run of the fire in ``fire_time`` has ended (``last_outcome`` says how) but
+    #: its mark stays until the slowest item of its batch on ``running_on`` ends
+    finished: bool = False
+
+    @property
+    def running(self) -> bool:
+        """Whether the item's code runs now (it carries a mark and has not ended)."""
+        return self.running_on is not None and not self.finished
 
     def to_dict(self) -> dict[str, Any]:
         """JSON view (schema ``ItemView`` in docs/cli.md)."""
@@ -216,6 +228,7 @@ class ItemView:
             "failures": self.failures,
             "health": self.health,
             "progress": dict(self.progress) if self.progress is not None else None,
+            "finished": self.finished,
         }
 
 

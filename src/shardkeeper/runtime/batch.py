@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CRASHED",
+    "EARLY_RESULTS_EVERY",
     "FAILED",
     "FENCED",
     "FIRE_LEAD",
@@ -38,6 +39,9 @@ INTERRUPTED = "interrupted"
 CRASHED = "crashed"
 #: longest wait between two attempts of a failed item, seconds
 MAX_BACKOFF = 300.0
+#: the least seconds between two writes of the results of a batch's items that ended
+#: while others of it still run (runtime/batches.py: the first is written at once)
+EARLY_RESULTS_EVERY = 1.0
 #: how many recent execution ids an instance remembers as run here, beyond the
 #: latest RAN_FIRES fires (those are remembered whole, whatever their size)
 RAN_MEMORY = 4096
@@ -111,8 +115,15 @@ class Batch:
     launched_at: float = field(default_factory=time.monotonic)
     #: attempts each item took (retries)
     attempts: dict[int, int] = field(default_factory=dict)
-    #: encoded last result of each item that ran to an end (written at completion)
+    #: encoded last result of each item that ran to an end (written at completion,
+    #: and earlier when the item ended while others of the batch still run)
     results: dict[int, bytes] = field(default_factory=dict)
+    #: items whose result waits for the next early write (Batches._early_result)
+    early: set[int] = field(default_factory=set)
+    #: an early write is due (on the runner's timer)
+    early_armed: bool = False
+    #: when the last early write was sent (monotonic seconds)
+    early_at: float = float("-inf")
     #: each item's execution span (shardkeeper/tracing.py; none without OpenTelemetry),
     #: opened before the start commit and ended with the item's outcome
     spans: dict[int, Span] = field(default_factory=dict)

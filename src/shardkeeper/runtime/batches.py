@@ -46,6 +46,7 @@ from shardkeeper.observe import ExecutionRecord, Observers, Outcome, format_trac
 from shardkeeper.runtime.attempts import run_once
 from shardkeeper.runtime.batch import (
     CRASHED,
+    EARLY_RESULTS_EVERY,
     FAILED,
     FENCED,
     FIRE_LEAD,
@@ -95,8 +96,12 @@ class Batches:
         on_undone: Callable[[list[int]], None] | None = None,
         executor: Callable[[JobConfig], RunOnce] | None = None,
         item_states: ItemStates | None = None,
+        publish: Callable[[float, Callable[[], None]], None] | None = None,
     ) -> None:
         self._s = services
+        #: runs the write of results of items that ended while their batch runs,
+        #: after a delay, off the worker threads (None: they wait for the completion)
+        self._publish = publish
         #: the executions' checkpoints: their last state travels in the completion or
         #: hand-off commit (runtime/checkpoints.py)
         self._item_states = item_states
@@ -526,10 +531,56 @@ class Batches:
                 attempt=batch.attempts.get(done, 0),
                 fencing_token=batch.tokens.get(done, 0),
             )
+        if not complete:
+            self._early_result(batch, item)  # only one that ran to an end has a result
         if nxt is not None:
             self._submit_item(batch, nxt)
         elif complete:
             self._complete(batch)
+
+    # -- results of items that ended while their batch runs --------------------------
+
+    def _early_result(self, batch: Batch, item: int) -> None:
+        """Publish ``item``'s result now, not at the batch's completion: ``shards``,
+        ``status`` and the console then show it finished (a failure at once) while
+        its slower siblings still run (newcomer review N15). Coalesced: at most one
+        commit per EARLY_RESULTS_EVERY seconds per batch, the first at once."""
+        if self._publish is None or not self._state.config.monitor_execution:
+            return
+        with self._lock:
+            if batch.fenced or item not in batch.results:
+                return
+            batch.early.add(item)
+            if batch.early_armed:
+                return
+            batch.early_armed = True
+            delay = max(0.0, batch.early_at + EARLY_RESULTS_EVERY - time.monotonic())
+        self._publish(delay, lambda: self._flush_early(batch))
+
+    def _flush_early(self, batch: Batch) -> None:
+        with self._lock:
+            items = sorted(batch.early)
+            batch.early.clear()
+            batch.early_armed = False
+            batch.early_at = time.monotonic()
+            if batch.fenced or batch not in self._batches:
+                return  # completed meanwhile: its completion commit wrote them
+            results = {i: batch.results[i] for i in items if i in batch.results}
+            written = self._written & set(results)
+        if not results:
+            return
+        try:
+            applied = self._s.execution.publish_results(
+                results, batch.tokens, batch.fences, written
+            )
+        except StoreError as exc:
+            # shown late, not lost: the completion commit writes them
+            log.debug(
+                "%s: early results of items %s not written: %s", self._state.config.name, items, exc
+            )
+            return
+        with self._lock:
+            self._written.update(applied)
 
     def fence_all(self, why: str = "session may be lost") -> list[int]:
         """Fence every batch in progress (ctx.is_valid() turns false for good); the

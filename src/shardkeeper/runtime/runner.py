@@ -168,6 +168,9 @@ class JobRunner:
             on_undone=self._undone,
             executor=executor,
             item_states=self.item_states,
+            # results of items that ended while their batch runs: written on a lane
+            # of their own, never behind a fire's decision or an item's start
+            publish=lambda delay, fn: lanes.submit_after(f"{self.name}/results", None, fn, delay),
         )
         self.oneoff = OneOffDuties(services, self.state, self.leader)
         self.trigger = TriggerFlow(

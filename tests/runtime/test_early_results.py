@@ -1,0 +1,103 @@
+"""Items that end while their batch still runs show as ended (newcomer review N15):
+one fire's items on an instance are one batch whose running marks are cleared when
+its slowest item ends, so before, ``shards``, ``status`` and the console showed every
+item running, and a failure only once the slow sibling ended. Now each item's result
+is written as it ends (coalesced, conditional on its mark), and readers show it
+finished with its outcome. On the reference MemoryStore, with ``shardkeeper shards``
+run in this process.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from shardkeeper import cli
+from shardkeeper.config import JobConfig
+from shardkeeper.job import ShardedJob, ShardingContext
+from shardkeeper.ops import Operations
+from shardkeeper.registry import CoordinationStore
+from shardkeeper.runtime import Runtime
+from shardkeeper.testing.faults import wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+JOB = "batch"
+NEVER = "0 0 1 1 *"
+
+
+@pytest.fixture
+def backend() -> str:
+    return "memory"
+
+
+class SlowSibling(ShardedJob):
+    """Item 0 waits for ``release``; item 1 raises; item 2 returns."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def execute(self, ctx: ShardingContext) -> None:
+        if ctx.item == 0:
+            self.release.wait(30)
+        elif ctx.item == 1:
+            raise RuntimeError("item 1 broke")
+
+
+@pytest.fixture
+def fire(registry_url: str, store: CoordinationStore) -> Iterator[SlowSibling]:
+    job = SlowSibling()
+    rt = Runtime(registry_url, worker_threads=4, coordinator_threads=2, shutdown_grace=1.0)
+    rt.add_job(
+        job, JobConfig.parse(name=JOB, cron=NEVER, sharding_total_count=3, error_handler="log")
+    )
+    rt.start()
+    ops = Operations(store)
+    wait_until(lambda: ops.job(JOB).leader, message="no leader")
+    ops.trigger(JOB)
+    try:
+        yield job
+    finally:
+        job.release.set()
+        rt.stop_now()
+
+
+def test_a_failure_shows_while_its_slow_sibling_runs(
+    fire: SlowSibling,
+    store: CoordinationStore,
+    registry_url: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ops = Operations(store)
+
+    wait_until(
+        lambda: ops.job(JOB).items[1].last_outcome == "failed",
+        timeout=10,
+        message=lambda: str(ops.job(JOB).items),
+    )
+    detail = ops.job(JOB)
+    slow, broken, _fine = detail.items
+    assert slow.running and not slow.finished and slow.running_on is not None
+    assert broken.finished and not broken.running and broken.health == "failing"
+    wait_until(lambda: ops.job(JOB).items[2].finished, timeout=10)
+    status = next(j for j in ops.status().jobs if j.summary.name == JOB)
+    assert status.health == "failing" and status.failing_items == [1]
+    assert status.running_items == 1
+
+    assert cli.main(["shards", JOB, "--json", "--registry", registry_url]) == 0
+    data = json.loads(capsys.readouterr().out)
+    by_item = {i["item"]: i for i in data["items"]}
+    assert [by_item[i]["finished"] for i in (0, 1, 2)] == [False, True, True]
+    assert by_item[1]["last_outcome"] == "failed" and by_item[1]["running_on"]
+    assert cli.main(["shards", JOB, "--registry", registry_url]) == 0
+    table = capsys.readouterr().out
+    assert "- (finished failed)" in table and "- (finished ok)" in table
+
+    # once the slow item ends, the batch completes: no mark is left, results stay
+    fire.release.set()
+    wait_until(lambda: all(i.running_on is None for i in ops.job(JOB).items), timeout=10)
+    assert [i.last_outcome for i in ops.job(JOB).items] == ["ok", "failed", "ok"]
+    assert not any(i.finished for i in ops.job(JOB).items)
