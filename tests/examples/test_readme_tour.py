@@ -315,6 +315,8 @@ def test_readme_tour_from_a_clone_as_a_user_without_java(tmp_path: Path) -> None
     covers= the fire that came before the death was noticed; then the operator
     commands, the embedded runtime and `registry down`."""
     with _tourist() as tourist:
+        found = tourist.run("command -v java || echo no-java; command -v etcd", tourist.base)
+        assert found.split() == ["no-java", str(tourist.base / "etcd-v3-linux" / "etcd")], found
         _install(tourist)
         venv = tourist.clone / ".venv" / "bin"
         env = {
