@@ -12,7 +12,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from shardkeeper._imports import is_import_path
 from shardkeeper.errors import JobConfigError
@@ -338,6 +346,39 @@ class JobConfig(BaseModel):
                 "reference to it: 'env:NAME' or 'file:/PATH'"
             )
         return text
+
+    @field_validator(
+        "job_parameter",
+        "description",
+        "props",
+        "sharding_item_parameters",
+        "alert_webhook_url",
+        "alert_email_to",
+    )
+    @classmethod
+    def _storable_text(cls, value: Any, info: ValidationInfo) -> Any:
+        # The store holds UTF-8: text with a lone surrogate (from Python code, or a
+        # "\ud800" escape) was accepted here and then failed every write with a
+        # UnicodeEncodeError; every reader must be able to accept what is written.
+        texts = (
+            [*value.keys(), *value.values()]
+            if isinstance(value, Mapping)
+            else list(value)
+            if isinstance(value, tuple)
+            else [value]
+        )
+        for text in texts:
+            if isinstance(text, str):
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    # (the value is not quoted: alert_webhook_url may be a secret)
+                    raise ValueError(
+                        f"{info.field_name} holds {text[exc.start : exc.end]!r} at "
+                        f"character {exc.start} of a value, which is not Unicode text "
+                        "(a lone surrogate): the store holds UTF-8; remove it"
+                    ) from None
+        return value
 
     @field_validator("alert_email_to", mode="before")
     @classmethod
