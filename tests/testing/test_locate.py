@@ -9,7 +9,10 @@ No server is started here: fake installations in a temporary directory."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -221,3 +224,73 @@ def test_the_registry_state_is_per_user(tmp_path: Path, monkeypatch: pytest.Monk
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     assert localregistry.load_state() == {"url": "etcd://127.0.0.1:1/x"}
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "shardkeeper.cli", "registry", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _program_of(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+
+
+@pytest.mark.external_service  # starts real servers
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("backend", ["etcd", "zookeeper"])
+def test_registry_up_runs_a_store_found_outside_debians_paths(backend: str, tmp_path: Path) -> None:
+    """With an empty PATH: etcd as a copy named by SHARDKEEPER_ETCD; ZooKeeper as a
+    release-style directory (lib/zookeeper-*.jar) named by SHARDKEEPER_ZOOKEEPER_HOME,
+    run by the java of JAVA_HOME. The server processes are those programs."""
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SHARDKEEPER_", "JAVA_HOME", "ZOOKEEPER_HOME", "XDG_"))
+    }
+    env["PATH"] = str(empty)
+    if backend == "etcd":
+        try:
+            etcd = find_etcd()
+        except ServerNotFoundError as exc:
+            pytest.skip(str(exc))
+        copy = tmp_path / "etcd-release" / "etcd"
+        copy.parent.mkdir()
+        shutil.copy2(etcd, copy)
+        env["SHARDKEEPER_ETCD"] = str(copy.parent)
+        expected = [str(copy)]
+    else:
+        java, jar = shutil.which("java"), Path(locate.DEBIAN_ZOOKEEPER_JAR)
+        slf4j = jar.with_name("slf4j-simple.jar")
+        if java is None or not jar.is_file() or not slf4j.is_file():
+            pytest.skip("needs Debian's zookeeper package and a java to build a release layout")
+        home = tmp_path / "apache-zookeeper-3.8-bin"
+        (home / "lib").mkdir(parents=True)
+        # Debian's jar names its dependencies by absolute paths: it works from lib/
+        (home / "lib" / "zookeeper-3.8.0.jar").symlink_to(jar.resolve())
+        (home / "lib" / "slf4j-simple.jar").symlink_to(slf4j.resolve())
+        java_home = Path(java).resolve().parent.parent
+        env["SHARDKEEPER_ZOOKEEPER_HOME"] = str(home)
+        env["JAVA_HOME"] = str(java_home)
+        expected = [str(java_home / "bin" / "java"), str(home / "lib" / "*")]
+    directory = tmp_path / "reg"
+    up = _cli(env, "up", "--backend", backend, "--dir", str(directory))
+    try:
+        assert up.returncode == 0, up.stderr
+        state = localregistry.load_state(directory)
+        assert state is not None and up.stdout.strip() == state["url"]
+        command = _program_of(state["pids"][0])
+        assert command[0] == expected[0], command
+        assert all(any(e in part for part in command) for e in expected[1:]), command
+        status = _cli(env, "status", "--dir", str(directory))
+        assert status.returncode == 0 and "healthy" in status.stdout, status
+    finally:
+        down = _cli(env, "down", "--dir", str(directory))
+    assert down.returncode == 0 and down.stdout.startswith("stopped pids"), down
