@@ -34,10 +34,15 @@ JSON = dict[str, Any]
 
 
 class TriggerRequest(BaseModel):
-    """Run a job's items now: on one live instance (or all), with one-off params."""
+    """Run a job's items now: on one live instance (or all), or only some items, with
+    one-off params."""
 
     instance: str | None = Field(default=None, description="Only this instance.")
     params: dict[str, str] = Field(default_factory=dict, description="ctx.params of the run.")
+    items: list[int] | None = Field(
+        default=None,
+        description="Only these items (run by whichever instance owns each); not with instance.",
+    )
 
 
 class InstanceSwitch(BaseModel):
@@ -156,7 +161,7 @@ def instances(request: Request, _: Reader, job: str | None = None) -> JSON:
 def trigger(request: Request, name: str, who: Writer, body: TriggerRequest | None = None) -> JSON:
     """``{"asked": [instance...]}``; 409 when the job is disabled or has no instance."""
     req = body or TriggerRequest()
-    asked = audited(request, who).trigger(name, req.instance, req.params or None)
+    asked = audited(request, who).trigger(name, req.instance, req.params or None, req.items)
     return {"job": name, "asked": asked}
 
 
