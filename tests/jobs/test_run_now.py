@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -179,3 +180,47 @@ def test_a_request_that_comes_while_the_items_run_outlives_their_owner(
     for r in cluster.records("start"):
         if r.get("params") == PARAMS and r["item"] in ends:
             assert r["start"] >= ends[r["item"]] - 0.05, (r, ends)
+
+
+def test_an_item_killed_mid_run_is_re_run_by_failover_with_the_params(
+    cluster: Cluster, ops: Operations
+) -> None:
+    """The owner of some items is killed (kill -9) while it runs them for the
+    request: the survivors' failover re-runs of them have exactly the request's
+    params (ctx.params), and each ends. Before, the running mark and the failover
+    entry carried no params: the re-runs ran with none, and as the items had their
+    record of the request nothing ran them with the params again."""
+    workers = [cluster.start(work=4.0) for _ in range(3)]
+    first_round(cluster, ops)
+    victim = owner_of_items(ops, workers)
+    mine = {i.item for i in ops.job(JOB).items if i.owner == victim.instance_id}
+    ops.trigger(JOB, params=PARAMS)
+
+    def started_on_victim() -> dict[int, str]:
+        return {
+            r["item"]: r["execution_id"]
+            for r in cluster.records("start")
+            if r["instance"] == victim.instance_id and r.get("params") == PARAMS
+        }
+
+    wait_until(
+        lambda: set(started_on_victim()) == mine,
+        30,
+        message=lambda: f"the victim's items {mine} did not start\n" + cluster.logs(),
+    )
+    asked = started_on_victim()
+    victim.kill()
+
+    def reruns(phase: str) -> list[dict[str, Any]]:
+        return [r for r in cluster.records(phase) if r["failover"] and r["item"] in mine]
+
+    wait_until(
+        lambda: {r["item"] for r in reruns("end")} == mine,
+        60,
+        message=lambda: f"failover re-runs of {mine}: {reruns('end')}\n" + cluster.logs(),
+    )
+    for rec in reruns("start"):
+        assert rec.get("params") == PARAMS, rec
+        assert rec["execution_id"] == asked[rec["item"]], (rec, asked)
+        assert rec["instance"] != victim.instance_id
+    settled(cluster, ops)
