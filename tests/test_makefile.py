@@ -53,7 +53,7 @@ def _installed(target: str, tmp_path: Path, *variables: str) -> set[str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("SHARDKEEPER_", "JAVA_HOME", "ZOOKEEPER_HOME", "MAKE"))
+        if not k.startswith(("SHARDKEEPER_", "JAVA_HOME", "ZOOKEEPER_HOME", "MAKE", "MFLAGS"))
     }
     env["PATH"] = str(stubs)
     done = subprocess.run(
