@@ -383,8 +383,10 @@ def _failover(tourist: Tourist, env: dict[str, str], url: str, tmp_path: Path) -
         watch = tourist.run(block("README.md", "shardkeeper status").text, tourist.clone, env_1)
         assert "city-report" in watch and "2 live instance(s)" in watch, watch
 
-        # kill -9 terminal 2's instance while its items run
-        wait_until(lambda: bool(_mid_item(t2)), COMMAND_TIMEOUT, message=logs)
+        # kill -9 terminal 2's instance while its items run: just after a fire's items
+        # started (seen within the poll interval), so they are sure to be mid-run
+        before = {(r["item"], r["fire"]) for r in t2.runs()}
+        wait_until(lambda: bool(_mid_item(t2) - before), COMMAND_TIMEOUT, message=logs)
         os.kill(t2.proc.pid, signal.SIGKILL)
         cut = _mid_item(t2)
         assert cut, logs()
