@@ -350,8 +350,9 @@ def test_history_of_a_database_that_does_not_exist_says_so(tmp_path: Path) -> No
         (["fastapi", "uvicorn"], ["serve"], "console"),
         (["sqlalchemy"], ["history", "x", "--all-scopes"], "history"),
         (["sqlalchemy"], ["audit", "--history-url", "default"], "history"),
+        (["etcd3"], ["jobs", "--registry", "etcd://127.0.0.1:2379/ns"], "etcd"),
     ],
-    ids=["metrics", "console", "history", "audit"],
+    ids=["metrics", "console", "history", "audit", "etcd"],
 )
 def test_a_missing_extra_is_exit_2_everywhere(
     tmp_path: Path, hidden: list[str], argv: list[str], extra: str
