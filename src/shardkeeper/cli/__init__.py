@@ -19,8 +19,9 @@ is the ``cli`` extra: without Typer or Rich, :func:`main` prints one line naming
 
 Exit codes: 0 ok; 1 the operation was refused or failed (unknown job or instance,
 unreachable store, wrong credentials, a request the state forbids); 2 usage error
-(bad arguments, bad registry URL, invalid config values). Errors are ONE line on
-stderr, never a traceback.
+(bad arguments, bad registry URL, invalid config values, a job class that cannot be
+loaded, a missing extra: the same code for every extra and command). Errors are ONE
+line on stderr, never a traceback.
 """
 
 from __future__ import annotations
