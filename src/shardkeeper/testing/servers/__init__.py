@@ -1,8 +1,10 @@
 """Real ZooKeeper and etcd servers on loopback, for tests and local development.
 
 :class:`ZooKeeperCluster` and :class:`EtcdCluster` launch 1 or 3 real server processes
-(Debian's ``/usr/share/java/zookeeper.jar`` and ``/usr/bin/etcd``) on free loopback
-ports, wait until they really serve, and give tests per-member fault injection::
+(the etcd, ZooKeeper and java found on the ``PATH``, through ``SHARDKEEPER_ETCD``,
+``SHARDKEEPER_ZOOKEEPER_HOME`` and ``JAVA_HOME``, or at Debian's paths: see
+:mod:`~shardkeeper.testing.servers.locate`) on free loopback ports, wait until they
+really serve, and give tests per-member fault injection::
 
     with ZooKeeperCluster(size=3, base_dir=tmp) as zk:
         store = open_store(zk.url("my-test", session_timeout=2))
@@ -20,7 +22,8 @@ quorum), an etcd member when ``GET /health`` says ``"health":"true"``.
 The package, by role: ``processes`` (free ports, /proc probes, launching and killing a
 member's process group, :class:`ClusterError`), ``members`` (:class:`Member`,
 :class:`MemberStatus`), ``base`` (:class:`ServerCluster`), ``state`` (saving and
-re-attaching detached clusters), ``zookeeper`` and ``etcd`` (the two backends). Every
+re-attaching detached clusters), ``locate`` (where the server programs are, and what to
+install when one is missing), ``zookeeper`` and ``etcd`` (the two backends). Every
 public name is re-exported here.
 """
 
@@ -35,6 +38,13 @@ from shardkeeper.testing.servers.etcd import (
     ETCDCTL_BINARY,
     EtcdCluster,
     etcd_health,
+)
+from shardkeeper.testing.servers.locate import (
+    ServerNotFoundError,
+    find_etcd,
+    find_etcdctl,
+    find_java,
+    find_zookeeper,
 )
 from shardkeeper.testing.servers.members import Member, MemberStatus
 from shardkeeper.testing.servers.processes import (
@@ -62,9 +72,14 @@ __all__ = [
     "Member",
     "MemberStatus",
     "ServerCluster",
+    "ServerNotFoundError",
     "ZooKeeperCluster",
     "cluster_class",
     "etcd_health",
+    "find_etcd",
+    "find_etcdctl",
+    "find_java",
+    "find_zookeeper",
     "four_letter_word",
     "free_ports",
     "iter_logs",
