@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -101,3 +103,41 @@ def test_a_failure_shows_while_its_slow_sibling_runs(
     wait_until(lambda: all(i.running_on is None for i in ops.job(JOB).items), timeout=10)
     assert [i.last_outcome for i in ops.job(JOB).items] == ["ok", "failed", "ok"]
     assert not any(i.finished for i in ops.job(JOB).items)
+
+
+def test_a_quick_batch_writes_no_result_early(
+    registry_url: str, store: CoordinationStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Items of a few milliseconds: the batch completes before any early write is due,
+    and its completion commit writes every result, as before (no write more)."""
+    from shardkeeper.coordination.execution import ExecutionService
+
+    calls: list[list[int]] = []
+    original = ExecutionService.publish_results
+
+    def counting(self: ExecutionService, results: Any, *args: Any, **kwargs: Any) -> list[int]:
+        calls.append(sorted(results))
+        return original(self, results, *args, **kwargs)
+
+    monkeypatch.setattr(ExecutionService, "publish_results", counting)
+    rt = Runtime(registry_url, worker_threads=4, coordinator_threads=2, shutdown_grace=1.0)
+    rt.add_job(Quick(), JobConfig.parse(name=JOB, cron=NEVER, sharding_total_count=20))
+    rt.start()
+    try:
+        ops = Operations(store)
+        wait_until(lambda: ops.job(JOB).leader, message="no leader")
+        ops.trigger(JOB)
+        wait_until(
+            lambda: all(i.last_outcome == "ok" and not i.running_on for i in ops.job(JOB).items),
+            timeout=10,
+        )
+    finally:
+        rt.stop_now()
+    assert calls == []
+
+
+class Quick(ShardedJob):
+    """5 ms an item: 20 items on 4 threads are done in some 25 ms."""
+
+    def execute(self, ctx: ShardingContext) -> None:
+        time.sleep(0.005)  # the item's own work, not a synchronisation

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CRASHED",
+    "EARLY_RESULTS_DELAY",
     "EARLY_RESULTS_EVERY",
     "FAILED",
     "FENCED",
@@ -40,8 +41,12 @@ CRASHED = "crashed"
 #: longest wait between two attempts of a failed item, seconds
 MAX_BACKOFF = 300.0
 #: the least seconds between two writes of the results of a batch's items that ended
-#: while others of it still run (runtime/batches.py: the first is written at once)
+#: while others of it still run (runtime/batches.py)
 EARLY_RESULTS_EVERY = 1.0
+#: how long after an item's end its result waits before that write: a batch that
+#: completes meanwhile (the common case: items of a few milliseconds) writes it in
+#: its completion commit, as always, and costs no write more
+EARLY_RESULTS_DELAY = 0.5
 #: how many recent execution ids an instance remembers as run here, beyond the
 #: latest RAN_FIRES fires (those are remembered whole, whatever their size)
 RAN_MEMORY = 4096

@@ -46,6 +46,7 @@ from shardkeeper.observe import ExecutionRecord, Observers, Outcome, format_trac
 from shardkeeper.runtime.attempts import run_once
 from shardkeeper.runtime.batch import (
     CRASHED,
+    EARLY_RESULTS_DELAY,
     EARLY_RESULTS_EVERY,
     FAILED,
     FENCED,
@@ -544,7 +545,9 @@ class Batches:
         """Publish ``item``'s result now, not at the batch's completion: ``shards``,
         ``status`` and the console then show it finished (a failure at once) while
         its slower siblings still run (newcomer review N15). Coalesced: at most one
-        commit per EARLY_RESULTS_EVERY seconds per batch, the first at once."""
+        commit per EARLY_RESULTS_EVERY seconds per batch, none before
+        EARLY_RESULTS_DELAY after the item's end (a batch done by then writes them in
+        its completion commit: a fast batch costs nothing more)."""
         if self._publish is None or not self._state.config.monitor_execution:
             return
         with self._lock:
@@ -554,7 +557,9 @@ class Batches:
             if batch.early_armed:
                 return
             batch.early_armed = True
-            delay = max(0.0, batch.early_at + EARLY_RESULTS_EVERY - time.monotonic())
+            delay = max(
+                EARLY_RESULTS_DELAY, batch.early_at + EARLY_RESULTS_EVERY - time.monotonic()
+            )
         self._publish(delay, lambda: self._flush_early(batch))
 
     def _flush_early(self, batch: Batch) -> None:
