@@ -368,7 +368,7 @@ def job_spec(
             f"{type(instance).__qualname__} has no config: pass config=JobConfig(...) "
             "or set the class attribute config"
         )
-    check_implemented(instance)
+    _check_implemented(instance)
     job_class = cfg.job_class or _import_path(type(instance))
     # model_copy does not validate: the path is checked here, as every other instance
     # checks it when it reads the stored config (JobConfig's job_class validator)
@@ -398,13 +398,15 @@ def _import_path(cls: type[ShardedJob]) -> str:
     return path
 
 
-def check_implemented(job: ShardedJob) -> None:
+def _check_implemented(job: ShardedJob) -> None:
     """Refuse a job that would fail every item of every fire: a ShardedJob that does
     not define execute(ctx) (nor run_item), a DataflowJob without fetch_data and
     process_data, a ScriptJob without a command. JobConfigError naming the class and
     the method to write."""
     cls = type(job)
     name = f"{cls.__module__}:{cls.__qualname__}"
+    if {"execute", "run_item"} & set(getattr(job, "__dict__", {})):
+        return  # given to the instance itself (job.execute = ...)
     if isinstance(job, ScriptJob):
         if not job.command:
             raise JobConfigError(
