@@ -124,6 +124,11 @@ class SkipRecord:
     items: tuple[int, ...] = ()
     #: as :attr:`ExecutionRecord.scope`
     scope: str = ""
+    #: the reason in words when ``reason`` (a :class:`SkipReason` value, kept for
+    #: machines) says less than what happened: ``"item disabled by an operator"``
+    #: for the items an operator disabled, whose ``reason`` is the job's
+    #: ``"job disabled"``; empty otherwise. The history's ``error_message``.
+    message: str = ""
 
 
 @runtime_checkable

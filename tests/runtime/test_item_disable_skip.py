@@ -80,6 +80,8 @@ def test_a_disabled_item_is_recorded_as_a_skip_of_that_item(server: MemoryServer
     finally:
         rt.stop()
     assert skip.items == (1,) and skip.job == JOB and skip.instance == rt.instance_id
+    # the words name the item (the reason's value is the job's "job disabled")
+    assert skip.message == "item disabled by an operator"
     with seen.lock:
         ran = list(seen.ran)
     assert not any(item == 1 and fire >= skip.fire_time for item, fire in ran)

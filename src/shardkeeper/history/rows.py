@@ -61,7 +61,7 @@ def skip_rows(record: SkipRecord) -> list[Row]:
             "misfire": False,
             "fencing_token": 0,
             "error_type": "",
-            "error_message": record.reason,
+            "error_message": record.message or record.reason,
             "traceback": "",
             "covers": "",
             "scope": record.scope,

@@ -29,6 +29,7 @@ from shardkeeper.runtime.pool import Lanes
 from shardkeeper.runtime.port import RunnerPort
 from shardkeeper.runtime.services import JobServices
 from shardkeeper.runtime.trigger import (
+    ITEM_DISABLED,
     Deferred,
     Fire,
     Launched,
@@ -402,7 +403,9 @@ class Fires:
             if self.trigger.removed:
                 self.record(fire, Skipped(SkipReason.REMOVED, self.trigger.removed))
             if self.trigger.disabled:
-                self.record(fire, Skipped(SkipReason.DISABLED, self.trigger.disabled))
+                self.record(
+                    fire, Skipped(SkipReason.DISABLED, self.trigger.disabled, ITEM_DISABLED)
+                )
             if last and not isinstance(result, Launched) and self.batches.idle:
                 self.on_batch_done()  # a folded fire's misfire re-run, if one is owed
 
@@ -479,6 +482,7 @@ class Fires:
                         instance=self._me,
                         reason=result.reason.value,
                         items=tuple(result.items),
+                        message=result.message,
                     )
                 )
 

@@ -31,7 +31,7 @@ from shardkeeper.runtime.fires import Fires
 from shardkeeper.runtime.jobstate import JobState, SkipReason
 from shardkeeper.runtime.leader import LeaderDuties
 from shardkeeper.runtime.services import JobServices
-from shardkeeper.runtime.trigger import Fire, Skipped
+from shardkeeper.runtime.trigger import ITEM_DISABLED, Fire, Skipped
 
 __all__ = ["RunNowDuties"]
 
@@ -180,13 +180,14 @@ class RunNowDuties:
                 if removed:
                     skips.append((SkipReason.REMOVED, SkipReason.REMOVED.value, removed))
                 if off:
-                    skips.append((SkipReason.DISABLED, "item disabled by an operator", off))
+                    skips.append((SkipReason.DISABLED, ITEM_DISABLED, off))
             for reason, why, items in skips:
                 recorded = self._s.runnow.skip(request.id, items, why)
                 if recorded:
                     self._on_skip(
                         Fire(request.at, manual=True, params=dict(request.params)),
-                        Skipped(reason, tuple(recorded)),
+                        # the record's words where they say more than the reason's value
+                        Skipped(reason, tuple(recorded), "" if why == reason.value else why),
                     )
                     done.append(f"run-now {request.id}: items {recorded} skipped ({reason.name})")
         return done

@@ -96,12 +96,18 @@ class Fire:
     replaces: tuple[str, ...] = ()
 
 
+#: the words of a skip of items an operator disabled (reason DISABLED, the job's)
+ITEM_DISABLED = "item disabled by an operator"
+
+
 @dataclass(frozen=True)
 class Skipped:
-    """No item started; ``reason`` says why (``items`` it concerned, if any)."""
+    """No item started; ``reason`` says why (``items`` it concerned, if any;
+    ``message``: the reason in words when it says more, as :attr:`SkipRecord.message`)."""
 
     reason: SkipReason
     items: tuple[int, ...] = ()
+    message: str = ""
 
 
 @dataclass(frozen=True)
