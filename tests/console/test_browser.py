@@ -120,8 +120,12 @@ def test_console_in_a_browser(
         driver.find_element(By.ID, "trigger-params").send_keys("batch=42")
         click(driver, "trigger")
         until(driver, lambda d: "1 parameter" in text(d, "#flash"), "trigger")
-        until(driver, lambda d: len(history_items(d)) == 5, "the second fire's history rows")
-        assert sorted(history_items(driver)[:2]) == [0, 2]  # newest first; no item 1
+        # the second fire's runs of items 0 and 2, and item 1's part recorded skipped
+        until(driver, lambda d: len(history_items(d)) == 6, "the second fire's history rows")
+        assert sorted(history_items(driver)[:3]) == [0, 1, 2]  # newest first
+        skipped = "tr.history-row[data-outcome='skipped']"
+        assert len(ids(driver, skipped)) == 1
+        assert text(driver, f"{skipped}[data-item='1'] .error") == "item disabled by an operator"
         assert cluster.ran() == [0, 0, 1, 2, 2]
         assert [p for i, p in cluster.jobs[0].runs()[3:]] == [{"batch": "42"}] * 2
 
