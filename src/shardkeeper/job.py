@@ -479,7 +479,8 @@ class ClusterOnceListener(JobListener):
     ``before_all`` runs on the first instance to start the trigger's items;
     ``after_all`` on the instance that completes the last running item of the
     trigger (checked through the registry). Delivery is at-most-once per trigger
-    and fire time.
+    and fire time (per request for a run-now request, whose owners each run their
+    part at their own fire time).
     """
 
     def before_all(self, fire_time: datetime) -> None:

@@ -242,7 +242,7 @@ class Batches:
         batch.pending.extend(batch.items)
         with self._lock:
             self._batches.append(batch)
-        self._call_listeners("before", [batch.contexts[i] for i in batch.items], batch.fire_time)
+        self._call_listeners("before", batch)
         limit = self._state.config.max_threads or len(batch.items)
         with self._lock:
             first = [batch.pending.popleft() for _ in range(min(limit, len(batch.pending)))]
@@ -670,7 +670,7 @@ class Batches:
                 if batch in self._batches:
                     self._batches.remove(batch)
         try:
-            self._call_listeners("after", [batch.contexts[i] for i in batch.items], batch.fire_time)
+            self._call_listeners("after", batch)
         finally:
             self._on_idle()
 
@@ -779,25 +779,31 @@ class Batches:
 
     # -- listeners ----------------------------------------------------------------
 
-    def _call_listeners(self, when: str, contexts: list[ShardingContext], ft: float) -> None:
+    def _call_listeners(self, when: str, batch: Batch) -> None:
+        contexts = [batch.contexts[i] for i in batch.items]
+        ft = batch.fire_time
         for listener in self._listeners:
             try:
                 if when == "before":
                     listener.before_job(contexts)
-                    if isinstance(listener, ClusterOnceListener) and self._once(ft, "before"):
+                    if isinstance(listener, ClusterOnceListener) and self._once(batch, "before"):
                         listener.before_all(datetime.fromtimestamp(ft, UTC))
                 else:
                     listener.after_job(contexts)
                     if (
                         isinstance(listener, ClusterOnceListener)
                         and not self._s.execution.any_running()
-                        and self._once(ft, "after")
+                        and self._once(batch, "after")
                     ):
                         listener.after_all(datetime.fromtimestamp(ft, UTC))
             except Exception:
                 log.exception("%s: listener %r failed", self._state.config.name, listener)
 
-    def _once(self, ft: float, phase: str) -> bool:
-        marker = f"{round(ft * 1000)}-{phase}"
+    def _once(self, batch: Batch, phase: str) -> bool:
+        # A run-now request's parts run at each owner's own fire time: the request
+        # is the trigger they share (its id begins with its time in ms, as the
+        # leader's pruning of old markers reads it).
+        trigger = batch.request or str(round(batch.fire_time * 1000))
+        marker = f"{trigger}-{phase}"
         node = self._s.store.create(self._s.paths.once(marker), self._s.instance_id.encode())
         return node is not None
