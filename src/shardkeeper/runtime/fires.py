@@ -512,22 +512,20 @@ class Fires:
             rerun = misfire_at is not None and st.config.misfire and settled
             with self._fires_lock:
                 # queued under the state lock: a graceful stop never sees the re-run
-                # neither owed nor queued. In fire-time order (each is queued first,
-                # behind the fire being decided, so the one queued last runs first):
-                # the plain re-run goes in front of requests made after its fire, and
-                # behind those made before it. (Always in front, a run-now waited
-                # behind every re-run while fires kept coming faster than the item
-                # ran: 600 s etcd chaos, a run-now's params reached the item 10.6 s
-                # late, after ten later fires.)
-                first = min((r.fire_time for r in self._held_requests), default=None)
-                requests_first = (
-                    settled and first is not None and rerun and first < (misfire_at or 0.0)
-                )
-                if rerun and requests_first:
+                # neither owed nor queued. Each is queued first, behind the fire
+                # being decided, so the one queued last runs first: the requests
+                # held for these items run before the plain re-run, whatever their
+                # fire times. (In fire-time order the re-run, whose fire is the first
+                # one missed, nearly always went first, the request's fire being the
+                # owner's clock when it queued it: the part waited one whole run
+                # more, and the re-run's waits besides; 600 s chaos on ZooKeeper,
+                # params 23 to 67 s after the request. Always in front, the re-run
+                # had held a run-now behind every later fire before that.) The
+                # re-run still runs, right after them: the fires it stands for are
+                # not dropped.
+                if rerun:
                     self._queue_misfire_rerun(misfire_at or 0.0, misfire_last)
                 requests = settled and self._queue_held_requests()
-                if rerun and not requests_first:
-                    self._queue_misfire_rerun(misfire_at or 0.0, misfire_last)
         if rerun or requests:
             self._port.submit("fires", self._pump)
             if misfire_at is not None and not rerun:

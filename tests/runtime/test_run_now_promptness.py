@@ -1,0 +1,83 @@
+"""A run-now request's part runs as soon as the item's current run ends.
+
+Items of a long job outlast the interval: while one runs, the fires of the schedule
+are missed here and owed as one misfire re-run, which starts when the run ends. A
+run-now request that finds the item running is held for that moment too. Both were
+queued in fire-time order, and the re-run's fire (the first one missed) was nearly
+always older than the request's (the owner's clock when it queued the part): the
+part waited a whole run more behind it, and behind the next re-run's busy waits
+(600 s chaos on ZooKeeper: params reached the item 23 to 67 s after the request,
+past the deadline of wait + 2 work + 2 intervals). The request goes first now.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from shardkeeper.config import JobConfig
+from shardkeeper.ops import Operations
+from shardkeeper.registry.memory import MemoryServer
+from shardkeeper.runtime import Runtime
+from shardkeeper.testing.faults import wait_until
+from tests.runtime._holding import Holding
+
+pytestmark = pytest.mark.timeout(60)
+
+JOB = "prompt"
+PARAMS = {"op": "5-386125"}
+NEVER = "0 0 1 1 *"
+
+
+def test_a_request_part_starts_when_the_long_run_ends_before_the_owed_misfire_re_run(
+    memory_server: MemoryServer, runtimes: list[Runtime]
+) -> None:
+    """Both items run (held: a long item); a fire of the schedule comes meanwhile
+    and is owed as a misfire re-run; then an operator's run-now request (durable,
+    as the CLI makes it) finds the items running. Once the runs end, each item's
+    next run is the request's part, with its params; the owed re-run comes after
+    it (its fires are not dropped). Before, the re-run (the older fire) went
+    first and the part waited one more run."""
+    admin = memory_server.store()
+    admin.start()
+    job = Holding(hold=lambda ctx: not ctx.params and not ctx.is_misfire)
+    rt = Runtime(memory_server.store(), shutdown_grace=1, worker_threads=4)
+    cfg = JobConfig(name=JOB, cron=NEVER, sharding_total_count=2, misfire=True)
+    rt.add_job(job, cfg)
+    runtimes.append(rt)
+    rt.start()
+    runner = rt.runners[JOB]
+    wait_until(lambda: runner.state.registered and runner.leader.is_leader, 10)
+    runner.on_trigger(datetime.now(UTC))
+    wait_until(lambda: len([r for r in job.runs if r.held]) == 2, 10, message="no long run")
+    # a fire of the schedule while the items run: owed as a misfire re-run
+    runner.on_trigger(datetime.fromtimestamp(time.time(), UTC))
+    wait_until(lambda: runner.stats["misfires"] >= 1, 10, message="the fire was not deferred")
+    Operations(admin).trigger(JOB, params=PARAMS)
+    wait_until(
+        lambda: runner.stats["misfires"] >= 2,
+        10,
+        message="the request's part did not find its items running",
+    )
+    assert not [r for r in job.runs if r.params], job.runs
+    job.release.set()
+
+    def both_ran() -> bool:
+        after = [r for r in job.runs if not r.held]
+        return all(
+            any(r.item == i and r.params for r in after)
+            and any(r.item == i and r.misfire and not r.params for r in after)
+            for i in (0, 1)
+        )
+
+    wait_until(
+        both_ran, 15, message=lambda: f"the part and the re-run did not both run: {job.runs}"
+    )
+    after = [r for r in job.runs if not r.held]
+    for item in (0, 1):
+        runs = [r for r in after if r.item == item]
+        # the item's first run once the long one ended is the request's part
+        assert runs[0].params == PARAMS, (item, runs)
+        assert any(r.misfire and not r.params for r in runs[1:]), (item, runs)
