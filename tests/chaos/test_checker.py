@@ -778,6 +778,35 @@ def test_a_run_started_during_its_owners_partition_explains_its_failover_rerun()
     assert duplicates(partitioned=True) == []
 
 
+def test_a_run_started_during_its_owners_graceful_stop_explains_its_failover_rerun() -> None:
+    """A, told to stop at T0+10.6 (term) and down at T0+12.0, still ran item 0 of the
+    fire at T0+11 validly (a claim under way as the stop began); its completion was
+    not written before it left, so B ran the item again as a failover at T0+14.8.
+    The stop began before the first run and is still a reason for the second (600 s
+    ZooKeeper production-like run, seed 20261241: 103 bulk items; the checker before
+    took a term only between the two starts). The same shape is still a finding
+    when the stop is another instance's, when A's stop had ended (down) before the
+    run, or when the second run is not a failover."""
+
+    def duplicates(
+        stopping: str | None, *, down: float = T0 + 12.0, failover: bool = True
+    ) -> list[str]:
+        b = Builder()
+        b.steady()
+        b.run(B, 0, T0 + 11, start=T0 + 14.8, failover=failover)
+        if stopping is not None:
+            b.event(T0 + 10.6, "term", stopping)
+            b.event(down, "down", stopping)
+        b.frame()
+        return [x for x in check(b.history()).duplicates if f"fire {T0 + 11:.3f} item 0" in x]
+
+    assert duplicates(A) == []
+    assert duplicates(None) != []
+    assert duplicates(C) != []
+    assert duplicates(A, down=T0 + 10.9) != []
+    assert duplicates(A, failover=False) != []
+
+
 def test_empty_history_is_not_a_pass(tmp_path: Path) -> None:
     """A directory without a history (a run that never started) fails, not passes."""
     report = check(load_history(tmp_path, PARAMS))
