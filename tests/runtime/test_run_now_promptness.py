@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 import pytest
 
 from shardkeeper.config import JobConfig
+from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.ops import Operations
 from shardkeeper.registry.memory import MemoryServer
 from shardkeeper.runtime import Runtime
@@ -81,3 +82,43 @@ def test_a_request_part_starts_when_the_long_run_ends_before_the_owed_misfire_re
         # the item's first run once the long one ended is the request's part
         assert runs[0].params == PARAMS, (item, runs)
         assert any(r.misfire and not r.params for r in runs[1:]), (item, runs)
+
+
+def test_a_request_part_held_behind_a_failed_completion_commit_runs_once_it_is_retried(
+    memory_server: MemoryServer, runtimes: list[Runtime]
+) -> None:
+    """The long run's completion commit fails (a timeout: the store was slow), so its
+    marks stay and the part held for its items cannot start. The commit is retried
+    within a second or so when a part (or a misfire re-run) waits for it, not only at
+    the next housekeeping pass (every T/3: here 10 s; 14 s late in 600 s chaos on
+    ZooKeeper, the bulk job's repairs ahead of it)."""
+    admin = memory_server.store()
+    admin.start()
+    job = Holding(hold=lambda ctx: not ctx.params and not ctx.is_misfire)
+    store = memory_server.store(session_timeout=30.0)
+    rt = Runtime(store, shutdown_grace=1, worker_threads=4)
+    cfg = JobConfig(name=JOB, cron=NEVER, sharding_total_count=2, misfire=True)
+    rt.add_job(job, cfg)
+    runtimes.append(rt)
+    rt.start()
+    runner = rt.runners[JOB]
+    wait_until(lambda: runner.state.registered and runner.leader.is_leader, 10)
+    runner.on_trigger(datetime.now(UTC))
+    wait_until(lambda: len([r for r in job.runs if r.held]) == 2, 10, message="no long run")
+    Operations(admin).trigger(JOB, params=PARAMS)
+    wait_until(
+        lambda: runner.stats["misfires"] >= 1,
+        10,
+        message="the request's part did not find its items running",
+    )
+    # the next commit under running/ is the long run's completion
+    store.fail_next("commit", path=JobPaths(JOB).running_root)
+    job.release.set()
+    wait_until(lambda: runner.batches.unfinished(), 10, message="the completion did not fail")
+    failed = time.monotonic()
+    wait_until(
+        lambda: sorted(r.item for r in job.runs if r.params == PARAMS) == [0, 1],
+        10,
+        message=lambda: f"the part never ran: {job.runs}",
+    )
+    assert time.monotonic() - failed < 5.0, "the part waited for a housekeeping pass"

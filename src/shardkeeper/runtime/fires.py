@@ -56,6 +56,10 @@ MAX_QUEUED_REQUESTS = 8
 STOP_RETRY_EVERY = 0.2
 #: how soon a fire whose decision met a store error is decided again
 POLL_AFTER_ERROR = 0.1
+#: how soon a failed completion commit is retried when a run waits for its marks to
+#: go (a run-now request's part, a misfire re-run): sooner than the housekeeping
+#: pass, which may be a T/3 tick and a round-robin turn away
+SETTLE_RETRY_AFTER = 1.0
 #: a missed fire is marked in the registry (``misfire/{item}``) only when the run
 #: holding its items has gone on this long (seconds): a run that ends sooner is
 #: re-run at once, before an operator could look
@@ -103,6 +107,8 @@ class Fires:
         #: misfire re-run would lose their params); replaced, never mutated (under
         #: _fires_lock)
         self._held_requests: tuple[Fire, ...] = ()
+        #: a retry of failed completion commits is scheduled (under _fires_lock)
+        self._settle_scheduled = False
 
     @property
     def name(self) -> str:
@@ -157,6 +163,27 @@ class Fires:
         """Retry the failed completion commits (lane task, during a graceful stop)."""
         if self.batches.retry_unfinished():
             self.on_batch_done()  # a misfire re-run from before the stop may be due
+
+    def _settle_soon(self) -> None:
+        """Retry the failed completion commits in SETTLE_RETRY_AFTER (once at a time):
+        a run waits for their marks to go."""
+        with self._fires_lock:
+            if self._settle_scheduled:
+                return
+            self._settle_scheduled = True
+        self._lanes.submit_after(self.name, "settle-owed", self._settle_owed, SETTLE_RETRY_AFTER)
+
+    def _settle_owed(self) -> None:
+        """Lane task of :meth:`_settle_soon`: settled, what waited is queued (the next
+        batch end or pass does it otherwise); still failing, tried again."""
+        with self._fires_lock:
+            self._settle_scheduled = False
+        if not self.batches.unfinished():
+            return
+        if self.batches.retry_unfinished():
+            self.on_batch_done()
+        elif self.batches.unfinished() and self.state.skip_reason() is None:
+            self._settle_soon()
 
     def deciding(self, fire_time: float) -> bool:
         """Whether a fire of ``fire_time`` is queued or being decided here (one whose
@@ -506,6 +533,16 @@ class Fires:
                 self._port.submit("claim", self._port.try_claim)
             return
         settled = not self.batches.unfinished()
+        if not settled:
+            with self._fires_lock:
+                waiting = bool(self._held_requests)
+            with st.lock:
+                waiting = waiting or (st.misfire_at is not None and st.config.misfire)
+            if waiting:
+                # a failed completion commit holds their items' marks: retried soon,
+                # not only at the next housekeeping pass (600 s chaos on ZooKeeper:
+                # a run-now part waited 14 s for it)
+                self._settle_soon()
         with st.lock:
             misfire_at, st.misfire_at = st.misfire_at, None
             misfire_last, st.misfire_last = st.misfire_last, None
