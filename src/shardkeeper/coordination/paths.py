@@ -16,6 +16,9 @@ The tree inside a namespace (the same on ZooKeeper and etcd)::
     /jobs/{job}/sharding                   P  the assignment (JSON): total, owners by item,
                                               instances, generation, leader, at
     /jobs/{job}/necessary                  P  "reshard at the next trigger" flag (reason)
+    /jobs/{job}/removed                    P  fires owed by items a count cut removed, until
+                                              the leader records them as skips (JSON;
+                                              coordination/cuts.py)
     /jobs/{job}/running/{item}             E/P item is executing now (JSON: instance, fire
                                               time, execution id, failover); persistent
                                               when failover is on, so a crash leaves it
@@ -203,6 +206,11 @@ class JobPaths:
         return f"{self.root}/necessary"
 
     @property
+    def removed(self) -> str:
+        """Fires owed by items a cut of the count removed (coordination/cuts.py)."""
+        return f"{self.root}/removed"
+
+    @property
     def running_root(self) -> str:
         """Parent of the running marks."""
         return f"{self.root}/running"
@@ -383,7 +391,7 @@ class ShutdownNode:
 @dataclass(frozen=True)
 class JobNode:
     """A node of one job's subtree: ``kind`` names it (``config``, ``member``, ``leader``,
-    ``sharding``, ``necessary``, ``done``, ``running``, ``failover``, ``misfire``,
+    ``sharding``, ``necessary``, ``removed``, ``done``, ``running``, ``failover``, ``misfire``,
     ``disabled_job``,
     ``disabled_item``, ``disabled_instance``, ``skewed``, ``trigger``, ``once``, ``fired``,
     ``result``, ``progress``, ``runnow`` (a request, ``name`` its id), ``runnow_item``
@@ -421,7 +429,7 @@ _INSTANCE_KINDS = {
     "fired": "fired",
     "skewed": "skewed",
 }
-_SINGLE_KINDS = {"config", "leader", "sharding", "necessary", "done"}
+_SINGLE_KINDS = {"config", "leader", "sharding", "necessary", "removed", "done"}
 _PARENTS = {
     "instances",
     "running",

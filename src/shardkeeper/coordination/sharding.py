@@ -198,6 +198,7 @@ class ShardingService:
         flag_version: int | None = None,
         on_late: Callable[[list[str]], None] | None = None,
         from_next_fire: bool = False,
+        extra: Callable[[Assignment | None, Assignment], list[Op]] | None = None,
     ) -> Assignment | None:
         """Compute the assignment for the trigger at ``fire`` and commit it with the
         flag's removal, only while still leader and while the flag is the one read.
@@ -207,7 +208,9 @@ class ShardingService:
         effect from the next fire (the previous owners stay in the document for the
         instances still to run ``fire``). An instance that joined after ``fire`` gets
         no items for it: it will not fire it; the flag is set again so that the next
-        trigger includes it. None when nothing was committed."""
+        trigger includes it. ``extra(previous, new)`` gives more ops for the same
+        commit (the fires a cut of the count leaves owed: coordination/cuts.py).
+        None when nothing was committed."""
         # The membership listing first (one request): whether some instance started
         # this fire decides whether join times matter at all. When it did, every
         # member gets items from the next fire on, which all of them fire, so the
@@ -285,6 +288,8 @@ class ShardingService:
             log.error("%s: cannot store the assignment: %s", self._paths.job, exc)
             return None
         ops += [Put(self._paths.sharding, value), Delete(self._paths.necessary)]
+        if extra is not None:
+            ops += extra(previous, assignment)
         if not self._store.commit(ops):
             log.info("%s: reshard not committed (leadership or flag changed)", self._paths.job)
             return None

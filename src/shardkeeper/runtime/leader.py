@@ -13,13 +13,22 @@ import logging
 import time
 from collections.abc import Callable
 
-from shardkeeper.coordination.model import RunningMark
+from shardkeeper.coordination.cuts import CutLedger
+from shardkeeper.coordination.model import DocumentError, RunningMark
 from shardkeeper.coordination.sharding import necessary_parts
+from shardkeeper.counters import SkipReason
+from shardkeeper.errors import StoreError
 from shardkeeper.observe import ExecutionRecord, Outcome
+from shardkeeper.runtime.coverage import MAX_COVERS, FireSchedule
 from shardkeeper.runtime.jobstate import JobState
 from shardkeeper.runtime.services import JobServices
+from shardkeeper.scheduling.triggers import build_trigger
 
-__all__ = ["FOLLOWERS_SHARE", "LeaderDuties", "ReshardStep", "leader_wait"]
+__all__ = ["FOLLOWERS_SHARE", "LeaderDuties", "RemovedSink", "ReshardStep", "leader_wait"]
+
+#: receives one skip record of the fires a count cut left owed: (fire time, the
+#: removed items that owed it, the record's words)
+RemovedSink = Callable[[float, tuple[int, ...], str], None]
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +63,17 @@ class LeaderDuties:
         services: JobServices,
         state: JobState,
         on_cut_off: Callable[[ExecutionRecord], None] | None = None,
+        on_removed: RemovedSink | None = None,
     ) -> None:
         self._s = services
         self._state = state
+        #: receives the skips of the fires items a count cut removed still owed
+        #: (coordination/cuts.py): recorded by the leader whose settle commits
+        self._on_removed = on_removed
+        self._cuts = CutLedger(services.store, services.paths)
+        #: whether the cut ledger may hold cuts to settle (read once per leadership
+        #: and after each cut, not at every repair pass)
+        self._cuts_due = True
         #: receives the record of each run a dead owner left cut off (its orphaned
         #: mark, found and moved here): the history's row of that attempt
         self._on_cut_off = on_cut_off
@@ -88,6 +105,8 @@ class LeaderDuties:
     def take_over(self) -> None:
         """What a new leader does: repair state a dead leader may have left behind."""
         self.requeue_orphans()
+        self._cuts_due = True  # a leader killed after a cut's commit left it owed
+        self.settle_cuts()
         self.reconcile()
 
     def requeue_orphans(self) -> list[int]:
@@ -236,14 +255,106 @@ class LeaderDuties:
                 flag_version=flag.version,
                 on_late=lambda late: self._owe(fire, late),
                 from_next_fire=from_next_fire or late_flag,
+                extra=self._cuts.ops_for if cfg.monitor_execution else None,
             )
             if done:
                 self._owed_flag_fire = None
                 self._state.count("reshards")
+                if current is not None and done.total < current.total:
+                    self._cuts_due = True
+                    self.settle_cuts()
                 return ReshardStep.DONE
             if not self.is_leader:
                 return ReshardStep.DONE
         return ReshardStep.DONE
+
+    def settle_cuts(self) -> int:
+        """Record, once, the fires that items removed by a cut of the count owed: each
+        fire of each removed item after its last stored result (or from its birth)
+        and before the cut's effective fire, as a skip with reason ``removed`` (no run
+        of theirs can come any more, and with misfire on their next run would have
+        folded them: coordination/cuts.py). Waits (0) while a removed item still runs
+        a fire before the cut (its end may write a newer result). Lists at most
+        MAX_COVERS fires per item, the newest; older ones are counted in the record's
+        words. Returns the number of skip records made."""
+        if not self._cuts_due or not self.is_leader:
+            return 0
+        if not self._state.config.monitor_execution:
+            self._cuts_due = False
+            return 0
+        try:
+            return self._settle_cuts()
+        except StoreError as exc:
+            log.info("%s: the fires owed by removed items wait: %s", self._state.config.name, exc)
+            return 0  # still due: the next repair pass tries again
+        except DocumentError as exc:
+            self._cuts_due = False
+            log.error("%s: %s: the fires it names are not recorded", self._state.config.name, exc)
+            return 0
+
+    def _settle_cuts(self) -> int:
+        found = self._cuts.read()
+        if found is None:
+            self._cuts_due = False
+            return 0
+        cuts, version = found
+        items = sorted({i for cut in cuts for i in cut.since})
+        if any(self._s.store.exists(self._s.paths.running(i)) for i in items):
+            return 0  # settled at a later pass, once they ended
+        last = self._cuts.last_fires(items)
+        schedule = FireSchedule(build_trigger(self._state.config))
+        owed: dict[float, set[int]] = {}
+        older: dict[int, int] = {}
+        for cut in cuts:
+            for item, since in cut.since.items():
+                fires, more = self._owed_fires(
+                    schedule, max(since, last.get(item, since)), cut.until
+                )
+                for ft in fires:
+                    owed.setdefault(ft, set()).add(item)
+                if more:
+                    older[item] = older.get(item, 0) + more
+        if not self._cuts.settle(version, self._s.election.leader_check()):
+            return 0  # another leader settled it, or we are not leader any more
+        self._cuts_due = False
+        why = SkipReason.REMOVED.value
+        counted = ""
+        if older:
+            counted = ", ".join(f"item {i}: {n}" for i, n in sorted(older.items()))
+            log.warning(
+                "%s: items removed by a cut of the count owed more fires than listed "
+                "(the newest %d per item are recorded as skips; older ones counted: %s)",
+                self._state.config.name,
+                MAX_COVERS,
+                counted,
+            )
+        first = min(owed, default=None)
+        for ft in sorted(owed):
+            text = ""
+            if older and ft == first:
+                text = f"{why}; older fires owed, counted, not listed: {counted}"
+            if self._on_removed is not None:
+                self._on_removed(ft, tuple(sorted(owed[ft])), text)
+        if owed:
+            log.info(
+                "%s: %d fires owed by items %s that a cut of the count removed are recorded "
+                "as skips (removed)",
+                self._state.config.name,
+                len(owed),
+                items,
+            )
+        return len(owed)
+
+    @staticmethod
+    def _owed_fires(schedule: FireSchedule, after: float, until: float) -> tuple[list[float], int]:
+        """The schedule's fires after ``after`` and strictly before ``until``: the
+        newest MAX_COVERS, and how many older. (A cut applying from the next fire is
+        dated a millisecond after the fire it left to the old owners, which the
+        schedule's own look-up would take for that fire: it is owed.)"""
+        fires, more = schedule.window(after, until + 2e-3, MAX_COVERS + 1)
+        fires = [ft for ft in fires if ft < until - 1e-6]
+        cut = max(0, len(fires) - MAX_COVERS)
+        return fires[cut:], more + cut
 
     def _late_flag(self, fire: float) -> bool:
         """Whether the reshard flag was set after ``fire`` (its reshard applies from

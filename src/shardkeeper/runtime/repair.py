@@ -107,6 +107,8 @@ class RepairPass:
             if marks_due and self._leader.requeue_orphans():
                 done.append("requeued orphans")
             spent = time.monotonic() - began
+            if self._leader.settle_cuts():
+                done.append("recorded the fires owed by items a count cut removed")
             self._leader.reconcile()
         else:
             spent = 0.0

@@ -141,7 +141,15 @@ class JobRunner:
         self._session_now = session or (lambda: "")
         # the leader records the runs a dead owner left cut off (the history's row of
         # that attempt: newcomer review N12)
-        self.leader = LeaderDuties(services, self.state, on_cut_off=self._observers.on_execution)
+        self.leader = LeaderDuties(
+            services,
+            self.state,
+            on_cut_off=self._observers.on_execution,
+            # the fires items removed by a count cut owed: recorded as skips, once
+            on_removed=lambda ft, items, text: self.fires.record(
+                Fire(ft), Skipped(SkipReason.REMOVED, items, text)
+            ),
+        )
         self._workers = workers
         #: the executions' checkpoints and progress (runtime/checkpoints.py); a held
         #: write waits on the lanes' timer, on a lane of its own
@@ -342,10 +350,10 @@ class JobRunner:
                     st.queue_hint.add(item)
                 case rx.QueueHint(item=item):
                     st.queue_hint.discard(item)
-                case rx.SwitchJob(on=on):
-                    self.settings.switch_job(on)
-                case rx.SwitchItem(item=item, on=on):
-                    self.settings.switch_item(item, on)
+                case rx.SwitchJob(on=on, at=at):
+                    self.settings.switch_job(on, at)
+                case rx.SwitchItem(item=item, on=on, at=at):
+                    self.settings.switch_item(item, on, at)
                 case rx.Work():
                     self.submit(command.key, self._task(command))
 
