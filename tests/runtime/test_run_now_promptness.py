@@ -122,3 +122,42 @@ def test_a_request_part_held_behind_a_failed_completion_commit_runs_once_it_is_r
         message=lambda: f"the part never ran: {job.runs}",
     )
     assert time.monotonic() - failed < 5.0, "the part waited for a housekeeping pass"
+
+
+def test_a_request_part_of_a_free_item_starts_while_another_item_of_it_still_runs(
+    memory_server: MemoryServer, runtimes: list[Runtime]
+) -> None:
+    """Item 0 runs long here (an earlier request of that item alone); a request of
+    both items comes. Item 1 is free: its part starts now, with the params; only
+    item 0's part waits for item 0's run to end. Before, the whole request waited
+    for its busiest item (600 s chaos: a part of an idle item ran behind a busy
+    one's run and re-runs)."""
+    admin = memory_server.store()
+    admin.start()
+    job = Holding(hold=lambda ctx: ctx.params.get("hold") == "1")
+    rt = Runtime(memory_server.store(), shutdown_grace=1, worker_threads=4)
+    cfg = JobConfig(name=JOB, cron=NEVER, sharding_total_count=2, misfire=True)
+    rt.add_job(job, cfg)
+    runtimes.append(rt)
+    rt.start()
+    runner = rt.runners[JOB]
+    wait_until(lambda: runner.state.registered and runner.leader.is_leader, 10)
+    runner.on_trigger(datetime.now(UTC))  # the assignment: both items are ours
+    wait_until(lambda: len(job.runs) == 2 and runner.idle, 10)
+    ops = Operations(admin)
+    ops.trigger(JOB, params={"hold": "1"}, items=[0])
+    wait_until(lambda: [r.item for r in job.runs if r.held] == [0], 10, message="no long run")
+    ops.trigger(JOB, params=PARAMS)
+    wait_until(
+        lambda: [r.item for r in job.runs if r.params == PARAMS] == [1],
+        10,
+        message=lambda: f"item 1's part did not start while item 0 ran: {job.runs}",
+    )
+    assert not [r for r in job.runs if r.params == PARAMS and r.item == 0]
+    job.release.set()
+    wait_until(
+        lambda: sorted(r.item for r in job.runs if r.params == PARAMS) == [0, 1],
+        10,
+        message=lambda: f"item 0's part never ran: {job.runs}",
+    )
+    wait_until(lambda: not admin.children(JobPaths(JOB).runnow_root), 10, message="not retired")

@@ -304,6 +304,9 @@ class TriggerFlow:
             not_due = self._not_due(fire, "earlier items still run; not due yet")
             if not_due is not None:
                 return not_due
+            free = [i for i in items if i not in held]
+            if fire.request and free:
+                return self._start_free(fire, free, frozenset(held), version)
             # folded into the run still going here: not "decided" yet, the re-run that
             # stands for it is (it says so, Fire.folds_until); if it never comes, the
             # next start finds the gap and covers it
@@ -665,6 +668,23 @@ class TriggerFlow:
                 unlisted,
             )
         return {}
+
+    def _start_free(
+        self, fire: Fire, free: list[int], held: frozenset[int], version: int
+    ) -> StepResult:
+        """A run-now request's parts whose items are free start now; only those of
+        ``held`` (items still running here) wait for their run to end, the fire held
+        for them (Fires.record). Before, the whole request waited for its busiest
+        item, and the parts of idle items ran behind that item's run and re-runs."""
+        step = self._start(fire, free, version)
+        if isinstance(step, Launched):
+            fire.only = held if fire.only is None else fire.only & held
+            return Deferred(tuple(sorted(held)))
+        if isinstance(step, Wait) and fire.only is not None:
+            # the wait narrowed the fire to the free items still to start: the held
+            # ones stay in it (decided again at its next step)
+            fire.only = fire.only | held
+        return step
 
     def _start_rest(
         self, fire: Fire, launched: Sequence[int], rest: list[int], version: int
