@@ -13,6 +13,7 @@ from shardkeeper.coordination.config_service import ConfigService
 from shardkeeper.coordination.paths import JobPaths, checkpoint_job_root
 from shardkeeper.errors import ConfigError, JobLookupError, OperationRefusedError, StoreError
 from shardkeeper.ops.base import OperationsBase, operator, stamp, valid_job_name
+from shardkeeper.registry.base import Check, Put
 
 #: how long a forced removal waits for the instances that ran the job to retire it
 #: (each does within a lane task of seeing the config deleted), and keeps walking
@@ -29,7 +30,7 @@ class Writes(OperationsBase):
         """Switch the whole job off: no instance starts its items until enabled
         (running items finish)."""
         paths = self._require_job(job)
-        self.store.put(paths.disabled_job, stamp("disable job"))
+        self._switch_off(paths.disabled_job, "disable job")
 
     def enable_job(self, job: str) -> None:
         """Switch the job on again: removes the operator switch and, when the stored
@@ -46,7 +47,37 @@ class Writes(OperationsBase):
         """Switch one item off: its owner skips it from the next trigger on."""
         state = self._job_state(job)
         self._check_item(state, item)
-        self.store.put(JobPaths(job).disabled_item(item), stamp("disable item"))
+        self._switch_off(JobPaths(job).disabled_item(item), "disable item")
+
+    def _switch_off(self, path: str, action: str) -> None:
+        """Write an operator's switch with the time it took effect (``"at"``): the
+        instances skip the fires due from then on and still decide the earlier ones
+        (a fire delayed past the disable by a reshard wait or a busy item).
+
+        The time is the store's where it gives one: on ZooKeeper the switch is
+        written again unchanged and the ``mtime`` of that write (the ZooKeeper
+        leader's clock, just after the switch existed) replaces the writer's
+        clock; the instances' clocks are held to the store's by
+        ``max_time_diff_seconds``, this host's is not. etcd tells no time: there
+        (and if the second write fails) the writer's clock stands
+        (``"clock": "writer"``)."""
+        value = stamp(action, clock="writer")
+        self.store.put(path, value)
+        server_time = getattr(self.store, "server_time", None)
+        if not callable(server_time):
+            return
+        try:
+            stamped = server_time(path, value)
+        except StoreError:
+            return  # the switch is set; its time is the writer's clock
+        if stamped is not None:
+            # only onto the switch still set: an enable meanwhile is not undone
+            self.store.commit(
+                [
+                    Check(path, exists=True),
+                    Put(path, stamp(action, at=round(stamped.seconds, 3), clock=stamped.source)),
+                ]
+            )
 
     def enable_item(self, job: str, item: int) -> None:
         """Switch one item on again. A leftover switch of an item beyond the current

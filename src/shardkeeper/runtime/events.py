@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from shardkeeper.coordination.paths import JobNode, Unknown, parse
 from shardkeeper.registry.base import EventKind, WatchEvent
+from shardkeeper.runtime.jobstate import switch_time
 
 __all__ = [
     "ConfigChanged",
@@ -59,17 +60,21 @@ class FailoverTaken:
 
 @dataclass(frozen=True)
 class JobSwitched:
-    """The whole job was disabled (``on`` False) or enabled."""
+    """The whole job was disabled (``on`` False) or enabled; ``at``: the time stored
+    with a disable (0.0 when it holds none)."""
 
     on: bool
+    at: float = 0.0
 
 
 @dataclass(frozen=True)
 class ItemSwitched:
-    """One item was disabled (``on`` False) or enabled."""
+    """One item was disabled (``on`` False) or enabled; ``at`` as for
+    :class:`JobSwitched`."""
 
     item: int
     on: bool
+    at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -139,9 +144,9 @@ def classify(event: WatchEvent, me: str) -> JobEvent:
     if kind == "failover" and node.item is not None:
         return FailoverTaken(node.item) if deleted else FailoverQueued(node.item)
     if kind == "disabled_job":
-        return JobSwitched(on=deleted)
+        return JobSwitched(on=deleted, at=0.0 if deleted else switch_time(event.value))
     if kind == "disabled_item" and node.item is not None:
-        return ItemSwitched(node.item, on=deleted)
+        return ItemSwitched(node.item, on=deleted, at=0.0 if deleted else switch_time(event.value))
     if kind == "disabled_instance" and node.instance:
         return InstanceSwitched(node.instance)
     if kind == "trigger" and node.instance == me and not deleted:

@@ -527,7 +527,12 @@ class Fires:
             if not (owed or requests) or not self.batches.idle:
                 return
         elif st.skip_reason() is not None:
-            return
+            with st.lock:
+                due = st.misfire_at
+            # a re-run owed for fires from before an operator's disable is still
+            # decided (run, folding them) now: the disable excuses later fires only
+            if due is None or st.skip_reason(due) is not None:
+                return
         if not self.batches.idle:
             if st.config.failover and st.queue_hint:
                 self._port.submit("claim", self._port.try_claim)

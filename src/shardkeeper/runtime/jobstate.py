@@ -3,6 +3,8 @@ repair). Only flags and counters: every part re-reads the store for the truth.""
 
 from __future__ import annotations
 
+import json
+import math
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -16,7 +18,7 @@ from shardkeeper.errorhandlers import ErrorHandler, resolve_error_handler
 from shardkeeper.registry.base import Check, ConnectionState
 from shardkeeper.runtime.phase import JobPhase, Phase
 
-__all__ = ["OWNERS", "STAT_KEYS", "JobState", "SkipReason"]
+__all__ = ["OWNERS", "STAT_KEYS", "JobState", "SkipReason", "switch_time"]
 
 #: the one module (of ``shardkeeper.runtime``) that writes each field; a part that
 #: needs a field changed asks its owner. "jobstate" means: written only by the
@@ -37,6 +39,8 @@ OWNERS: dict[str, str] = {
     "queue_hint": "runner",  # watch events, claims, the repair pass's listing
     "disabled_job": "settings",  # switches: events, re-reads, a batched registration
     "disabled_items": "settings",
+    "disabled_job_at": "settings",
+    "disabled_items_at": "settings",
     "marks_suspect": "jobstate",  # suspect_marks (anyone), marks_checked (repair)
     "misfire_at": "fires",
     "misfire_last": "fires",
@@ -75,6 +79,12 @@ class JobState:
     stop_notice_at: float = 0.0
     disabled_job: bool = False
     disabled_items: set[int] = field(default_factory=set)
+    #: when the operator's job switch was set (the time stored with it; 0.0 when the
+    #: switch carries none, a document of an older version): fires due before it are
+    #: decided as usual, fires due at or after it are ``disabled`` skips
+    disabled_job_at: float = 0.0
+    #: the same for each disabled item (an item missing here: no time known)
+    disabled_items_at: dict[int, float] = field(default_factory=dict)
     queue_hint: set[int] = field(default_factory=set)
     #: created_revision of our membership node: start and claim commits check it
     member_revision: int = 0
@@ -179,9 +189,28 @@ class JobState:
             return SkipReason.NOT_REGISTERED
         if self.clock_skew is not None:
             return SkipReason.CLOCK_SKEW
-        if self.disabled_job or self.config.disabled:
+        if self.job_disabled(fire_time):
             return SkipReason.DISABLED
         return None
+
+    def job_disabled(self, fire_time: float | None = None) -> bool:
+        """Whether the job is switched off for the fire at ``fire_time`` (any fire from
+        now on when None): its config says ``disabled`` (no time: every fire), or an
+        operator disabled it at or before the fire. A fire due before the operator's
+        disable, decided late, is decided as usual (:meth:`item_disabled`)."""
+        return self.config.disabled or (
+            self.disabled_job and _from_switch(fire_time, self.disabled_job_at)
+        )
+
+    def item_disabled(self, item: int, fire_time: float | None = None) -> bool:
+        """Whether an operator's switch leaves ``item`` out of the fire at
+        ``fire_time`` (any fire from now on when None): it is disabled and the fire
+        was due at or after the disable. A fire due before the disable, decided late
+        (a reshard wait, a busy item), is decided as usual: run, or folded into the
+        item's next run."""
+        if item not in self.disabled_items:
+            return False
+        return _from_switch(fire_time, self.disabled_items_at.get(item, 0.0))
 
     def membership_check(self, path: str) -> Check | None:
         """The commit condition "still the member we registered as" (None before the
@@ -189,3 +218,23 @@ class JobState:
         if not self.member_revision:
             return None
         return Check(path, created_revision=self.member_revision)
+
+
+def _from_switch(fire_time: float | None, switched_at: float) -> bool:
+    """A switch set at ``switched_at`` (0.0: time unknown, every fire) covers the fire
+    at ``fire_time`` (None: a fire from now on)."""
+    return fire_time is None or switched_at <= 0.0 or fire_time >= switched_at
+
+
+def switch_time(value: bytes | None) -> float:
+    """The time stored in an operator's switch node (``"at"``: the store's time where
+    it gives one, else the writer's clock; ops/writes.py), 0.0 when the node holds
+    none (empty, or written by an older version: every fire from now on is off)."""
+    if not value:
+        return 0.0
+    try:
+        doc = json.loads(value)
+        at = float(doc["at"]) if isinstance(doc, dict) else 0.0
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+        return 0.0
+    return at if math.isfinite(at) and at > 0.0 else 0.0

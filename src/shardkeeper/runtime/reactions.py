@@ -135,17 +135,19 @@ class QueueHint:
 
 @dataclass(frozen=True)
 class SwitchJob:
-    """The job's switch: on or off."""
+    """The job's switch: on or off (``at``: when it was switched off, 0.0 unknown)."""
 
     on: bool
+    at: float = 0.0
 
 
 @dataclass(frozen=True)
 class SwitchItem:
-    """One item's switch: on or off."""
+    """One item's switch: on or off (``at`` as for :class:`SwitchJob`)."""
 
     item: int
     on: bool
+    at: float = 0.0
 
 
 Command = (
@@ -207,10 +209,10 @@ def on_event(seen: Seen, event: WatchEvent) -> list[Command]:
                 done.append(Work(Task.CLAIM))
         case ev.FailoverTaken(item=item):
             done.append(QueueHint(item, queued=False))
-        case ev.JobSwitched(on=on):
-            done.append(SwitchJob(on))
-        case ev.ItemSwitched(item=item, on=on):
-            done.append(SwitchItem(item, on))
+        case ev.JobSwitched(on=on, at=at):
+            done.append(SwitchJob(on, at))
+        case ev.ItemSwitched(item=item, on=on, at=at):
+            done.append(SwitchItem(item, on, at))
         case ev.InstanceSwitched():
             if seen.is_leader:
                 done.append(Work(Task.RESHARD, "instance switched"))

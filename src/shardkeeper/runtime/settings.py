@@ -12,7 +12,7 @@ import logging
 
 from shardkeeper.config import JobConfig
 from shardkeeper.errors import ShardkeeperError
-from shardkeeper.runtime.jobstate import JobState
+from shardkeeper.runtime.jobstate import JobState, switch_time
 from shardkeeper.runtime.leader import LeaderDuties
 from shardkeeper.runtime.port import RunnerPort
 from shardkeeper.runtime.services import JobServices
@@ -75,30 +75,44 @@ class JobSettings:
     # -- switches -----------------------------------------------------------------
 
     def reload_switches(self) -> None:
-        """Re-read the job's and the items' switches (lane task)."""
+        """Re-read the job's and the items' switches, with the time each was set
+        (lane task)."""
         store, paths = self._s.store, self._s.paths
-        self._state.disabled_job = store.exists(paths.disabled_job)
-        self._state.disabled_items = {
-            int(n) for n in store.children(paths.disabled_items) if n.isdigit()
-        }
+        job = store.get(paths.disabled_job)
+        items: dict[int, float] = {}
+        for n in store.children(paths.disabled_items):
+            if n.isdigit():
+                node = store.get(paths.disabled_item(int(n)))
+                if node is not None:  # gone meanwhile: enabled
+                    items[int(n)] = switch_time(node.value)
+        self._state.disabled_job = job is not None
+        self._state.disabled_job_at = switch_time(job.value) if job is not None else 0.0
+        self._state.disabled_items = set(items)
+        self._state.disabled_items_at = items
 
     def reload(self) -> None:
         """Re-read the switches, then the config (lane task)."""
         self.reload_switches()
         self.reload_config()
 
-    def switch_job(self, on: bool) -> None:
-        """The job's switch changed (a watch event)."""
+    def switch_job(self, on: bool, at: float = 0.0) -> None:
+        """The job's switch changed (a watch event; ``at``: the time stored with a
+        disable, 0.0 when unknown)."""
         self._state.disabled_job = not on
+        self._state.disabled_job_at = 0.0 if on else at
 
-    def switch_item(self, item: int, on: bool) -> None:
-        """An item's switch changed (a watch event)."""
+    def switch_item(self, item: int, on: bool, at: float = 0.0) -> None:
+        """An item's switch changed (a watch event; ``at`` as for :meth:`switch_job`)."""
         if on:
             self._state.disabled_items.discard(item)
+            self._state.disabled_items_at.pop(item, None)
         else:
             self._state.disabled_items.add(item)
+            self._state.disabled_items_at[item] = at
 
     def no_switches(self) -> None:
         """Nothing of the job existed when it was registered: no switch is set."""
         self._state.disabled_job = False
+        self._state.disabled_job_at = 0.0
         self._state.disabled_items = set()
+        self._state.disabled_items_at = {}

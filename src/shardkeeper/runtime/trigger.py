@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -94,6 +94,11 @@ class Fire:
     span: Span | None = None
     #: a misfire re-run: the trace context of the fires it stands for (linked)
     replaces: tuple[str, ...] = ()
+    #: this instance's items of the fire an operator disabled (from before the fire),
+    #: as found by its steps so far: a later step that narrows ``only`` to the items
+    #: still to start (busy elsewhere, a request's parts recorded) no longer looks at
+    #: them, yet their skip is recorded once the fire is decided
+    disabled: tuple[int, ...] = ()
 
 
 #: the words of a skip of items an operator disabled (reason DISABLED, the job's)
@@ -217,7 +222,8 @@ class TriggerFlow:
         """One non-blocking attempt at ``fire`` (see module docstring)."""
         cfg = self._state.config
         self.removed = ()
-        self.disabled = ()
+        # the disabled items found by the fire's earlier steps (Fire.disabled)
+        self.disabled = fire.disabled
         if fire.span is None:
             if fire.misfire:
                 fire.replaces = tuple(self._deferred_spans[-tracing.MAX_LINKS :])
@@ -251,6 +257,7 @@ class TriggerFlow:
         if reason is not None:
             if reason is SkipReason.DISABLED:
                 self._hold(fire, None)  # the operator's: no later run covers it
+                self.disabled = ()  # the job's skip names every item of the fire
             return Skipped(reason)
         ft = fire.fire_time
         if ft < self._state.joined_at - 1e-3:
@@ -397,20 +404,25 @@ class TriggerFlow:
         # since (a fire delayed behind a freeze or a running item): nobody can run
         # them any more, so they are recorded as a skip, not left out silently.
         self.removed = tuple(i for i in owned if i >= cfg.sharding_total_count)
-        # items an operator disabled: this fire of theirs is no later run's to cover
-        held = [i for i in owned if i in self._state.disabled_items]
-        if held:
-            self._hold(fire, held)
+        # Items an operator disabled at or before the fire's time: this fire of theirs
+        # is no later run's to cover. A fire due before the disable (decided late:
+        # a reshard wait, an item still busy) is decided as usual, run or folded: the
+        # disable excuses fires from its time on only.
+        ft = fire.fire_time
+        off = [i for i in owned if self._state.item_disabled(i, ft)]
+        if off:
+            self._hold(fire, off)
         # An operator's item disable leaves the item out of the fire: recorded as a
         # skip (reason DISABLED, with the items) so that the fire is accounted for,
-        # as a whole job's disable is.
-        self.disabled = tuple(
-            i for i in owned if i in self._state.disabled_items and i < cfg.sharding_total_count
+        # as a whole job's disable is; kept on the fire across its steps.
+        fire.disabled = tuple(
+            sorted({*fire.disabled, *(i for i in off if i < cfg.sharding_total_count)})
         )
+        self.disabled = fire.disabled
         return [
             i
             for i in owned
-            if i not in self._state.disabled_items
+            if not self._state.item_disabled(i, ft)
             and i < cfg.sharding_total_count
             and (self._oneoff is None or i not in self._oneoff.completed)
         ]
@@ -609,6 +621,13 @@ class TriggerFlow:
             self._schedule = (cfg, FireSchedule(build_trigger(cfg)))
         return self._schedule[1]
 
+    def _not_off(self, item: int, fires: Iterable[float]) -> list[float]:
+        """``fires`` of ``item`` that no operator's switch excuses: a re-run of a fire
+        from before a disable runs, and folds the later fires, but not those due at
+        or after the disable (they are ``disabled`` skips, never a fold)."""
+        st = self._state
+        return [f for f in fires if not st.job_disabled(f) and not st.item_disabled(item, f)]
+
     def _hold(self, fire: Fire, items: list[int] | None) -> None:
         """``fire`` of the job (``items`` None) or of ``items`` is skipped because an
         operator disabled it: no run stands for it later (runtime/coverage.py). Only
@@ -643,7 +662,10 @@ class TriggerFlow:
             # and were folded into this re-run: it stands for them, and says so
             between, older = schedule.window(fire_time, folds_until)
             folded = (*between, folds_until)
-            gaps = {item: gaps.get(item, Covered()).plus(folded, older) for item in items}
+            gaps = {
+                item: gaps.get(item, Covered()).plus(self._not_off(item, folded), older)
+                for item in items
+            }
             self.coverage.decided(items, folds_until)
         if not gaps or cfg.misfire:
             return gaps
