@@ -266,7 +266,12 @@ class FailoverService:
         return [chosen[k] for k in sorted(applied)]
 
     def _commit_each(
-        self, fixed: list[Op], groups: list[list[Op]], *, strict: bool = False
+        self,
+        fixed: list[Op],
+        groups: list[list[Op]],
+        *,
+        strict: bool = False,
+        proceed: Callable[[], bool] | None = None,
     ) -> dict[int, int]:
         """Apply each group (with ``fixed``) on its own conditions, in as few commits
         as the store takes: index -> revision of each group applied. A store that
@@ -274,10 +279,13 @@ class FailoverService:
         condition refuses a whole commit (ZooKeeper), that chunk's groups are sent
         in halves, so one moved mark never holds back the others. A failed
         ``fixed`` check or a store error ends it (what was applied is returned);
-        ``strict``: a store error is raised instead (the caller keeps the work)."""
+        ``strict``: a store error is raised instead (the caller keeps the work).
+        ``proceed`` False before a commit ends it too."""
         applied: dict[int, int] = {}
         fixed_paths = {op.path for op in fixed}
         for members, _ops in pack_groups(self._store, groups, fixed, apart=True):
+            if proceed is not None and not proceed():
+                return applied
             try:
                 result = batching.commit_groups(self._store, fixed, [groups[m] for m in members])
             except StoreError as exc:
@@ -391,6 +399,7 @@ class FailoverService:
         limit: int | Callable[[int], int],
         membership: Check | None = None,
         traceparent: Callable[[int, FailoverEntry], str] | None = None,
+        proceed: Callable[[], bool] | None = None,
     ) -> list[Claim]:
         """Claim up to ``limit`` queued items (lowest first) for this instance. Each
         item's claim is its own condition (its queue entry is the one read; its mark
@@ -399,6 +408,10 @@ class FailoverService:
         commit each. Every commit also holds ``membership`` (this instance is still
         the member it registered as), so a process whose session ended cannot
         claim. An item another instance claimed first is simply not ours.
+
+        ``proceed()`` is asked before each commit: False sends no more (the claims
+        already applied are returned). A stopping instance must claim nothing, and
+        the reads and commits of a big round take seconds on a loaded store.
 
         ``limit`` may be a function of how many items the listing found queued (not
         excluded): a round is then sized by the queue as it is now, not by a count
@@ -450,7 +463,9 @@ class FailoverService:
             )
             if len(chosen) >= limit:
                 break
-        applied = self._commit_each([membership] if membership is not None else [], groups)
+        applied = self._commit_each(
+            [membership] if membership is not None else [], groups, proceed=proceed
+        )
         claims = [
             Claim(chosen[k][0], chosen[k][1], rev, chosen[k][2])
             for k, rev in sorted(applied.items())
@@ -471,6 +486,17 @@ class FailoverService:
                 from_instance,
             )
         return claims
+
+    def hand_back(self, claims: Sequence[Claim], why: str) -> list[int]:
+        """Put ``claims`` (never run) back in the queue at once, each entry as it was
+        claimed (its fire, execution, previous owner and folds), each only while our
+        mark is still the claim's: for another instance to take over. Returns the
+        items handed back; raises StoreError when the outcome is unknown."""
+        return self.hand_off(
+            {c.item: (c.token, c.entry, c.fence) for c in claims},
+            keep=True,
+            why=dict.fromkeys((c.item for c in claims), why),
+        )
 
 
 def _span(items: list[int]) -> str:
