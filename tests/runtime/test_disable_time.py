@@ -349,3 +349,33 @@ def test_fires_folded_before_a_job_disable_are_run_while_it_is_disabled() -> Non
         skips = list(seen.skips)
     assert all(s.reason == SkipReason.DISABLED.value for s in skips if s.fire_time >= at)
     assert not any(s.reason == SkipReason.DISABLED.value and s.fire_time < at for s in skips)
+
+
+def test_a_second_delivery_of_a_fire_records_no_disabled_skip_again() -> None:
+    """A fire delivered twice is decided once: its disabled item's skip is recorded
+    once, not again with the duplicate (whose own record is the ``duplicate`` skip)."""
+    from datetime import UTC, datetime
+
+    server = MemoryServer()
+    seen = Seen()
+    rt = Runtime(server.store(), shutdown_grace=1, observers=[seen])
+    quick = Blocking()
+    quick.first.set()  # no run waits
+    rt.add_job(quick, JobConfig(name=JOB, cron="0 0 1 1 *", sharding_total_count=2))
+    rt.start()
+    try:
+        runner = rt.runners[JOB]
+        wait_until(lambda: runner.state.registered and runner.leader.is_leader, 10)
+        Operations(rt.store).disable_item(JOB, 1)
+        wait_until(lambda: 1 in runner.state.disabled_items, 10, message="switch not seen")
+        at = datetime.fromtimestamp(time.time() + 0.05, UTC)  # after the disable
+        runner.on_trigger(at)
+        wait_until(lambda: len(seen.runs) == 1 and not runner.pending_fires(), 10)
+        runner.on_trigger(at)
+        wait_until(lambda: not runner.pending_fires() and runner.stats["skipped"] >= 2, 10)
+    finally:
+        rt.stop_now()
+        server.shutdown()
+    with seen.lock:
+        reasons = sorted(s.reason for s in seen.skips if s.fire_time == at.timestamp())
+    assert reasons == sorted([SkipReason.DISABLED.value, SkipReason.DUPLICATE.value])

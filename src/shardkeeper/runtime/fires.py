@@ -429,10 +429,8 @@ class Fires:
             self.record(fire, result)
             if self.trigger.removed:
                 self.record(fire, Skipped(SkipReason.REMOVED, self.trigger.removed))
-            if self.trigger.disabled:
-                self.record(
-                    fire, Skipped(SkipReason.DISABLED, self.trigger.disabled, ITEM_DISABLED)
-                )
+            if fire.disabled:  # what every step of this fire found (not a duplicate's)
+                self.record(fire, Skipped(SkipReason.DISABLED, fire.disabled, ITEM_DISABLED))
             if last and not isinstance(result, Launched) and self.batches.idle:
                 self.on_batch_done()  # a folded fire's misfire re-run, if one is owed
 
