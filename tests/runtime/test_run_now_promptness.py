@@ -161,3 +161,66 @@ def test_a_request_part_of_a_free_item_starts_while_another_item_of_it_still_run
         message=lambda: f"item 0's part never ran: {job.runs}",
     )
     wait_until(lambda: not admin.children(JobPaths(JOB).runnow_root), 10, message="not retired")
+
+
+def test_a_part_that_becomes_ours_runs_while_a_part_of_the_same_request_waits_here(
+    memory_server: MemoryServer, runtimes: list[Runtime]
+) -> None:
+    """Our item runs long (an earlier request of it alone) when a request of both
+    items comes: our part waits here for that run. The other item's owner (a
+    member that runs nothing) then leaves, so its part is ours to run: it starts
+    now, with the params, while our first part still waits. Before, a request with
+    a part in hand here was not looked at again until that part ended (600 s chaos
+    on ZooKeeper: the new owner queued the part 48 s after the request)."""
+    admin = memory_server.store()
+    admin.start()
+    paths = JobPaths(JOB)
+    job = Holding(hold=lambda ctx: ctx.params.get("hold") == "1")
+    rt = Runtime(memory_server.store(), shutdown_grace=1, worker_threads=4)
+    cfg = JobConfig(name=JOB, cron=NEVER, sharding_total_count=2, misfire=True)
+    rt.add_job(job, cfg)
+    runtimes.append(rt)
+    rt.start()
+    runner = rt.runners[JOB]
+    wait_until(lambda: runner.state.registered and runner.leader.is_leader, 10)
+    runner.on_trigger(datetime.now(UTC))
+    wait_until(lambda: len(job.runs) == 2 and runner.idle, 10)
+    # a member that runs nothing takes one item at the next fire's reshard
+    admin.put(paths.instance("other"), b"{}", ephemeral=True)
+    admin.put(paths.necessary, b"test")
+    runner.on_trigger(datetime.now(UTC))
+
+    def split() -> tuple[int, int] | None:
+        assignment, _ = runner.services.sharding.read()
+        if assignment is None:
+            return None
+        owners = assignment.owners_for(None)
+        ours = [i for i, o in owners.items() if o == rt.instance_id]
+        theirs = [i for i, o in owners.items() if o == "other"]
+        return (ours[0], theirs[0]) if ours and theirs else None
+
+    ours, theirs = wait_until(split, 10, message="the other member got no item")
+    wait_until(lambda: runner.idle, 10)
+    ops = Operations(admin)
+    ops.trigger(JOB, params={"hold": "1"}, items=[ours])
+    wait_until(lambda: [r.item for r in job.runs if r.held] == [ours], 10, message="no long run")
+    before = runner.stats["misfires"]
+    ops.trigger(JOB, params=PARAMS)
+    wait_until(
+        lambda: runner.stats["misfires"] > before,
+        10,
+        message="our part did not wait for the long run",
+    )
+    admin.delete(paths.instance("other"))
+    wait_until(
+        lambda: [r.item for r in job.runs if r.params == PARAMS] == [theirs],
+        10,
+        message=lambda: f"the part that became ours did not start: {job.runs}",
+    )
+    assert not [r for r in job.runs if r.params == PARAMS and r.item == ours]
+    job.release.set()
+    wait_until(
+        lambda: sorted(r.item for r in job.runs if r.params == PARAMS) == [0, 1],
+        10,
+        message=lambda: f"our waiting part never ran: {job.runs}",
+    )

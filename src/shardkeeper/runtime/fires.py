@@ -209,6 +209,20 @@ class Fires:
         with self._fires_lock:
             return {f.request for f in (*self._fires, *self._held_requests) if f.request}
 
+    def request_items_in_hand(self) -> dict[str, frozenset[int] | None]:
+        """The items of each run-now request whose fires are queued, being decided or
+        held here (None: the fire names no items, every pending part is in hand).
+        A part of the request that became ours since (a reshard, an owner gone) is
+        not among them: it is queued at once, not after the parts in hand ended."""
+        found: dict[str, frozenset[int] | None] = {}
+        with self._fires_lock:
+            for f in (*self._fires, *self._held_requests):
+                if not f.request:
+                    continue
+                known = found.get(f.request, frozenset())
+                found[f.request] = None if f.only is None or known is None else known | f.only
+        return found
+
     def request(self, fire: Fire) -> None:
         """Queue the fire of a run-now request's parts (runtime/runnow.py)."""
         self._enqueue(fire)
