@@ -379,3 +379,55 @@ def test_a_second_delivery_of_a_fire_records_no_disabled_skip_again() -> None:
     with seen.lock:
         reasons = sorted(s.reason for s in seen.skips if s.fire_time == at.timestamp())
     assert reasons == sorted([SkipReason.DISABLED.value, SkipReason.DUPLICATE.value])
+
+
+def test_the_fires_a_disabled_rerun_would_fold_are_disabled_skips_too() -> None:
+    """Item 0 runs long; the fires meanwhile are folded into its re-run. Its switch,
+    seen late, says it was disabled before the first of them: the re-run is a
+    ``disabled`` skip of item 0, and so is every fire it would have folded (before,
+    only the re-run's own fire had a record: the folded ones stood nowhere)."""
+    server = MemoryServer()
+    job, seen = Blocking(), Seen()
+    rt = Runtime(server.store(), shutdown_grace=1, observers=[seen])
+    rt.add_job(job, JobConfig(name=JOB, interval=0.2, sharding_total_count=1, misfire=True))
+    rt.start()
+    try:
+        assert job.first.wait(10)
+        state = rt.runners[JOB].state
+        wait_until(lambda: state.misfire_last is not None, 10, message="no fire was folded")
+        wait_until(
+            lambda: (state.misfire_last or 0) - (state.misfire_at or 0) >= 0.35,
+            10,
+            message="fewer than three fires folded",
+        )
+        first = state.misfire_at
+        assert first is not None
+        # the operator's switch as an instance sees it late: set before those fires
+        switch = json.dumps({"by": "test", "at": first - 0.01, "action": "disable item"})
+        rt.store.put(JobPaths(JOB).disabled_item(0), switch.encode())
+        wait_until(lambda: 0 in state.disabled_items, 10, message="switch not seen")
+        # no fire is folded from now on (item 0 is off for them): these were
+        last = state.misfire_last
+        assert last is not None
+        job.release.set()
+
+        def off() -> set[float]:
+            with seen.lock:
+                return {s.fire_time for s in seen.skips if s.reason == SkipReason.DISABLED.value}
+
+        folded = {round(first + 0.2 * k, 3) for k in range(1, round((last - first) / 0.2) + 1)}
+        assert len(folded) >= 2
+
+        def missing() -> set[float]:
+            return {first, *folded} - {round(ft, 3) for ft in off()}
+
+        wait_until(
+            lambda: not missing(),
+            10,
+            message=lambda: f"no disabled skip of the fires {sorted(missing())}",
+        )
+    finally:
+        rt.stop()
+        server.shutdown()
+    with seen.lock:
+        assert not any(r.misfire for r in seen.runs)  # the re-run did not run

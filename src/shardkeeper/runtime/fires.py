@@ -445,6 +445,14 @@ class Fires:
                 self.record(fire, Skipped(SkipReason.REMOVED, self.trigger.removed))
             if fire.disabled:  # what every step of this fire found (not a duplicate's)
                 self.record(fire, Skipped(SkipReason.DISABLED, fire.disabled, ITEM_DISABLED))
+            for folded in self.trigger.folded_off(fire, result):
+                # a re-run skipped as disabled: so are the fires it would have folded
+                if isinstance(result, Skipped) and result.reason is SkipReason.DISABLED:
+                    self.record(Fire(folded), Skipped(SkipReason.DISABLED))
+                if fire.disabled:
+                    self.record(
+                        Fire(folded), Skipped(SkipReason.DISABLED, fire.disabled, ITEM_DISABLED)
+                    )
             if last and not isinstance(result, Launched) and self.batches.idle:
                 self.on_batch_done()  # a folded fire's misfire re-run, if one is owed
 

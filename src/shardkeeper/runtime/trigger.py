@@ -621,6 +621,26 @@ class TriggerFlow:
             self._schedule = (cfg, FireSchedule(build_trigger(cfg)))
         return self._schedule[1]
 
+    def folded_off(self, fire: Fire, result: object) -> list[float]:
+        """The fires a misfire re-run folds (after its own, up to ``folds_until``) that
+        are ``disabled`` skips like it, when ``result`` skipped it as disabled (the
+        job's) or ``fire.disabled`` names items: each is recorded as that skip too
+        (with the re-run's reason and items), and held in the coverage. Without this
+        the folded fires of a re-run decided after a disable stood nowhere: the fires
+        were deferred into the re-run, which was then skipped for its first fire
+        only. Empty for any other fire."""
+        job_off = isinstance(result, Skipped) and result.reason is SkipReason.DISABLED
+        if fire.folds_until is None or not (job_off or fire.disabled):
+            return []
+        if fire.folds_until <= fire.fire_time + SAME_FIRE:
+            return []
+        schedule = self._fire_schedule()
+        between, _older = schedule.window(fire.fire_time, fire.folds_until)
+        folded = [*between, fire.folds_until]
+        for ft in folded:
+            self.coverage.held(ft, schedule, None if job_off else fire.disabled)
+        return folded
+
     def _not_off(self, item: int, fires: Iterable[float]) -> list[float]:
         """``fires`` of ``item`` that no operator's switch excuses: a re-run of a fire
         from before a disable runs, and folds the later fires, but not those due at
