@@ -158,6 +158,7 @@ ITEM_KEYS = {
     "last_instance",
     "failures",
     "health",
+    "finished",
     "progress",
 }
 DETAIL_KEYS = {

@@ -175,6 +175,7 @@ def test_jobs_summary_and_detail(ops: Operations, start: Start) -> None:
         "failures",
         "health",
         "progress",
+        "finished",
     }
 
 
