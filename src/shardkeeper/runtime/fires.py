@@ -109,6 +109,8 @@ class Fires:
         self._held_requests: tuple[Fire, ...] = ()
         #: a retry of failed completion commits is scheduled (under _fires_lock)
         self._settle_scheduled = False
+        #: the fire whose last step met a store error (lane-confined)
+        self._store_failed: Fire | None = None
 
     @property
     def name(self) -> str:
@@ -408,10 +410,18 @@ class Fires:
                         fmt_fire(fire.fire_time),
                     )
                     result: Launched | Skipped | Deferred | Wait = Skipped(SkipReason.DUPLICATE)
+                elif fire is self._store_failed and time.monotonic() >= fire.deadline:
+                    # its last step met a store error and its deadline has passed: no
+                    # further store round (each may take a whole operation timeout,
+                    # the lane held meanwhile and the fires behind it waiting; 600 s
+                    # chaos on ZooKeeper, 6.5 s for a 5 s deadline)
+                    result = Skipped(SkipReason.STORE)
                 else:
                     result = self.trigger.step(fire)
+                self._store_failed = None
             except StoreError as exc:
                 self.state.count("store_errors")
+                self._store_failed = fire
                 # a read or write of the decision failed: the fire is not dropped, it
                 # is decided again shortly, until its deadline
                 if fire.deadline and time.monotonic() < fire.deadline:
@@ -439,6 +449,8 @@ class Fires:
                 last = not self._fires
                 if not fire.misfire and not fire.manual:
                     self._last_fire = max(self._last_fire, fire.fire_time)
+            if isinstance(result, Launched):
+                self._stood_for_owed(self.trigger.stood_for)
             self.trigger.finish(fire, result)  # its span (shardkeeper/tracing.py)
             self.record(fire, result)
             if self.trigger.removed:
@@ -455,6 +467,28 @@ class Fires:
                     )
             if last and not isinstance(result, Launched) and self.batches.idle:
                 self.on_batch_done()  # a folded fire's misfire re-run, if one is owed
+
+    def _stood_for_owed(self, fires: frozenset[float]) -> None:
+        """A start whose run stands for ``fires`` (its own and the fires its items
+        cover): an owed misfire re-run whose fires are all among them is dropped, it
+        would run them again. (600 s chaos on ZooKeeper: fire 371 ran covering
+        368-370, then the re-run owed for 369-370 was decided anyway, and held the
+        lane 6.5 s while later fires waited.) Kept while misfire marks are written:
+        the re-run's start clears them."""
+        st = self.state
+        with st.lock:
+            at, last = st.misfire_at, st.misfire_last
+            if at is None or st.misfire_marked:
+                return
+            if not all(any(abs(f - owed) < 1e-6 for f in fires) for owed in (at, last or at)):
+                return
+            st.misfire_at = st.misfire_last = None
+        log.info(
+            "%s: the misfire re-run owed for %s..%s is dropped: a run stands for them",
+            self.name,
+            fmt_fire(at),
+            fmt_fire(last or at),
+        )
 
     def record(self, fire: Fire, result: Launched | Skipped | Deferred) -> None:
         st = self.state
