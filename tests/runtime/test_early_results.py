@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 from shardkeeper import cli
+from shardkeeper.cli import inspect as cli_inspect
+from shardkeeper.cli.render import make_console
 from shardkeeper.config import JobConfig
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.ops import Operations
@@ -72,7 +74,13 @@ def test_a_failure_shows_while_its_slow_sibling_runs(
     store: CoordinationStore,
     registry_url: str,
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # the table console is made at import with the width of the process's terminal
+    # (COLUMNS of an xdist worker may be ~50, folding "(finished failed)" over lines):
+    # render on the console a pipe gets, so the text checked is the terminal-free one
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(cli_inspect, "out", make_console())
     ops = Operations(store)
 
     wait_until(
