@@ -13,6 +13,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,23 @@ from shardkeeper.testing.servers.locate import (
     find_java,
     find_zookeeper,
 )
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored() -> Iterator[None]:
+    """Each test leaves os.environ as it found it. A variable left behind (a fake
+    install's SHARDKEEPER_ZOOKEEPER_HOME) is inherited by every later test of the same
+    worker and by the servers they start: ZooKeeper then exits with ClassNotFoundException.
+    Set up before ``monkeypatch`` (autouse), so checked after it has undone its changes."""
+    before = dict(os.environ)
+    yield
+    after = dict(os.environ)
+    changed = {
+        k: (before.get(k), after.get(k))
+        for k in before.keys() | after.keys()
+        if before.get(k) != after.get(k) and k != "PYTEST_CURRENT_TEST"  # pytest's own
+    }
+    assert not changed, f"the test left os.environ changed (name: (before, after)): {changed}"
 
 
 def _program(path: Path) -> Path:
@@ -180,7 +198,10 @@ def test_java_from_java_home_or_the_path(bare: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_registry_up_without_etcd_prints_the_install_lines(
-    bare: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    bare: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """`registry up` exits 1 with the install lines, each on its own line, starts
     nothing and writes no state; the same for ZooKeeper without Java."""
@@ -194,7 +215,7 @@ def test_registry_up_without_etcd_prints_the_install_lines(
     assert localregistry.load_state(directory) is None
 
     _tarball(bare / "zk")
-    os.environ["SHARDKEEPER_ZOOKEEPER_HOME"] = str(bare / "zk")  # undone by `bare`'s delenv
+    monkeypatch.setenv("SHARDKEEPER_ZOOKEEPER_HOME", str(bare / "zk"))
     assert main(["registry", "up", "--backend", "zookeeper", "--dir", str(directory)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ZooKeeper needs Java"), err
