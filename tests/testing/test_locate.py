@@ -13,6 +13,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,12 +55,23 @@ def _program(path: Path) -> Path:
     return path
 
 
-def _tarball(home: Path, version: str = "3.8.4") -> Path:
-    """An unpacked ZooKeeper release: bin/zkServer.sh, lib/*.jar, conf/."""
+def _jar(path: Path, *classes: str) -> Path:
+    """A jar (a zip) holding empty entries for ``classes`` (dotted names)."""
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+        for name in classes:
+            archive.writestr(name.replace(".", "/") + ".class", b"")
+    return path
+
+
+def _tarball(home: Path, version: str = "3.8.4", *, server: bool = True) -> Path:
+    """An unpacked ZooKeeper release: bin/zkServer.sh, lib/*.jar, conf/ (``server``:
+    its zookeeper jar holds the server class, else only a client class)."""
     _program(home / "bin" / "zkServer.sh")
     (home / "lib").mkdir(parents=True)
-    (home / "lib" / f"zookeeper-{version}.jar").write_bytes(b"PK")
-    (home / "lib" / f"zookeeper-jute-{version}.jar").write_bytes(b"PK")
+    main_class = locate.SERVER_CLASS if server else "org.apache.zookeeper.ZooKeeper"
+    _jar(home / "lib" / f"zookeeper-{version}.jar", main_class)
+    _jar(home / "lib" / f"zookeeper-jute-{version}.jar", "org.apache.jute.Record")
     (home / "conf").mkdir()
     return home
 
@@ -150,6 +162,31 @@ def test_zookeeper_from_a_tarball_on_the_path_or_a_variable(
     monkeypatch.setenv("SHARDKEEPER_ZOOKEEPER_HOME", str(bare))
     with pytest.raises(ServerNotFoundError, match="holds no lib/zookeeper-"):
         find_zookeeper()
+
+
+def test_a_release_without_the_server_class_is_not_used(
+    bare: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lib/ whose zookeeper-*.jar files lack QuorumPeerMain (stubs, a client-only
+    copy) would die with a Java ClassNotFoundException: named by a variable it is an
+    error saying so; on the PATH it is skipped for the next candidate (Debian's), or
+    named in the not-found message."""
+    stub = _tarball(bare / "stub", server=False)
+    monkeypatch.setenv("SHARDKEEPER_ZOOKEEPER_HOME", str(stub))
+    with pytest.raises(ServerNotFoundError) as err:
+        find_zookeeper()
+    assert f"SHARDKEEPER_ZOOKEEPER_HOME={str(stub)!r}" in str(err.value)
+    assert "QuorumPeerMain" in str(err.value) and "zookeeper-3.8.4.jar" in str(err.value)
+    monkeypatch.delenv("SHARDKEEPER_ZOOKEEPER_HOME")
+    monkeypatch.setenv("PATH", f"{stub / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(ServerNotFoundError) as err:
+        find_zookeeper()
+    assert "ZooKeeper not found" in str(err.value)
+    assert f"skipped: zkServer.sh on the PATH ({stub / 'bin' / 'zkServer.sh'})" in str(err.value)
+    debian = Path(locate.DEBIAN_ZOOKEEPER_JAR)
+    debian.parent.mkdir(parents=True)
+    debian.write_bytes(b"PK")
+    assert find_zookeeper().source == str(debian)
 
 
 def test_zookeeper_from_homebrew(bare: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,10 @@ Looked up when a server is launched, in this order (the first that exists wins):
   dependencies beside it), ``$SHARDKEEPER_ZOOKEEPER_HOME`` or ``$ZOOKEEPER_HOME`` (an
   unpacked release tarball: ``lib/*.jar``), the installation of a ``zkServer.sh`` or
   ``zkServer`` on the ``PATH`` (a tarball's ``bin``, Homebrew's ``libexec``), then
-  Debian's ``/usr/share/java/zookeeper.jar``.
+  Debian's ``/usr/share/java/zookeeper.jar``. A release directory counts only if one of
+  its ``lib/zookeeper-*.jar`` holds the server class (``QuorumPeerMain``): one named by a
+  variable is an error saying so, one found by the ``PATH`` is skipped (the reason is in
+  the not-found message).
 * **java**: ``$JAVA_HOME/bin/java``, then ``java`` on the ``PATH``.
 
 What is missing raises :class:`ServerNotFoundError` (a :class:`ClusterError`) saying
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +37,7 @@ __all__ = [
     "DEBIAN_ETCD",
     "DEBIAN_ETCDCTL",
     "DEBIAN_ZOOKEEPER_JAR",
+    "SERVER_CLASS",
     "ServerNotFoundError",
     "ZooKeeperInstall",
     "find_etcd",
@@ -169,13 +174,35 @@ class ZooKeeperInstall:
     source: str
 
 
-def _home_install(home: Path, source: str) -> ZooKeeperInstall | None:
+#: the class every ZooKeeper server is started with: a lib/ whose zookeeper-*.jar files
+#: lack it (stubs, a client-only or half-copied lib) would die with ClassNotFoundException
+SERVER_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+
+def _holds_server(jar: Path) -> bool:
+    try:
+        with zipfile.ZipFile(jar) as archive:
+            archive.getinfo(SERVER_CLASS.replace(".", "/") + ".class")
+    except (OSError, zipfile.BadZipFile, KeyError):
+        return False
+    return True
+
+
+def _home_problem(home: Path) -> str | None:
+    """Why ``home`` is not a runnable ZooKeeper release (None: it is one)."""
+    jars = sorted((home / "lib").glob("zookeeper-*.jar"))
+    if not jars:
+        return f"holds no lib/zookeeper-*.jar ({str(home)!r})"
+    if not any(_holds_server(jar) for jar in jars):
+        names = ", ".join(jar.name for jar in jars)
+        return f"has no jar in lib/ holding ZooKeeper's server {SERVER_CLASS} ({names})"
+    return None
+
+
+def _home_install(home: Path, source: str) -> ZooKeeperInstall:
     """The installation of a release tarball (or Homebrew's libexec) at ``home``."""
-    lib = home / "lib"
-    if not any(lib.glob("zookeeper-*.jar")):
-        return None
     # conf/ holds the tarball's logback.xml: without it logback logs at DEBUG
-    entries = [str(lib / "*")] + ([str(home / "conf")] if (home / "conf").is_dir() else [])
+    entries = [str(home / "lib" / "*")] + ([str(home / "conf")] if (home / "conf").is_dir() else [])
     return ZooKeeperInstall(tuple(entries), (), source)
 
 
@@ -204,13 +231,15 @@ def find_zookeeper() -> ZooKeeperInstall:
         given = _env(name)
         if not given:
             continue
-        found = _home_install(Path(given).expanduser(), name)
-        if found is None:
+        home = Path(given).expanduser()
+        problem = _home_problem(home)
+        if problem is not None:
             raise ServerNotFoundError(
-                f"{name}={given!r} holds no lib/zookeeper-*.jar; set it to an unpacked "
-                f"ZooKeeper release (apache-zookeeper-3.8.*-bin), or unset it; " + ZOOKEEPER_INSTALL
+                f"{name}={given!r} {problem}; set it to an unpacked ZooKeeper release "
+                f"(apache-zookeeper-3.8.*-bin), or unset it; " + ZOOKEEPER_INSTALL
             )
-        return found
+        return _home_install(home, name)
+    skipped: list[str] = []
     for script in ("zkServer.sh", "zkServer"):
         found_script = shutil.which(script)
         if not found_script:
@@ -219,14 +248,18 @@ def find_zookeeper() -> ZooKeeperInstall:
         # Cellar, whose libexec holds the jars)
         for path in dict.fromkeys((Path(found_script), Path(found_script).resolve())):
             for prefix in (path.parent.parent, path.parent.parent / "libexec"):
-                install = _home_install(prefix, f"{script} on the PATH ({found_script})")
-                if install is not None:
-                    return install
+                problem = _home_problem(prefix)
+                if problem is None:
+                    return _home_install(prefix, f"{script} on the PATH ({found_script})")
+                if not problem.startswith("holds no"):  # jars, but not a server: say so
+                    skipped.append(f"{script} on the PATH ({found_script}): {prefix} {problem}")
     if Path(DEBIAN_ZOOKEEPER_JAR).is_file():
         return _jar_install(Path(DEBIAN_ZOOKEEPER_JAR), DEBIAN_ZOOKEEPER_JAR)
+    passed_over = f" (skipped: {'; '.join(skipped)})" if skipped else ""
     raise ServerNotFoundError(
         "ZooKeeper not found: SHARDKEEPER_ZOOKEEPER_JAR and SHARDKEEPER_ZOOKEEPER_HOME "
-        f"unset, no zkServer.sh on the PATH, no {DEBIAN_ZOOKEEPER_JAR}; " + ZOOKEEPER_INSTALL
+        f"unset, no zkServer.sh on the PATH{passed_over}, no {DEBIAN_ZOOKEEPER_JAR}; "
+        + ZOOKEEPER_INSTALL
     )
 
 
