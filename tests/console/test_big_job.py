@@ -23,12 +23,19 @@ from shardkeeper.ops import Operations, item_ranges
 from shardkeeper.registry import CoordinationStore
 from shardkeeper.runtime import Runtime
 from shardkeeper.testing.faults import wait_until
+from shardkeeper.testing.servers import ServerCluster
 from tests.console.conftest import BOB, NEVER, VIEWER_TOKEN, bearer, login
 
 pytestmark = pytest.mark.timeout(180)
 
 BIG = "big"
 COUNT = 2000
+#: store timeouts that a loaded machine meets (see ``registry_url``)
+LOADED_OPTIONS: dict[str, float] = {
+    "session_timeout": 20.0,
+    "connection_timeout": 10.0,
+    "operation_timeout": 10.0,
+}
 #: the terminal width the CLI is run with: every line of its tables fits in it
 WIDTH = 160
 
@@ -36,6 +43,19 @@ WIDTH = 160
 @pytest.fixture
 def backend() -> str:
     return "zookeeper"
+
+
+@pytest.fixture
+def registry_url(server: ServerCluster, namespace: str) -> str:
+    """The test's ZooKeeper URL with timeouts of a loaded machine, not FAST_OPTIONS'.
+
+    This test is about reading a big job, not about failover: with the 2 s session and
+    operation timeouts of FAST_OPTIONS, a starved 2-core run of the full suite let a
+    runtime's commit go unanswered past its gray-link limit (it gave up its session and
+    fenced the one triggered fire, which a cron that never fires does not run again),
+    or let the test's own reads of 2,000 items time out or lose their session.
+    """
+    return server.url(namespace, **LOADED_OPTIONS)
 
 
 class Nothing(ShardedJob):
