@@ -214,6 +214,11 @@ class Batches:
         with self._lock:
             return bool(self._unfinished)
 
+    def unfinished_items(self) -> set[int]:
+        """The items whose marks a failed completion or hand-off commit left."""
+        with self._lock:
+            return {i for u in self._unfinished for i in (*u.ran, *u.handoff)}
+
     def stop_reason(self, batch: Batch, item: int) -> StopReason | None:
         """Why ``item`` of ``batch`` must end, as far as this instance knows (its
         ``ctx.stop_reason()`` adds fencing): its execution timed out, or the instance

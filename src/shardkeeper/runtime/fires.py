@@ -109,6 +109,11 @@ class Fires:
         self._held_requests: tuple[Fire, ...] = ()
         #: a retry of failed completion commits is scheduled (under _fires_lock)
         self._settle_scheduled = False
+        #: the items whose runs held the fires the owed misfire re-run stands for (the
+        #: Deferred results' items), None when unknown (under the state lock): the
+        #: re-run waits for a failed completion commit of these items only, not of
+        #: any item (a failover batch of other owners' items)
+        self._rerun_waits_for: frozenset[int] | None = None
         #: the fire whose last step met a store error (lane-confined)
         self._store_failed: Fire | None = None
 
@@ -331,6 +336,7 @@ class Fires:
         if st.config.misfire:
             with st.lock:
                 _note_missed(st, fire)
+                self._rerun_waits_for = None  # not known: it waits for every item
             st.count("misfires")
         else:
             st.count("skipped")
@@ -514,6 +520,11 @@ class Fires:
                 # re-run at once
                 shown = since is None or time.monotonic() - since >= MISFIRE_MARK_AFTER
                 with st.lock:
+                    held = frozenset(result.items)
+                    if st.misfire_at is None:
+                        self._rerun_waits_for = held
+                    elif self._rerun_waits_for is not None:
+                        self._rerun_waits_for |= held
                     _note_missed(st, fire)
                     # a mark written for an earlier missed fire of the same run
                     # stays until the re-run starts: one commit per run, not per miss
@@ -592,11 +603,25 @@ class Fires:
                 self._port.submit("claim", self._port.try_claim)
             return
         settled = not self.batches.unfinished()
+        # The plain re-run waits only for the marks of the items whose runs held its
+        # fires (a failed completion of theirs: its start would find them marked).
+        # Another batch's failed completion (a failover batch of items other owners
+        # have now) is no reason: 600 s chaos on ZooKeeper, vm@5301's re-run of its
+        # own 2,500 bulk items, idle and unmarked, waited 15 s for the settling of
+        # some 330 items it had failed over for another owner, past the stop, and
+        # never ran.
+        with st.lock:
+            waits_for = self._rerun_waits_for
+        rerun_free = settled or (
+            waits_for is not None and not (self.batches.unfinished_items() & waits_for)
+        )
         if not settled:
             with self._fires_lock:
                 waiting = bool(self._held_requests)
             with st.lock:
-                waiting = waiting or (st.misfire_at is not None and st.config.misfire)
+                waiting = waiting or (
+                    st.misfire_at is not None and st.config.misfire and not rerun_free
+                )
             if waiting:
                 # a failed completion commit holds their items' marks: retried soon,
                 # not only at the next housekeeping pass (600 s chaos on ZooKeeper:
@@ -605,7 +630,9 @@ class Fires:
         with st.lock:
             misfire_at, st.misfire_at = st.misfire_at, None
             misfire_last, st.misfire_last = st.misfire_last, None
-            rerun = misfire_at is not None and st.config.misfire and settled
+            rerun = misfire_at is not None and st.config.misfire and rerun_free
+            if rerun:
+                self._rerun_waits_for = None
             with self._fires_lock:
                 # queued under the state lock: a graceful stop never sees the re-run
                 # neither owed nor queued. Each is queued first, behind the fire
