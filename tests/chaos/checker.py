@@ -2118,6 +2118,20 @@ def _folded_by_covers(execs: list[Execution]) -> set[tuple[float, int]]:
     return {(round(t, 3), e.item) for e in execs if e.done for t in e.covers}
 
 
+def _run_now_requests(history: History, events: Sequence[Event], report: Report) -> list[Event]:
+    """The successful run-now requests with params of the history's job; executions
+    whose params no request of this job carried are listed in ``params_unknown``."""
+    name = history.params.name
+    asked = [
+        ev for ev in events if ev.kind == "op_trigger" and str(ev.extra.get("job", "")) == name
+    ]
+    known = {json.dumps(ev.extra["params"], sort_keys=True) for ev in asked}
+    for e in history.executions:
+        if e.params and json.dumps(e.params, sort_keys=True) not in known:
+            report.params_unknown.append(f"{e.describe()} params {e.params}")
+    return [ev for ev in asked if ev.extra.get("ok", True) and ev.extra.get("params")]
+
+
 def _check_run_now(
     report: Report,
     history: History,
@@ -2134,22 +2148,7 @@ def _check_run_now(
     resharded around the request (the item moved: either owner may be the one
     asked). Executions whose params no request of this job carried are listed."""
     p = history.params
-    triggers = [
-        ev
-        for ev in events
-        if ev.kind == "op_trigger"
-        and str(ev.extra.get("job", "")) == p.name
-        and ev.extra.get("ok", True)
-        and ev.extra.get("params")
-    ]
-    known = {
-        json.dumps(ev.extra["params"], sort_keys=True)
-        for ev in events
-        if ev.kind == "op_trigger" and str(ev.extra.get("job", "")) == p.name
-    }
-    for e in history.executions:
-        if e.params and json.dumps(e.params, sort_keys=True) not in known:
-            report.params_unknown.append(f"{e.describe()} params {e.params}")
+    triggers = _run_now_requests(history, events, report)
     windows = _fault_windows(p, events)
     delivered = excused = 0
     reshards = [t for t, _levels in history.assignments]
@@ -3028,22 +3027,7 @@ def _check_run_now_bounded(
     owner change excuses nothing: a request is the job's, and the item's next owner
     runs its part (run-now is durable, 229f2f2; so says chaos-judge.py)."""
     p = history.params
-    triggers = [
-        ev
-        for ev in events
-        if ev.kind == "op_trigger"
-        and str(ev.extra.get("job", "")) == p.name
-        and ev.extra.get("ok", True)
-        and ev.extra.get("params")
-    ]
-    known = {
-        json.dumps(ev.extra["params"], sort_keys=True)
-        for ev in events
-        if ev.kind == "op_trigger" and str(ev.extra.get("job", "")) == p.name
-    }
-    for e in history.executions:
-        if e.params and json.dumps(e.params, sort_keys=True) not in known:
-            report.params_unknown.append(f"{e.describe()} params {e.params}")
+    triggers = _run_now_requests(history, events, report)
     delivered = 0
     for ev in triggers:
         wanted = {str(k): str(v) for k, v in dict(ev.extra["params"]).items()}
