@@ -80,6 +80,8 @@ class Housekeeper:
         self._stalls = stalls
         self._rr = 0  # round-robin position of the sweep
         self._thread: threading.Thread | None = None
+        #: set by halt(): the loop ends even before the runtime's ``stopped`` is set
+        self._halted = threading.Event()
         #: seconds the last tick woke after it was due (the process's starvation)
         self.lateness = 0.0
         #: the largest lateness since the runtime started
@@ -87,16 +89,29 @@ class Housekeeper:
         self._warned_at = -math.inf
 
     def start(self) -> None:
-        """Start the thread (it ends when ``stopped`` is set)."""
+        """Start the thread (it ends at :meth:`halt`, or by its next tick after ``stopped``)."""
         self._thread = threading.Thread(target=self._loop, name="sk-housekeeping", daemon=True)
         self._thread.start()
+
+    def halt(self, timeout: float) -> None:
+        """End the loop and wait up to ``timeout`` for a tick in flight to return.
+        The runtime calls it before closing the store: a tick still probing when the
+        client closed its channel failed with the client's own error and printed a
+        traceback on every Ctrl-C that fell inside a probe."""
+        self._halted.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _over(self) -> bool:
+        return self._halted.is_set() or self._stopped.is_set()
 
     def _loop(self) -> None:
         tick = 0
         due = time.monotonic() + self._liveness.cadence
         while True:
             slept_at, cpu_at = time.monotonic(), time.process_time()
-            if self._stopped.wait(max(0.0, due - slept_at)):
+            if self._halted.wait(max(0.0, due - slept_at)) or self._over():
                 break
             woke = time.monotonic()
             # the CPU this process used while the thread waited tells a starved

@@ -471,6 +471,9 @@ class Runtime:
             self._workers.shutdown()
         self.executors.shutdown()
         self.skips.flush(force=True)
+        if self._housekeeper is not None:
+            # a probe in flight must return before the client closes its channel
+            self._housekeeper.halt(self.store.session_timeout + 1.0)
         self.store.close()
         self._stopped.set()
         if self.metrics_server is not None:
