@@ -100,6 +100,12 @@ def translated(what: str, settings: RegistrySettings, lease: Callable[[], int]) 
         ) from exc
     except etcd3.exceptions.Etcd3Exception as exc:
         raise StoreError(f"{what}: {type(exc).__name__}: {exc}") from exc
+    except ValueError as exc:
+        # grpc's error for a request on a channel this client closed (a thread of
+        # ours still at work while the runtime stops): a store that no longer answers
+        if "closed channel" not in str(exc):
+            raise
+        raise StoreUnavailableError(f"{what}: the etcd client is closed") from exc
 
 
 def error_for(exc: grpc.RpcError, what: str, settings: RegistrySettings, lease: int) -> StoreError:
