@@ -331,7 +331,7 @@ class ExecutionService:
     def finish(
         self,
         items: Iterable[int],
-        token: int,
+        token: int | Mapping[int, int],
         fences: dict[int, str] | None = None,
         results: dict[int, bytes] | None = None,
         written: Collection[int] = (),
@@ -340,6 +340,12 @@ class ExecutionService:
     ) -> list[int]:
         """Delete the marks of ``items`` that are still ours. Returns the items whose
         mark was no longer ours (fenced: someone else took them over).
+
+        ``token``: the created_revision of the marks, one for all (a fire's start
+        commit) or per item (a failover batch: each item's claim made its own mark).
+        Per item, a batch of thousands of claimed items completes in a few chunked
+        commits; completed token by token it took one commit (and, refused, one
+        tree read) per item, and held its job's lane for half a minute.
 
         A persistent mark is ours while its fence child (a unique name created with it
         in the start or claim commit) exists: the completion checks the child, deletes
@@ -358,7 +364,8 @@ class ExecutionService:
         items = list(items)
         fences = fences or {}
         results = results or {}
-        clears = [self.clear_ops(item, token, fences.get(item, "")) for item in items]
+        tokens = token if isinstance(token, Mapping) else dict.fromkeys(items, token)
+        clears = [self.clear_ops(item, tokens.get(item, 0), fences.get(item, "")) for item in items]
         more = extra or {}
         groups = [
             [
@@ -382,7 +389,7 @@ class ExecutionService:
             # one read, not one commit per item: thousands of one-by-one commits kept
             # a loaded instance's lane busy for a minute while its next fires waited.
             rest = [m for k, m in enumerate(members) if k not in done_all.applied]
-            ours = self._still_ours({items[m]: fences.get(items[m], "") for m in rest}, token)
+            ours = self._still_ours({items[m]: fences.get(items[m], "") for m in rest}, tokens)
             fenced += [items[m] for m in rest if items[m] not in ours]
             rest = [m for m in rest if items[m] in ours]
             if rest:
@@ -407,11 +414,11 @@ class ExecutionService:
             )
         return fenced
 
-    def _still_ours(self, fences: dict[int, str], token: int) -> set[int]:
+    def _still_ours(self, fences: dict[int, str], tokens: Mapping[int, int]) -> set[int]:
         """Which of the items (-> their fence child, "" for none) still have the mark
         this execution made: its fence child, or else its created_revision
-        ``token`` (one tree read; a failed read raises, and the completion is retried
-        whole)."""
+        ``tokens[item]`` (one tree read; a failed read raises, and the completion is
+        retried whole)."""
         marks = self._marks_in(self._store.get_tree(self._paths.running_root))
         ours: set[int] = set()
         for item, fence in fences.items():
@@ -419,7 +426,7 @@ class ExecutionService:
             if found is None:
                 continue
             _mark, revision, child = found
-            if (fence and child == fence) or (not fence and revision == token):
+            if (fence and child == fence) or (not fence and revision == tokens.get(item, 0)):
                 ours.add(item)
         return ours
 

@@ -77,6 +77,11 @@ __all__ = ["Batch", "Batches", "execution_id"]
 
 log = logging.getLogger(__name__)
 
+#: items per completion call when settling (the store packs each call into commits
+#: of its own size limit): a store failure leaves at most this many items both
+#: cleared and still listed as to settle, which the retry then counts as fenced
+SETTLE_CHUNK = 256
+
 
 class Batches:
     """Runs and completes the batches of one job (module docstring)."""
@@ -724,15 +729,18 @@ class Batches:
     def _settle(self, entry: _Unfinished) -> None:
         """Clear the marks of items that ran, hand off those that never started.
         Raises on a store failure with ``entry`` trimmed to what is left."""
-        groups: dict[int, list[int]] = {}
-        for item, token in entry.ran.items():
-            groups.setdefault(token, []).append(item)
-        for token, items in sorted(groups.items()):
+        ran = sorted(entry.ran)
+        for at in range(0, len(ran), SETTLE_CHUNK):
+            # a completion for many items at once, each with its own mark's token (a
+            # failover batch's items were claimed one by one, a token each); chunked
+            # so that a store failure leaves ``entry`` trimmed to what is left
+            items = ran[at : at + SETTLE_CHUNK]
             results = {i: entry.results[i] for i in items if i in entry.results}
             with self._lock:
                 written = self._written & set(results)
+            tokens = {i: entry.ran[i] for i in items}
             fenced = self._s.execution.finish(
-                sorted(items), token, entry.fences, results, written, extra=entry.extra
+                items, tokens, entry.fences, results, written, extra=entry.extra
             )
             self._state.count("fenced", len(fenced))
             if fenced:
