@@ -471,6 +471,10 @@ class Fires:
                     self.record(
                         Fire(folded), Skipped(SkipReason.DISABLED, fire.disabled, ITEM_DISABLED)
                     )
+            for folded, (off, words) in sorted(self.trigger.folded_disabled.items()):
+                # the launched re-run's own items that a switch turned off at a fire
+                # it folds: that fire is theirs as a skip, not a fold
+                self.record(Fire(folded), Skipped(SkipReason.DISABLED, off, words))
             if last and not isinstance(result, Launched) and self.batches.idle:
                 self.on_batch_done()  # a folded fire's misfire re-run, if one is owed
 

@@ -188,6 +188,11 @@ class TriggerFlow:
         #: this instance's items of the step's fire that an operator had disabled
         #: (lane-confined; recorded as a skip, reason DISABLED, once decided)
         self.disabled: tuple[int, ...] = ()
+        #: fires a misfire re-run launched by the step folds in which an operator's
+        #: switch had turned some of its items off (fire -> those items and the
+        #: skip's words; the job's disable: every item of the run): ``disabled``
+        #: skips, not folds, recorded as such once decided (lane-confined)
+        self.folded_disabled: dict[float, tuple[tuple[int, ...], str]] = {}
         #: the fires every run the step launched stands for: its own and those all
         #: of its items cover (lane-confined): an owed misfire re-run within them
         #: is redundant (Fires._stood_for_owed)
@@ -226,6 +231,7 @@ class TriggerFlow:
         """One non-blocking attempt at ``fire`` (see module docstring)."""
         cfg = self._state.config
         self.removed = ()
+        self.folded_disabled = {}
         self.stood_for = frozenset()
         # the disabled items found by the fire's earlier steps (Fire.disabled)
         self.disabled = fire.disabled
@@ -677,6 +683,24 @@ class TriggerFlow:
             self.coverage.held(ft, schedule, None if job_off else fire.disabled)
         return folded
 
+    def _note_folded_off(
+        self, items: list[int], folded: Iterable[float], schedule: FireSchedule
+    ) -> None:
+        """The folded fires of a launched re-run's ``items`` that an operator's
+        switch excludes (:meth:`_not_off`): each is held in the coverage and noted
+        for its ``disabled`` skip (:attr:`folded_disabled`). Without the skip, a fire
+        inside an item's disable whose item was busy (a completion commit retried
+        across a store leader's loss) was folded into a re-run of a fire from before
+        the disable, left out of its covers, and recorded nowhere (600 s etcd chaos,
+        seed 20261244)."""
+        st = self._state
+        for ft in folded:
+            job_off = st.job_disabled(ft)
+            off = tuple(i for i in items if job_off or st.item_disabled(i, ft))
+            if off:
+                self.coverage.held(ft, schedule, off)
+                self.folded_disabled[ft] = (off, "" if job_off else ITEM_DISABLED)
+
     def _not_off(self, item: int, fires: Iterable[float]) -> list[float]:
         """``fires`` of ``item`` that no operator's switch excuses: a re-run of a fire
         from before a disable runs, and folds the later fires, but not those due at
@@ -722,6 +746,7 @@ class TriggerFlow:
                 item: gaps.get(item, Covered()).plus(self._not_off(item, folded), older)
                 for item in items
             }
+            self._note_folded_off(items, folded, schedule)
             self.coverage.decided(items, folds_until)
         if not gaps or cfg.misfire:
             return gaps
