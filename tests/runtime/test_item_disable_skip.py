@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -161,3 +162,32 @@ def _schedule(after: float, until: float, period: float) -> list[float]:
     """The interval trigger's fires after ``after`` up to ``until`` (both fires)."""
     n = round((until - after) / period)
     return [after + k * period for k in range(1, n + 1)]
+
+
+def test_a_stale_disable_in_the_view_is_read_again_before_a_skip(server: MemoryServer) -> None:
+    """The view says the job is disabled but the store says enabled (an instance frozen
+    while an operator enabled it decides its first fire after the thaw before the
+    enable's event arrives): the fire reads the switches before skipping, and runs.
+    Before, it recorded a ``disabled`` skip with no disable in force (600 s etcd
+    chaos, seed 20261244: 4 skips without a cause)."""
+    seen = Skips()
+    rt = Runtime(server.store(), shutdown_grace=1, observers=[seen])
+    rt.add_job(Noop(), JobConfig(name=JOB, interval=0.2, sharding_total_count=2))
+    rt.start()
+    try:
+        runner = rt.runners[JOB]
+        wait_until(lambda: len(seen.ran) >= 2, 10, message="the job never ran")
+        with runner.state.lock:  # the stale view: no event will correct it
+            runner.state.disabled_job = True
+            runner.state.disabled_job_at = 0.0
+            runner.state.disabled_items = {1}
+            runner.state.disabled_items_at = {1: 0.0}
+        poked = time.time()
+        wait_until(
+            lambda: {i for i, f in seen.ran if f > poked + 0.2} == {0, 1},
+            10,
+            message="the job did not run again",
+        )
+    finally:
+        rt.stop()
+    assert not seen.disabled_skips(), seen.disabled_skips()

@@ -192,6 +192,7 @@ class JobRunner:
             owns=self.batches.owns,
             ran=self.batches.ran_here,
             on_missed=self.record_missed,
+            reread_switches=lambda: self.settings.reload_switches(),
         )
         self.settings = JobSettings(services, self.state, self.leader, self)
         self.fires = Fires(

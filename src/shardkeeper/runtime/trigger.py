@@ -35,7 +35,8 @@ from shardkeeper import tracing
 from shardkeeper.coordination.model import Assignment, RunningMark
 from shardkeeper.coordination.oneoff import OneOffService, OneOffView
 from shardkeeper.coordination.results import CompletedView, read_completed
-from shardkeeper.registry.base import Check
+from shardkeeper.errors import StoreError
+from shardkeeper.registry.base import Check, ConnectionState
 from shardkeeper.runtime.batches import Batch, execution_id
 from shardkeeper.runtime.coverage import (
     SAME_FIRE,
@@ -99,6 +100,9 @@ class Fire:
     #: still to start (busy elsewhere, a request's parts recorded) no longer looks at
     #: them, yet their skip is recorded once the fire is decided
     disabled: tuple[int, ...] = ()
+    #: the switches were read from the store for this fire (once a fire at most):
+    #: see :meth:`TriggerFlow._confirm_switches`
+    switches_read: bool = False
 
 
 #: the words of a skip of items an operator disabled (reason DISABLED, the job's)
@@ -157,8 +161,13 @@ class TriggerFlow:
         owns: Callable[[int, str], bool] = lambda _item, _execution: False,
         ran: Callable[[str], bool] = lambda _execution: False,
         on_missed: Callable[[float, tuple[int, ...]], None] = lambda _ft, _items: None,
+        reread_switches: Callable[[], None] | None = None,
     ) -> None:
         self._s = services
+        #: reads the job's and items' switches from the store into the state
+        #: (JobSettings.reload_switches): a skip for an operator's switch is
+        #: decided on a fresh read (:meth:`_confirm_switches`)
+        self._reread_switches = reread_switches
         self._state = state
         self._leader = leader
         self._local_items = local_items
@@ -249,6 +258,8 @@ class TriggerFlow:
         if not fire.deadline:
             fire.deadline = time.monotonic() + cfg.sharding_wait_timeout
         reason = self._state.skip_reason(fire.fire_time)
+        if reason is SkipReason.DISABLED and self._confirm_switches(fire):
+            reason = self._state.skip_reason(fire.fire_time)
         registering = reason is SkipReason.NOT_REGISTERED and self._state.registering
         if registering and time.monotonic() < fire.deadline:
             return Wait(POLL, "registration under way")
@@ -405,6 +416,26 @@ class TriggerFlow:
             )
         fire.span = None
 
+    def _confirm_switches(self, fire: Fire) -> bool:
+        """Read the switches from the store before ``fire`` is skipped for one (once
+        a fire; True when read). The watched view can be stale: an instance frozen
+        while an operator enabled the job decided its first fire after the thaw on
+        the disable it knew, before the enable's event was delivered, and recorded
+        a ``disabled`` skip with no disable in force (600 s etcd chaos, seed
+        20261244). A read that fails leaves the view as it is (the store does not
+        answer: the skip is decided on what is known)."""
+        if fire.switches_read or self._reread_switches is None:
+            return False
+        if self._s.store.state not in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
+            return False  # no answer to wait for: the watch delivers what comes back
+        fire.switches_read = True
+        try:
+            self._reread_switches()
+        except StoreError as exc:
+            log.debug("%s: switches not re-read: %s", self._state.config.name, exc)
+            return False
+        return True
+
     @staticmethod
     def _not_due(fire: Fire, why: str) -> Wait | None:
         """A Wait until ``fire`` is due, when it is decided ahead of its time (the
@@ -443,6 +474,8 @@ class TriggerFlow:
         # disable excuses fires from its time on only.
         ft = fire.fire_time
         off = [i for i in owned if self._state.item_disabled(i, ft)]
+        if off and self._confirm_switches(fire):
+            off = [i for i in owned if self._state.item_disabled(i, ft)]
         if off:
             self._hold(fire, off)
         # An operator's item disable leaves the item out of the fire: recorded as a
