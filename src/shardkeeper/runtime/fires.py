@@ -39,7 +39,14 @@ from shardkeeper.runtime.trigger import (
     fmt_fire,
 )
 
-__all__ = ["MAX_QUEUED_FIRES", "MAX_QUEUED_REQUESTS", "POLL_AFTER_ERROR", "Fires", "SkipSink"]
+__all__ = [
+    "MAX_QUEUED_FIRES",
+    "MAX_QUEUED_REQUESTS",
+    "POLL_AFTER_ERROR",
+    "REQUEST_RETRIES",
+    "Fires",
+    "SkipSink",
+]
 
 log = logging.getLogger("shardkeeper.runtime.runner")
 
@@ -60,6 +67,13 @@ POLL_AFTER_ERROR = 0.1
 #: go (a run-now request's part, a misfire re-run): sooner than the housekeeping
 #: pass, which may be a T/3 tick and a round-robin turn away
 SETTLE_RETRY_AFTER = 1.0
+#: how many times a run-now request's fire that gave up waiting (a reshard, items
+#: marked elsewhere) is decided again at once at its own time (Fires._request_again):
+#: a dead owner's marks hold its items for up to a session timeout, its failover
+#: run and the reshard that follows take one wait each
+REQUEST_RETRIES = 2
+#: the skips of a request's fire that only waited too long: decided again
+_WAITED = frozenset({SkipReason.RESHARD_TIMEOUT, SkipReason.RUNNING_ELSEWHERE, SkipReason.CHANGING})
 #: a missed fire is marked in the registry (``misfire/{item}``) only when the run
 #: holding its items has gone on this long (seconds): a run that ends sooner is
 #: re-run at once, before an operator could look
@@ -560,12 +574,14 @@ class Fires:
         if fire.request:
             # not a skip of the request: its parts without a record stay pending in
             # the store, and are run by whoever owns them at the next look
+            again = self._request_again(fire, result)
             log.info(
-                "%s: run-now request %s not started here now (%s%s); it stays pending",
+                "%s: run-now request %s not started here now (%s%s); %s",
                 self.name,
                 fire.request,
                 result.reason.value,
                 detail,
+                "decided again at once, at its fire time" if again else "it stays pending",
             )
             return
         if result.reason is not SkipReason.STOPPING:
@@ -581,6 +597,38 @@ class Fires:
                         message=result.message,
                     )
                 )
+
+    def _request_again(self, fire: Fire, result: Skipped) -> bool:
+        """Queue a run-now request's fire that gave up waiting (for a reshard, or
+        for items still marked elsewhere) again, first, at its own fire time and
+        with a fresh deadline, at most REQUEST_RETRIES times. True when queued.
+
+        The next look at the requests queues a part at the time of that look, and
+        from the owners of that time: after a death and the reshards it brings,
+        the part followed each new owner in turn and waited for each one's reshard
+        anew (600 s etcd chaos, job ``long``: the new owner's fire waited for the
+        dead owner's marks and the reshard, gave up 1 s before the reshard came;
+        the items moved twice more, and the part ran 35 s after the request). At
+        its own time the part stays with the owner that had it then (a reshard
+        applies from later fires), which runs it as soon as the reshard is written
+        and the marks are gone; the start's claim still runs it once whoever
+        else queues it meanwhile."""
+        if result.reason not in _WAITED or fire.request_retries >= REQUEST_RETRIES:
+            return False
+        only = frozenset(result.items) if result.items else fire.only
+        again = Fire(
+            fire.fire_time,
+            misfire=fire.misfire,
+            manual=fire.manual,
+            params=dict(fire.params),
+            only=only,
+            request=fire.request,
+            request_retries=fire.request_retries + 1,
+        )
+        with self._fires_lock:
+            self._queue_first(again)
+        self._port.submit("fires", self._pump)
+        return True
 
     def on_batch_done(self) -> None:
         """A batch ended (worker thread) or marks were settled: a misfire re-run or a

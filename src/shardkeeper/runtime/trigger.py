@@ -103,6 +103,9 @@ class Fire:
     #: the switches were read from the store for this fire (once a fire at most):
     #: see :meth:`TriggerFlow._confirm_switches`
     switches_read: bool = False
+    #: a run-now request's fire decided again at its own time after an attempt that
+    #: gave up waiting (runtime/fires.py, Fires.record): how many times so far
+    request_retries: int = 0
 
 
 #: the words of a skip of items an operator disabled (reason DISABLED, the job's)
