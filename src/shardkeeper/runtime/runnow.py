@@ -16,6 +16,13 @@ failover delays a part, it never loses it:
   skip record to the observers); a request whose items all have a record is
   deleted.
 
+An operator's switch (a job or item disable) has a time, as for the fires of the
+schedule (JobState.job_disabled/item_disabled): a request made at or after it is a
+``disabled`` skip of the parts it switches off; a request made before it is not
+dropped by it. Its parts are decided at the request's time, by the owners of that
+time (an instance that joined after it leaves them to the enable), and run even
+while the switch is on, as a fire due before a disable does.
+
 Runs on the job's lane, like every coordination task of the job.
 """
 
@@ -77,7 +84,9 @@ class RunNowDuties:
         try:
             if self._leader.is_leader:
                 done += self._lead(requests)
-            if st.skip_reason() is None and self.pending:
+            # a job switched off now may still owe the parts of requests made before
+            # its switch (decided at their time, in _own)
+            if st.skip_reason() in (None, SkipReason.DISABLED) and self.pending:
                 done += self._own(requests)
         except StoreError as exc:
             # the next look (housekeeping pass, event) does it again from a fresh read
@@ -118,26 +127,44 @@ class RunNowDuties:
             taken = in_hand.get(request.id, frozenset())
             if taken is None:
                 continue
+            at = request.at
             with st.lock:
-                disabled = set(st.disabled_items)
-            mine = [
-                i
-                for i in request.pending()
-                if owners.get(i) == me and i < total and i not in disabled and i not in taken
-            ]
-            if not mine:
-                continue
-            self._fires.request(
-                Fire(
-                    now,
-                    manual=True,
-                    params=dict(request.params),
-                    only=frozenset(mine),
-                    request=request.id,
-                )
-            )
-            done.append(f"run-now {request.id}: items {mine}")
+                if st.job_disabled(at):
+                    continue  # the leader records its parts skipped
+                job_off = st.job_disabled()
+                # parts a switch set after the request holds off now: decided at
+                # the request's time (below); those it switched off are the leader's
+                later = {i for i in request.pending() if st.item_disabled(i)}
+                skipped = {i for i in later if st.item_disabled(i, at)}
+                joined = st.joined_at
+            parts = [i for i in request.pending() if i < total and i not in skipped | taken]
+            now_parts = [] if job_off else [i for i in parts if i not in later]
+            before = [i for i in parts if i not in now_parts]
+            mine = [i for i in now_parts if owners.get(i) == me]
+            if mine:
+                self._queue(request, now, mine)
+                done.append(f"run-now {request.id}: items {mine}")
+            if before and at >= joined - 1e-3 and assignment is not None:
+                # as the owners of the request's time would have run them then: the
+                # start commit's fire is the request's (its switches, its owners)
+                then = assignment.owners_for(at) if assignment.total == total else {}
+                mine = [i for i in before if then.get(i) == me]
+                if mine:
+                    self._queue(request, at, mine)
+                    done.append(f"run-now {request.id}: items {mine} (from before a switch)")
         return done
+
+    def _queue(self, request: RunNowRequest, fire_time: float, items: list[int]) -> None:
+        """Queue the fire of ``items`` of ``request`` at ``fire_time``."""
+        self._fires.request(
+            Fire(
+                fire_time,
+                manual=True,
+                params=dict(request.params),
+                only=frozenset(items),
+                request=request.id,
+            )
+        )
 
     def _orphaned(self, requests: list[RunNowRequest], owners: Mapping[int, str]) -> bool:
         """Whether a pending part's owner is not a live member, or a reshard is due."""
@@ -149,11 +176,13 @@ class RunNowDuties:
     def _lead(self, requests: list[RunNowRequest]) -> list[str]:
         st = self._state
         cfg = st.config
-        with st.lock:
-            disabled = set(st.disabled_items)
-            job_off = st.disabled_job or cfg.disabled
         done: list[str] = []
         for request in requests:
+            # a switch set after the request does not drop it (_own runs its parts
+            # at the request's time); one set at or before it makes them skips
+            with st.lock:
+                job_off = st.job_disabled(request.at)
+                disabled = {i for i in request.pending() if st.item_disabled(i, request.at)}
             pending = request.pending()
             if request.invalid and not request.total and request.items is None:
                 # it does not say which items: the job's, as they are now
