@@ -226,7 +226,9 @@ class ShardingContext:
         first); a write that meets a store error is sent again, in this call, until
         the store answers or the execution is fenced (its session may be lost), so
         True is never said of a write whose outcome is unknown; False when it was
-        refused (this execution is no longer the item's, or was fenced: stop writing), or
+        refused (this execution is no longer the item's, or was fenced: stop writing;
+        fenced while a write that met a store error was unanswered, that write may
+        still land before the session ends, and a successor may resume from it), or
         raises CheckpointFencedError instead with ``strict`` (default: the job's
         ``checkpoint_strict``). CheckpointStateError for a state that is not JSON or
         too large; CheckpointUnavailableError when the job runs without running marks

@@ -176,7 +176,9 @@ attempts (one fencing token) count as one run. Then:
    after that), or a newer one: a resume step lower than that, or none, is a finding;
    so is a resume step that no earlier run of the fire ever had accepted (a state from
    nowhere; a run killed between a commit and its ``ckpt`` line may have written the
-   step after its last recorded one). Excused, and counted: the fire's node may have
+   step after its last recorded one, and a call that returned False after a commit of
+   it met a store error, begun before the resume, may have been written: a
+   ``ckpt_unknown`` line inside the call says so). Excused, and counted: the fire's node may have
    been pruned (``KEEP_FIRES``: that many other fires of the item written since).
 10. Zombie writes: a checkpoint accepted from a run whose call began after a later run
    of the same fire and item had started (the successor's claim comes after the
@@ -238,7 +240,7 @@ HEALTHY = ("up", "thaw", "heal", "gray_end")
 FAULT_ENDS = {"freeze": "thaw", "partition": "heal", "gray": "gray_end"}
 DISCONNECTED = ("suspended", "lost")
 #: the record phases that belong to one job (the others are the instance's)
-JOB_PHASES = ("start", "end", "resume", "ckpt", "ckpt_error", "skip")
+JOB_PHASES = ("start", "end", "resume", "ckpt", "ckpt_error", "ckpt_unknown", "skip")
 
 
 @dataclass(frozen=True)
@@ -464,6 +466,9 @@ class History:
     snapshot_errors: list[tuple[float, str]] = field(default_factory=list)
     #: per (instance, item): times of the checkpoint commits that met a store error
     checkpoint_errors: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    #: per (instance, item): times of the commits of ``ctx.checkpoint`` calls that met
+    #: a store error and were sent again (``ckpt_unknown``: their outcome unknown)
+    checkpoint_unknowns: dict[tuple[str, int], list[float]] = field(default_factory=dict)
     #: per instance: start times of its executions of every job of the run (None:
     #: this history's executions only)
     activity: dict[str, list[float]] | None = None
@@ -819,6 +824,7 @@ def _history(raw: _Raw, params: Params, job: str | None) -> History:
     states: dict[str, list[tuple[float, str]]] = defaultdict(list)
     exits: list[tuple[str, float]] = []
     errors: dict[tuple[str, int], list[float]] = defaultdict(list)
+    unknowns: dict[tuple[str, int], list[float]] = defaultdict(list)
     for rec in records:
         if rec.get("phase") == "state":
             states[str(rec["instance"])].append((float(rec["t"]), str(rec["state"])))
@@ -826,6 +832,8 @@ def _history(raw: _Raw, params: Params, job: str | None) -> History:
             exits.append((str(rec["instance"]), float(rec["t"])))
         elif rec.get("phase") == "ckpt_error":
             errors[(str(rec["instance"]), int(rec["item"]))].append(float(rec["t"]))
+        elif rec.get("phase") == "ckpt_unknown":
+            unknowns[(str(rec["instance"]), int(rec["item"]))].append(float(rec["t"]))
     for seq in states.values():
         seq.sort()
     skips: list[Skip] = []
@@ -862,6 +870,7 @@ def _history(raw: _Raw, params: Params, job: str | None) -> History:
         snapshot_errors=raw.snapshot_errors,
         assignments=[(t, levels) for name, t, levels in raw.assignments if mine(name)],
         checkpoint_errors={k: sorted(v) for k, v in errors.items()},
+        checkpoint_unknowns={k: sorted(v) for k, v in unknowns.items()},
         activity=dict(activity),
         skips=skips,
         skips_recorded=any(r.get("phase") == "skip" for r in raw.records),
@@ -2208,6 +2217,13 @@ def _check_checkpoints(
             c.t <= x <= c.t_end for x in errors.get((e.instance, e.item), [])
         )
 
+    def unknown(e: Execution, c: Checkpoint) -> bool:
+        # False after a commit of the call met a store error: the execution was fenced
+        # before the store answered, and the write may have landed all the same
+        return not c.accepted and any(
+            c.t <= x <= c.t_end for x in history.checkpoint_unknowns.get((e.instance, e.item), [])
+        )
+
     calls = [(e, c) for e in history.executions for c in e.checkpoints]
     if not calls and not any(e.resumed is not None for e in history.executions):
         return
@@ -2215,7 +2231,7 @@ def _check_checkpoints(
     # store: a run's first write prunes the item's older fires (KEEP_FIRES kept)
     writes: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for e, c in calls:
-        if c.accepted:
+        if c.accepted or unknown(e, c):
             writes[e.item].append((c.t, e.key[0]))
     resumes = checked = pruned = zombie_refused = 0
     for key, runs in sorted(by_key.items()):
@@ -2260,6 +2276,18 @@ def _check_checkpoints(
                 if x.token != y.token
                 for c in x.checkpoints
                 if c.accepted and (x.token < y.token or c.t < (y.resume_at or y.start))
+            }
+            # a call that returned False after a store error, begun before y read its
+            # resume state: the write may have landed (600 s ZooKeeper stateful run,
+            # seed 20261251: a gray link held step 9's commit, the call was fenced and
+            # returned False, the held commit was applied before the session closed,
+            # and the successor resumed from step 9)
+            known |= {
+                c.step
+                for x in runs
+                if x.token != y.token
+                for c in x.checkpoints
+                if unknown(x, c) and c.t < (y.resume_at or y.start)
             }
             # a run killed between a commit and its ckpt line: the next step may be stored
             known |= {_last_step(x) + 1 for x in earlier if x.end is None}

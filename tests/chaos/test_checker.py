@@ -1395,6 +1395,42 @@ def test_resume_from_a_state_no_run_had_accepted_is_a_finding() -> None:
     assert "which no earlier run of the fire had accepted" in report.resumed_older[0]
 
 
+def _fenced_before_answer(*, unknown_at: float | None) -> History:
+    """The partition history where A's step 2 call (T0+10.3) returned False (fenced
+    before the store answered) and the taker resumes from step 2; ``unknown_at``: the
+    time of a ``ckpt_unknown`` line of A's item 0 (None: none)."""
+    history = _stateful_partition(resume_step=2, store_error=False)
+    zombie = next(e for e in history.executions if e.instance == A and e.key == (T0 + 10, 0))
+    zombie.checkpoints[1] = Checkpoint(step=2, accepted=False, t=T0 + 10.3, t_end=T0 + 11.3)
+    if unknown_at is not None:
+        history.checkpoint_unknowns = {(A, 0): [unknown_at]}
+    return history
+
+
+def test_resume_from_a_write_whose_outcome_was_unknown_passes() -> None:
+    """A's step 2 met a store error and the call returned False when A was fenced: the
+    commit may have landed (a gray link's held request applied before the session
+    closed: 600 s ZooKeeper stateful run, seed 20261251), so the taker may resume from
+    step 2. What the promise gives up: nothing it stated (ctx.checkpoint's False never
+    said "not written" after a store error); the checker no longer reads such a False
+    as proof that the store does not hold the step."""
+    report = check(_fenced_before_answer(unknown_at=T0 + 10.5))
+    assert report.ok, report.render()
+
+
+def test_resume_from_a_cleanly_refused_write_is_still_a_finding() -> None:
+    """Must-fail of another cause, same shape: step 2's call returned False with no
+    store error inside it (the store refused it, or the runtime refused it without a
+    store call): a successor that resumes from step 2 resumes from a state the store
+    never took."""
+    report = check(_fenced_before_answer(unknown_at=None))
+    assert not report.ok and len(report.resumed_older) == 1
+    assert "which no earlier run of the fire had accepted" in report.resumed_older[0]
+    # a store error of ANOTHER call (after this one returned) excuses nothing either
+    report = check(_fenced_before_answer(unknown_at=T0 + 11.5))
+    assert not report.ok and "resumed from step 2" in report.resumed_older[0]
+
+
 def test_zombie_checkpoint_accepted_after_the_takeover_is_a_finding() -> None:
     """The zombie's step 3, called after B had started (T0+12.8 > T0+12.4), was
     accepted: the store did not fence it."""
@@ -1520,8 +1556,9 @@ def test_crash_that_took_the_instance_down_is_a_finding() -> None:
 
 
 def test_load_history_reads_checkpoint_records(tmp_path: Path) -> None:
-    """resume and ckpt lines are paired with their execution, ckpt_error lines are
-    kept per (instance, item) for the job named, and a crashed end record is read."""
+    """resume and ckpt lines are paired with their execution, ckpt_error and
+    ckpt_unknown lines are kept per (instance, item) for the job named, and a crashed
+    end record is read."""
     from tests.chaos.checker import load_histories
 
     base = {"job": "s", "instance": A, "item": 0, "fire": T0, "token": 7,
@@ -1532,6 +1569,8 @@ def test_load_history_reads_checkpoint_records(tmp_path: Path) -> None:
         {**base, "phase": "ckpt", "step": 1, "accepted": True, "t": T0 + 0.3, "t_end": T0 + 0.31},
         {"phase": "ckpt_error", "job": "s", "instance": A, "item": 0, "t": T0 + 0.305},
         {"phase": "ckpt_error", "job": "other", "instance": A, "item": 0, "t": T0 + 0.4},
+        {"phase": "ckpt_unknown", "job": "s", "instance": A, "item": 0, "t": T0 + 0.306},
+        {"phase": "ckpt_unknown", "job": "other", "instance": A, "item": 0, "t": T0 + 0.41},
         {**base, "phase": "end", "end": T0 + 0.5, "valid": False, "crashed": True},
     ]
     (tmp_path / "exec-0.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
@@ -1540,6 +1579,7 @@ def test_load_history_reads_checkpoint_records(tmp_path: Path) -> None:
     assert (ex.resumed, ex.resume_step, ex.crashed, ex.done) == (False, None, True, False)
     assert ex.checkpoints == [Checkpoint(1, True, T0 + 0.3, T0 + 0.31)]
     assert history.checkpoint_errors == {(A, 0): [T0 + 0.305]}
+    assert history.checkpoint_unknowns == {(A, 0): [T0 + 0.306]}
     assert history.activity == {A: [T0 + 0.01]}
 
 
@@ -1979,3 +2019,39 @@ def test_the_worker_writes_one_skip_line_per_item(tmp_path: Path) -> None:
         (-1, T0 + 2, "suspended"),
     ]  # fmt: skip
     assert all(r["phase"] == "skip" and r["job"] == "j" and r["instance"] == A for r in rows)
+
+
+def test_the_worker_records_both_checkpoint_store_error_lines() -> None:
+    """The chaos worker turns the runtime's two log records of a checkpoint commit
+    that met a store error into its lines: "sent again" (INFO, the call's outcome
+    unknown) -> ckpt_unknown, "not written; kept" (WARNING) -> ckpt_error. The
+    messages are the runtime's own: a reworded message that the worker no longer
+    recognises fails here, not silently in a 600 s run."""
+    import logging
+
+    from shardkeeper.runtime import checkpoints
+    from tests.chaos.worker import NOT_WRITTEN, SENT_AGAIN, CheckpointErrors
+
+    source = Path(checkpoints.__file__).read_text()
+    assert SENT_AGAIN.split("%d")[0] in source and NOT_WRITTEN.split("%d")[0] in source
+
+    class Lines:
+        def __init__(self) -> None:
+            self.lines: list[dict[str, object]] = []
+
+        def write(self, rec: dict[str, object]) -> None:
+            self.lines.append(rec)
+
+    lines = Lines()
+    handler = CheckpointErrors(lines, A)  # type: ignore[arg-type]
+    for level, msg in (
+        (logging.INFO, "%s: " + SENT_AGAIN + " (%s); sent again for a definite answer"),
+        (logging.WARNING, "%s: " + NOT_WRITTEN + " (%s); kept, written at the next chance"),
+        (logging.INFO, "%s: something else about item %d (%s)"),
+    ):
+        rec = logging.LogRecord("x", level, __file__, 1, msg, ("s", 3, "timeout"), None)
+        handler.handle(rec)
+    assert [(x["phase"], x["job"], x["item"]) for x in lines.lines] == [
+        ("ckpt_unknown", "s", 3),
+        ("ckpt_error", "s", 3),
+    ]

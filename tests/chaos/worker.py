@@ -41,7 +41,12 @@ ended its worker process itself; ``valid`` false: not done). A checkpoint call w
 commit met a store error still returns True (the state is held and sent again): the
 instance appends a ``ckpt_error`` line (instance, job, item, ``t``) from the
 runtime's log record of it, made inside that call, so that the checker does not
-count such a call as a write the store accepted.
+count such a call as a write the store accepted. A call whose commit met a store
+error and that then returns False (the execution was fenced before the store
+answered) may have been written all the same (ZooKeeper applies a request held in the
+session's pipeline before the session's close): a ``ckpt_unknown`` line (same fields)
+marks each such store error inside a call, and the checker counts the call's step as
+a state a successor may resume from (not as accepted).
 
 ``skip`` lines: the product's skip records (``JobListener.on_skipped``), one line per
 (fire, item): job, instance, item, fire, ``reason`` (the :class:`SkipReason` name in
@@ -84,6 +89,9 @@ CRASH_STATUS = 3
 #: the runtime's log message (runtime/checkpoints.py) for a checkpoint whose commit met
 #: a store error; its arguments are (job, item, error)
 NOT_WRITTEN = "checkpoint of item %d not written"
+#: its message for a commit of a ``ctx.checkpoint`` call that met a store error and is
+#: sent again (the outcome of that commit is unknown); arguments (job, item, error)
+SENT_AGAIN = "checkpoint commit of item %d met a store error"
 
 
 @dataclass(frozen=True)
@@ -380,23 +388,31 @@ def _poll(ctx: ShardingContext, deadline: float, step: float, *, stop: bool) -> 
 
 
 class CheckpointErrors(logging.Handler):
-    """Appends a ``ckpt_error`` line for each checkpoint whose commit met a store
-    error (the runtime logs it in the thread that makes the call, or, for the process
-    executor, in the instance's thread that answers the worker process's call: inside
-    the call either way)."""
+    """Appends a ``ckpt_error`` line for each checkpoint held after a store error, and
+    a ``ckpt_unknown`` line for each commit of a call that met one (the runtime logs
+    them in the thread that makes the call, or, for the process executor, in the
+    instance's thread that answers the worker process's call: inside the call either
+    way)."""
 
     def __init__(self, recorder: Recorder, instance: str) -> None:
-        super().__init__(logging.WARNING)
+        super().__init__(logging.INFO)  # "sent again" is logged at INFO
         self.rec = recorder
         self.instance = instance
 
     def emit(self, record: logging.LogRecord) -> None:
         args = record.args if isinstance(record.args, tuple) else ()
-        if NOT_WRITTEN not in str(record.msg) or len(args) < 2:
+        msg = str(record.msg)
+        if len(args) < 2:
+            return
+        if NOT_WRITTEN in msg:
+            phase = "ckpt_error"
+        elif SENT_AGAIN in msg:
+            phase = "ckpt_unknown"
+        else:
             return
         self.rec.write(
             {
-                "phase": "ckpt_error",
+                "phase": phase,
                 "instance": self.instance,
                 "job": str(args[0]),
                 "item": int(str(args[1])),
