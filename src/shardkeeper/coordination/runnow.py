@@ -20,7 +20,12 @@ Who writes what (one writer per node):
 * the job's leader records as skipped the parts no owner can run (the item is
   disabled, a cut of the count removed it, the job is disabled, the request is not
   valid), under the same condition, and deletes a request once each of its items
-  has a record.
+  has a record. With failover off (no other instance takes over a run cut short),
+  it first waits for the runs of the started parts to end, and reopens a part
+  whose run ended without a completion (fenced, interrupted, its instance died):
+  it deletes that record, conditional on it being the one read, and the item's
+  owner runs the part again at its next look, as a plain item cut short runs at
+  its next fire.
 
 Owners find the pending requests from a fresh read at every housekeeping pass and
 on every event that may make them theirs (a new request, a new assignment): a
@@ -35,20 +40,21 @@ import math
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shardkeeper.coordination.model import encode
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.errors import ConfigError
 from shardkeeper.registry import batching
-from shardkeeper.registry.base import Check, CoordinationStore, Create, Node, Op
+from shardkeeper.registry.base import Check, CoordinationStore, Create, Delete, Node, Op
 from shardkeeper.registry.packing import pack_groups
 
 __all__ = [
     "MAX_AHEAD",
     "RunNowRequest",
     "RunNowService",
+    "StartedPart",
     "check_request_at",
     "new_request_id",
     "request_value",
@@ -108,6 +114,18 @@ def request_value(
 
 
 @dataclass(frozen=True)
+class StartedPart:
+    """The record of a part that an owner started (``outcome`` "started")."""
+
+    instance: str
+    execution_id: str
+    #: the store revision of the start commit that created it with the item's mark
+    created_revision: int
+    #: the record node's version (a reopen is conditional on it)
+    version: int
+
+
+@dataclass(frozen=True)
 class RunNowRequest:
     """One pending request as read, with the items that have a record."""
 
@@ -123,6 +141,8 @@ class RunNowRequest:
     recorded: frozenset[int] = frozenset()
     #: why the request cannot be run ("" when it can): its parts are recorded skipped
     invalid: str = ""
+    #: the records of the parts an owner started (item -> record)
+    started: Mapping[int, StartedPart] = field(default_factory=dict)
 
     def asked(self) -> list[int]:
         """The items of the request."""
@@ -238,6 +258,21 @@ class RunNowService:
                     done.append(items[m])
         return done
 
+    def reopen(self, request: str, item: int, part: StartedPart) -> bool:
+        """Delete ``item``'s record ``part`` of ``request`` (only while the request
+        exists and the record is the one read): the part is pending again, its
+        owner runs it at its next look. False when the record changed or went."""
+        path = self._paths.runnow_item(request, item)
+        return bool(
+            self._store.commit(
+                [
+                    Check(self._paths.runnow(request), exists=True),
+                    Check(path, version=part.version),
+                    Delete(path),
+                ]
+            )
+        )
+
     def delete(self, request: str) -> None:
         """Delete ``request`` and its records (every item has one)."""
         self._store.delete(self._paths.runnow(request), recursive=True)
@@ -250,6 +285,7 @@ def requests_in_tree(
     prefix = paths.runnow_root + "/"
     values: dict[str, bytes] = {}
     records: dict[str, set[int]] = {}
+    started: dict[str, dict[int, StartedPart]] = {}
     for path, node in tree.items():
         if not path.startswith(prefix):
             continue
@@ -258,7 +294,29 @@ def requests_in_tree(
             values[parts[0]] = node.value
         elif len(parts) == 2 and parts[1].isdigit():
             records.setdefault(parts[0], set()).add(int(parts[1]))
+            part = _started(node)
+            if part is not None:
+                started.setdefault(parts[0], {})[int(parts[1])] = part
     return [
-        RunNowRequest.parse(request, values[request], records.get(request, ()), now)
+        replace(
+            RunNowRequest.parse(request, values[request], records.get(request, ()), now),
+            started=started.get(request, {}),
+        )
         for request in sorted(values)
     ]
+
+
+def _started(node: Node) -> StartedPart | None:
+    """The part record ``node`` when it says "started" (None: skipped, unreadable)."""
+    try:
+        doc = json.loads(node.value)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("outcome") != "started":
+        return None
+    return StartedPart(
+        str(doc.get("instance", "")),
+        str(doc.get("execution_id", "")),
+        node.created_revision,
+        node.version,
+    )

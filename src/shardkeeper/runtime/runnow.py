@@ -173,6 +173,49 @@ class RunNowDuties:
         live = set(self._s.sharding.live_instances())
         return any(i in owners and owners[i] not in live for r in requests for i in r.pending())
 
+    def _settle_started(self, request: RunNowRequest) -> tuple[list[int], list[int]]:
+        """With failover off (nobody takes over a run cut short): the started parts
+        of ``request`` whose runs still go on, and those reopened now because their
+        run ended without a completion (leader). Before, such a part (its run
+        fenced, interrupted by a stop, or its instance dead) stayed "started" in
+        the request's record, and the request was deleted as if it had run.
+
+        Judged on store revisions, not clocks: the start commit created the record
+        with the item's mark, and the completion deletes the mark and writes the
+        item's result in one commit. So, the mark gone, a result written before
+        the record (or none) means the run never completed: the record is deleted
+        and the item's owner runs the part again at its next look. A result of the
+        run itself means it completed. A later run's result (written after the
+        record, of another execution) cannot tell: the part is left as started,
+        never run twice."""
+        cfg = self._state.config
+        if not cfg.monitor_execution:
+            return [], []  # no marks, no results: nothing to judge by
+        marks = self._s.execution.running_items()
+        running: list[int] = []
+        reopened: list[int] = []
+        for item, part in sorted(request.started.items()):
+            mark = marks.get(item)
+            if mark is not None and mark.execution_id == part.execution_id:
+                running.append(item)
+                continue
+            node = self._s.store.get(self._s.paths.result(item))
+            if node is not None and node.revision > part.created_revision:
+                continue  # completed since its start: this run, or one after it
+            if self._s.runnow.reopen(request.id, item, part):
+                reopened.append(item)
+                log.warning(
+                    "%s: run-now request %s: the run of item %d on %s (%s) ended without "
+                    "completing and failover is off: its part runs again at its owner's "
+                    "next look",
+                    cfg.name,
+                    request.id,
+                    item,
+                    part.instance,
+                    part.execution_id,
+                )
+        return running, reopened
+
     def _lead(self, requests: list[RunNowRequest]) -> list[str]:
         st = self._state
         cfg = st.config
@@ -188,7 +231,15 @@ class RunNowDuties:
                 # it does not say which items: the job's, as they are now
                 total = cfg.sharding_total_count
                 pending = [i for i in range(total) if i not in request.recorded]
-            if not pending:
+            unsettled = False
+            if request.started and not request.invalid and not cfg.failover:
+                running, reopened = self._settle_started(request)
+                if reopened:
+                    done.append(f"run-now {request.id}: items {reopened} reopened")
+                unsettled = bool(running or reopened)
+                # looked at every tick until they ended (housekeeping)
+                self.pending = self.pending or unsettled
+            if not pending and not unsettled:
                 self._s.runnow.delete(request.id)
                 self._reported.discard(request.id)
                 done.append(f"run-now {request.id} done")
