@@ -2950,9 +2950,10 @@ def _check_rejoin(
     """An instance back from a fault (heal, thaw, gray_end, up, the operator's
     enable) starts a run of the job within work + WAIT + 3 st + 2 P, plus the longest
     fault of the job's leader in that span, and never later than 2 quiet deadlines
-    after; unless it was faulted or switched off again meanwhile, the deadline passes
-    the stop, the job was disabled, or the job had fewer items than live enabled
-    instances. Each recovery is reported checked or skipped, with the reason."""
+    after; unless it was faulted or switched off again meanwhile, its process had
+    ended before (an enable of a killed instance), the deadline passes the stop, the
+    job was disabled, or the job had fewer items than live enabled instances. Each
+    recovery is reported checked or skipped, with the reason."""
     starts: dict[str, list[float]] = defaultdict(list)
     for e in execs:
         starts[e.instance].append(e.start)
@@ -2982,6 +2983,12 @@ def _check_rejoin(
         skipped = None
         if deadline > horizon:
             skipped = "deadline past the stop"
+        elif any(o.kind == "down" and o.instance == x for o in events[:n]):
+            # the operator's enable of an instance whose process had ended: an id is
+            # never reused (a restart is a new instance, with its own ``up``), so
+            # there is nothing to come back (600 s ZooKeeper production-like run,
+            # seed 20261253: vm@10276 switched off, killed, then switched on)
+            skipped = "its process had ended"
         elif any(
             h < o.t <= deadline
             and o.instance == x
