@@ -295,7 +295,8 @@ class Batches:
             self._submit_item(batch, item)
 
     def _submit_item(self, batch: Batch, item: int) -> None:
-        if not self._workers.submit(lambda: self._run_item(batch, item)):
+        # under the job's name: jobs take turns for the threads (WorkerPool)
+        if not self._workers.submit(lambda: self._run_item(batch, item), self._state.config.name):
             # the pool is shut down (hard stop): the item never starts
             self._item_done(batch, item, FENCED)
 
