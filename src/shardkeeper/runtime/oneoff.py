@@ -19,6 +19,15 @@ note):
 
 A catch-up can never run an item twice: its start is conditional on the item's
 result node (coordination/oneoff.py), whichever fire gets there first.
+
+An operator's switch has a time, as for the fires of the schedule
+(JobState.job_disabled/item_disabled): an item (or the job) switched off at or
+before ``at`` holds the job open and runs at a catch-up once enabled, as before;
+one switched off after ``at`` is still owed the fire due before its switch, which
+that switch does not drop: it is caught up at once, with a fire time before the
+switch (the latest join of the members asked, at least ``at``), by the members
+that had joined by then, even while the switch is on. Before, such items (and a
+job switched off after ``at``) waited for the enable.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from shardkeeper.coordination.oneoff import OneOffService
 from shardkeeper.errors import StoreError
 from shardkeeper.registry import batching
 from shardkeeper.registry.base import Op, Put
-from shardkeeper.runtime.jobstate import JobState
+from shardkeeper.runtime.jobstate import JobState, SkipReason
 from shardkeeper.runtime.leader import LeaderDuties
 from shardkeeper.runtime.services import JobServices
 from shardkeeper.scheduling.scheduler import MISFIRE_GRACE_SECONDS
@@ -42,6 +51,9 @@ log = logging.getLogger(__name__)
 
 #: seconds beyond sharding_wait_timeout that a fire may take to be decided everywhere
 SETTLE_MARGIN = 1.0
+#: a catch-up of items a switch holds is fired at least this long before the switch
+#: (fire times are stored to the millisecond)
+_BEFORE = 0.002
 
 
 class OneOffDuties:
@@ -80,9 +92,15 @@ class OneOffDuties:
 
     def _check(self) -> str | None:
         cfg = self._state.config
-        if cfg.at is None or self.done or self._state.skip_reason() is not None:
+        if cfg.at is None or self.done:
             return None
         at = cfg.at.timestamp()
+        reason = self._state.skip_reason()
+        if reason is not None and not (
+            # a job switched off after ``at`` still owes the fire due before it
+            reason is SkipReason.DISABLED and not self._state.job_disabled(at)
+        ):
+            return None
         now = time.time()
         if now < at:
             return None
@@ -134,15 +152,50 @@ class OneOffDuties:
                 )
             self._done_at = at
             return "skipped"
-        runnable = [i for i in outstanding if i not in self._state.disabled_items]
-        if not runnable:
-            return None  # only disabled items are owed: they run once enabled
-        members = self._s.sharding.live_instances()
-        if not members:
-            return None
-        self._request(sorted(members), runnable, now)
-        self._last_catchup = mono
-        return "catch-up"
+        st = self._state
+        with st.lock:
+            job_later = st.job_disabled() and not st.job_disabled(at)
+            runnable = [i for i in outstanding if not job_later and not st.item_disabled(i)]
+            # owed items a switch set after ``at`` holds now, and that switch's time
+            held = {
+                i: (st.disabled_job_at if job_later else st.disabled_items_at.get(i, 0.0))
+                for i in outstanding
+                if i not in runnable and not st.item_disabled(i, at)
+            }
+        if runnable:
+            members = self._s.sharding.live_instances()
+            if not members:
+                return None
+            self._request(sorted(members), runnable, now)
+            self._last_catchup = mono
+            return "catch-up"
+        if held and self._request_before_switch(at, held):
+            self._last_catchup = mono
+            return "catch-up"
+        return None  # only items switched off at or before ``at``: they run once enabled
+
+    def _request_before_switch(self, at: float, held: dict[int, float]) -> bool:
+        """Catch up ``held`` (item -> the time of the switch set after ``at`` that
+        holds it) at a fire time before the earliest of those switches, by the
+        members that had joined by then (a later one would skip it as fired before
+        it joined). False when no member had: they wait for the enable."""
+        switch = min(held.values())
+        joined = {
+            m: t for m, t in self._s.sharding.enabled_members().items() if t < switch - _BEFORE
+        }
+        if not joined:
+            return False
+        fire = max(at, *joined.values())
+        if fire >= switch - _BEFORE:
+            return False
+        log.info(
+            "%s: one-off items %s are switched off since after their fire: caught up at "
+            "a time before the switch",
+            self._name,
+            sorted(held),
+        )
+        self._request(sorted(joined), sorted(held), fire)
+        return True
 
     def _busy(self) -> bool:
         """Items run, wait for failover, or a trigger request is not consumed yet."""
