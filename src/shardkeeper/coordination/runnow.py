@@ -47,7 +47,7 @@ from shardkeeper.coordination.model import encode
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.errors import ConfigError
 from shardkeeper.registry import batching
-from shardkeeper.registry.base import Check, CoordinationStore, Create, Delete, Node, Op
+from shardkeeper.registry.base import Check, CoordinationStore, Create, Delete, Node, Op, Put
 from shardkeeper.registry.packing import pack_groups
 
 __all__ = [
@@ -143,6 +143,8 @@ class RunNowRequest:
     invalid: str = ""
     #: the records of the parts an owner started (item -> record)
     started: Mapping[int, StartedPart] = field(default_factory=dict)
+    #: the request node's value as read (written again by :meth:`RunNowService.reopen`)
+    value: bytes = b""
 
     def asked(self) -> list[int]:
         """The items of the request."""
@@ -258,17 +260,21 @@ class RunNowService:
                     done.append(items[m])
         return done
 
-    def reopen(self, request: str, item: int, part: StartedPart) -> bool:
+    def reopen(self, request: RunNowRequest, item: int, part: StartedPart) -> bool:
         """Delete ``item``'s record ``part`` of ``request`` (only while the request
         exists and the record is the one read): the part is pending again, its
-        owner runs it at its next look. False when the record changed or went."""
-        path = self._paths.runnow_item(request, item)
+        owner runs it at its next look. The request's value is written again in the
+        same commit, unchanged: its event makes every instance look now (a deleted
+        record is no event of its own). False when the record changed or went."""
+        path = self._paths.runnow_item(request.id, item)
+        node = self._paths.runnow(request.id)
         return bool(
             self._store.commit(
                 [
-                    Check(self._paths.runnow(request), exists=True),
+                    Check(node, exists=True),
                     Check(path, version=part.version),
                     Delete(path),
+                    Put(node, request.value, existing=True),
                 ]
             )
         )
@@ -301,6 +307,7 @@ def requests_in_tree(
         replace(
             RunNowRequest.parse(request, values[request], records.get(request, ()), now),
             started=started.get(request, {}),
+            value=values[request],
         )
         for request in sorted(values)
     ]

@@ -202,7 +202,7 @@ class RunNowDuties:
             node = self._s.store.get(self._s.paths.result(item))
             if node is not None and node.revision > part.created_revision:
                 continue  # completed since its start: this run, or one after it
-            if self._s.runnow.reopen(request.id, item, part):
+            if self._s.runnow.reopen(request, item, part):
                 reopened.append(item)
                 log.warning(
                     "%s: run-now request %s: the run of item %d on %s (%s) ended without "
