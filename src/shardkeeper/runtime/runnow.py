@@ -128,18 +128,24 @@ class RunNowDuties:
             if taken is None:
                 continue
             at = request.at
+            # sets throughout: a request may name 100,000 items, looked at every tick
+            pending = request.pending()
             with st.lock:
                 if st.job_disabled(at):
                     continue  # the leader records its parts skipped
                 job_off = st.job_disabled()
                 # parts a switch set after the request holds off now: decided at
                 # the request's time (below); those it switched off are the leader's
-                later = {i for i in request.pending() if st.item_disabled(i)}
+                later = {i for i in pending if st.item_disabled(i)}
                 skipped = {i for i in later if st.item_disabled(i, at)}
                 joined = st.joined_at
-            parts = [i for i in request.pending() if i < total and i not in skipped | taken]
-            now_parts = [] if job_off else [i for i in parts if i not in later]
-            before = [i for i in parts if i not in now_parts]
+            held = skipped | taken
+            parts = [i for i in pending if i < total and i not in held]
+            if job_off:
+                now_parts, before = [], parts
+            else:
+                now_parts = [i for i in parts if i not in later]
+                before = [i for i in parts if i in later]
             mine = [i for i in now_parts if owners.get(i) == me]
             if mine:
                 self._queue(request, now, mine)
@@ -225,8 +231,8 @@ class RunNowDuties:
             # at the request's time); one set at or before it makes them skips
             with st.lock:
                 job_off = st.job_disabled(request.at)
-                disabled = {i for i in request.pending() if st.item_disabled(i, request.at)}
-            pending = request.pending()
+                pending = request.pending()
+                disabled = {i for i in pending if st.item_disabled(i, request.at)}
             if request.invalid and not request.total and request.items is None:
                 # it does not say which items: the job's, as they are now
                 total = cfg.sharding_total_count
