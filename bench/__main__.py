@@ -26,6 +26,7 @@ from bench import (
     coordination_cost,
     failover,
     jitter,
+    many_jobs,
     overload,
     report,
     resharding,
@@ -48,6 +49,7 @@ BENCHMARKS: dict[str, BenchFn] = {
     "overload": overload.run,
     "startup": startup.run,
     "scale": scale.run,
+    "many_jobs": many_jobs.run,
 }
 
 

@@ -279,6 +279,33 @@ def tables(doc: Results) -> str:
                     f"{_ms(c['jitter'].get('median'))} | {_ms(c['jitter'].get('p99'))} |"
                 )
         out += _errors(doc, "scale")
+
+    if "many_jobs" in doc:
+        out += ["", "### Many jobs due at once (3 instances, J jobs of 2 items)", ""]
+        out.append(
+            "| backend | interval s | jobs | instants | shardkeeper p50 / p99 / max ms | "
+            "folded / pairs | requests per instant (server counted) | "
+            "APScheduler p50 / p99 ms | ran once |"
+        )
+        out.append("|---|---|---|---|---|---|---|---|---|")
+        for b, r in _ok(doc, "many_jobs"):
+            for c in r["cases"]:
+                if "error" in c:
+                    out.append(
+                        f"| {b} | {c['interval']:g} | {c['jobs']:,} | {c['error'][:90]} | | | | | |"
+                    )
+                    continue
+                sk, ap = c["shardkeeper"], c["apscheduler"]
+                sl, al = sk["lateness"], ap["lateness"]
+                once = "yes" if sk["once"] and ap["once"] else "**no**"
+                out.append(
+                    f"| {b} | {c['interval']:g} | {c['jobs']:,} | {c['instants']} | "
+                    f"{_ms(sl.get('median'))} / {_ms(sl.get('p99'))} / {_ms(sl.get('max'))} | "
+                    f"{sk['folded']:,} / {sk['pairs']:,} | {_num(c['requests_per_instant'])} "
+                    f"({_num(c['server_requests_per_instant'])}) | "
+                    f"{_ms(al.get('median'))} / {_ms(al.get('p99'))} | {once} |"
+                )
+        out += _errors(doc, "many_jobs")
     out += ["", "Plots:", ""] + [f"![{p}](img/{p}.png)" for p in PLOTS]
     return "\n".join(out) + "\n"
 
