@@ -36,8 +36,8 @@ from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.observe import ExecutionRecord, SkipRecord
 from shardkeeper.registry.base import ConnectionState
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.attempts import run_once
-from shardkeeper.runtime.procpool import ProcessPool, job_ref
+from shardkeeper.runtime.execute.attempts import run_once
+from shardkeeper.runtime.execute.procpool import ProcessPool, job_ref
 
 
 class Noop(ShardedJob):

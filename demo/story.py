@@ -40,7 +40,7 @@ from shardkeeper.coordination.snapshot import JobSnapshot, read_instances, read_
 from shardkeeper.errors import StoreError
 from shardkeeper.localregistry import ServerCluster, local_cluster
 from shardkeeper.registry import CoordinationStore, open_store
-from shardkeeper.runtime.batch import FIRE_LEAD
+from shardkeeper.runtime.execute.batch import FIRE_LEAD
 
 __all__ = ["FAST", "NORMAL", "DemoFailure", "Story", "Timing"]
 

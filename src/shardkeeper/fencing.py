@@ -134,7 +134,7 @@ _WHAT = "shardkeeper.fencing"
 #: database (a DATETIME may drop the fraction, and SQLite compares them as text)
 _FIRE = "fire_time_us"
 #: fire times closer than this (microseconds) are one fire: shardkeeper's own rule
-#: (1 ms, runtime/coverage.py SAME_FIRE), so a fire computed on two instances compares
+#: (1 ms, runtime/job/coverage.py SAME_FIRE), so a fire computed on two instances compares
 #: equal even if its float differs in the last bits
 _SAME_FIRE_US = 1000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -80,7 +80,7 @@ def _no_stop() -> StopReason | None:
 
 class ItemState(Protocol):
     """What a context's checkpoint and progress calls go to: the runtime's fenced
-    writes (shardkeeper/runtime/checkpoints.py), or :class:`LocalItemState` for a
+    writes (shardkeeper/runtime/fire/checkpoints.py), or :class:`LocalItemState` for a
     context built by hand. An executor that runs items elsewhere (another process)
     forwards these four calls to the one its runtime made."""
 

@@ -29,7 +29,7 @@ from shardkeeper.observe import ExecutionRecord, Outcome, SkipRecord
 from shardkeeper.registry.base import ConnectionState
 
 if TYPE_CHECKING:
-    from shardkeeper.runtime.runner import JobRunner
+    from shardkeeper.runtime.runner.runner import JobRunner
     from shardkeeper.runtime.runtime import Runtime
 
 __all__ = ["DURATION_BUCKETS", "LATENESS_BUCKETS", "RuntimeMetrics", "skip_reason_label"]

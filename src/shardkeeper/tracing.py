@@ -235,7 +235,7 @@ def using(span: Span | None) -> Iterator[None]:
 @contextmanager
 def attached(traceparent: str) -> Iterator[None]:
     """Make the span named by a W3C ``traceparent`` current in this context for the
-    block: a worker process of the process executor (runtime/child.py) runs its item
+    block: a worker process of the process executor (runtime/execute/child.py) runs its item
     under the parent's item span this way. The span object stays in the parent (it
     is recorded and ended there); here it is a non-recording stand-in with its
     context, so log records, ``inject`` and the job's own spans are under it. A

@@ -2428,7 +2428,7 @@ def _strict_excuse(
 # ---- strict pairs: every pair run, folded by a plausible covers entry, the operator's
 # ---- with the product's skip record, or pending at the final stop (bounded) --------
 
-#: fire times closer than this are the same fire (src/shardkeeper/runtime/coverage.py)
+#: fire times closer than this are the same fire (src/shardkeeper/runtime/job/coverage.py)
 SAME_FIRE = 1e-3
 #: skip reasons that name an operator's action: the only ones that excuse a pair
 OPERATOR_SKIPS = ("disabled", "removed")

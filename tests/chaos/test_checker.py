@@ -2055,7 +2055,7 @@ def test_the_worker_records_both_checkpoint_store_error_lines() -> None:
     recognises fails here, not silently in a 600 s run."""
     import logging
 
-    from shardkeeper.runtime import checkpoints
+    from shardkeeper.runtime.fire import checkpoints
     from tests.chaos.worker import NOT_WRITTEN, SENT_AGAIN, CheckpointErrors
 
     source = Path(checkpoints.__file__).read_text()

@@ -86,7 +86,7 @@ EXECUTORS = ("thread", "process")
 STEP = 0.25
 #: the exit status of a worker process that a ``stateful`` item ends itself
 CRASH_STATUS = 3
-#: the runtime's log message (runtime/checkpoints.py) for a checkpoint whose commit met
+#: the runtime's log message (runtime/fire/checkpoints.py) for a checkpoint whose commit met
 #: a store error; its arguments are (job, item, error)
 NOT_WRITTEN = "checkpoint of item %d not written"
 #: its message for a commit of a ``ctx.checkpoint`` call that met a store error and is
@@ -503,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
             checkpoint_interval=0.0,
         )
         rt.add_job(ChaosJob(spec, rec), cfg, listeners=[SkipLines(rec, _counter(rt, spec))])
-    logging.getLogger("shardkeeper.runtime.checkpoints").addHandler(
+    logging.getLogger("shardkeeper.runtime.fire.checkpoints").addHandler(
         CheckpointErrors(rec, rt.instance_id)
     )
 

@@ -31,7 +31,7 @@ from shardkeeper.errors import (
     CheckpointUnavailableError,
 )
 from shardkeeper.registry.base import CoordinationStore, Create
-from shardkeeper.runtime.checkpoints import ItemCheckpoints, ItemStates
+from shardkeeper.runtime.fire.checkpoints import ItemCheckpoints, ItemStates
 
 P = JobPaths("ck")
 OLD = "host@1@zombie"

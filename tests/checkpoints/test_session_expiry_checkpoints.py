@@ -42,7 +42,7 @@ from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry.base import Check, CoordinationStore, Create, Put
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.checkpoints import ItemCheckpoints, ItemStates
+from shardkeeper.runtime.fire.checkpoints import ItemCheckpoints, ItemStates
 from shardkeeper.testing.faults import expire_session, wait_until
 
 pytestmark = pytest.mark.timeout(180)

@@ -151,7 +151,7 @@ def test_count_raise_without_parameters_is_warned(
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="shardkeeper.runtime.runner")
+    caplog.set_level(logging.WARNING, logger="shardkeeper.runtime.runner.runner")
     code, out, err = run_cli(capsys, registry_url, "config", "set", JOB, "sharding_total_count=6")
     assert code == 0, err
     assert "sharding_total_count 4 -> 6" in out

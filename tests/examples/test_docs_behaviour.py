@@ -152,7 +152,7 @@ def test_raise_handler_logs_one_line_and_the_job_keeps_firing(
     """configuration.md, `raise`: the runtime catches the re-raised exception, logs one
     ERROR line without the traceback, and the job keeps firing."""
     assert "error handler raised" in _doc("configuration.md")
-    caplog.set_level(logging.ERROR, logger="shardkeeper.runtime.batches")
+    caplog.set_level(logging.ERROR, logger="shardkeeper.runtime.fire.batches")
     job = Failing()
     config = JobConfig(name="raiser", interval=0.2, sharding_total_count=1, error_handler="raise")
     runtime = Runtime(registry_url, worker_threads=2, shutdown_grace=2.0)

@@ -28,7 +28,8 @@ from shardkeeper.errors import (
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.ops import Operations
 from shardkeeper.registry import CoordinationStore
-from shardkeeper.runtime import Runtime, fires
+from shardkeeper.runtime import Runtime
+from shardkeeper.runtime.fire import fires
 from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.jobs import RecordingJob
 

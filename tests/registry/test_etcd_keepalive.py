@@ -26,9 +26,9 @@ from shardkeeper.registry.etcd import transport as etcd_transport
 from shardkeeper.registry.etcd.watch import Watch
 from shardkeeper.registry.url import parse_registry_url
 from shardkeeper.runtime import housekeeping
+from shardkeeper.runtime.fire.skiplog import SkipLog
+from shardkeeper.runtime.health.liveness import FRESH_FRACTION, Liveness
 from shardkeeper.runtime.housekeeping import Housekeeper
-from shardkeeper.runtime.liveness import FRESH_FRACTION, Liveness
-from shardkeeper.runtime.skiplog import SkipLog
 from shardkeeper.testing.faults import wait_until
 
 pytestmark = pytest.mark.timeout(60)

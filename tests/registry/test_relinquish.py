@@ -2,7 +2,7 @@
 ephemeral nodes vanish for everyone, and the store goes on with a new session.
 
 The runtime gives its session up this way when its commits go unanswered while the
-session lives (runtime/graylink.py): others may take over only once its ephemeral
+session lives (runtime/health/graylink.py): others may take over only once its ephemeral
 nodes are gone. Each test measures how long the others waited.
 """
 

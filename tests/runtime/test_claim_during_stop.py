@@ -25,7 +25,7 @@ from shardkeeper.coordination.model import FailoverEntry
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.runner import JobRunner
+from shardkeeper.runtime.runner.runner import JobRunner
 from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.jobs import RecordingJob
 

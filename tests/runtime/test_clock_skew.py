@@ -183,7 +183,7 @@ def test_memory_store_runtime_refuses_and_comes_back() -> None:
     from shardkeeper.config import JobConfig
     from shardkeeper.registry.memory import MemoryServer
     from shardkeeper.runtime import Runtime
-    from shardkeeper.runtime.jobstate import SkipReason
+    from shardkeeper.runtime.job.jobstate import SkipReason
     from shardkeeper.testing.faults import wait_until
     from shardkeeper.testing.jobs import RecordingJob
 

@@ -22,7 +22,7 @@ from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.ops import Operations
 from shardkeeper.registry.base import CoordinationStore
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.jobstate import SkipReason
+from shardkeeper.runtime.job.jobstate import SkipReason
 from shardkeeper.testing.faults import wait_until
 
 pytestmark = pytest.mark.timeout(120)

@@ -21,8 +21,8 @@ from shardkeeper.coordination.execution import ExecutionService
 from shardkeeper.coordination.model import Assignment, RunningMark
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
-from shardkeeper.runtime.batch import _Unfinished
-from shardkeeper.runtime.batches import Batches
+from shardkeeper.runtime.execute.batch import _Unfinished
+from shardkeeper.runtime.fire.batches import Batches
 
 pytestmark = pytest.mark.timeout(60)
 

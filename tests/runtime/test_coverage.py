@@ -1,4 +1,4 @@
-"""Which earlier fires a run stands for (runtime/coverage.py), on the MemoryStore."""
+"""Which earlier fires a run stands for (runtime/job/coverage.py), on the MemoryStore."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from shardkeeper.config import JobConfig
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.coordination.results import ItemResult
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
-from shardkeeper.runtime.coverage import MAX_COVERS, Coverage, Covered, FireSchedule
+from shardkeeper.runtime.job.coverage import MAX_COVERS, Coverage, Covered, FireSchedule
 from shardkeeper.scheduling.triggers import build_trigger
 
 P = JobPaths("cov")

@@ -16,8 +16,9 @@ from shardkeeper.coordination.results import ItemResult
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.observe import ExecutionRecord, SkipRecord
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
-from shardkeeper.runtime import Runtime, coverage
-from shardkeeper.runtime.coverage import MAX_COVERS, Coverage, FireSchedule
+from shardkeeper.runtime import Runtime
+from shardkeeper.runtime.job import coverage
+from shardkeeper.runtime.job.coverage import MAX_COVERS, Coverage, FireSchedule
 from shardkeeper.scheduling.triggers import build_trigger
 from shardkeeper.testing.faults import wait_until
 

@@ -26,11 +26,11 @@ from shardkeeper.ops import Operations
 from shardkeeper.registry import CoordinationStore
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.coverage import FireSchedule
-from shardkeeper.runtime.jobstate import JobState
-from shardkeeper.runtime.leader import LeaderDuties
-from shardkeeper.runtime.phase import JobPhase
-from shardkeeper.runtime.services import JobServices
+from shardkeeper.runtime.job.coverage import FireSchedule
+from shardkeeper.runtime.job.jobstate import JobState
+from shardkeeper.runtime.job.leader import LeaderDuties
+from shardkeeper.runtime.job.phase import JobPhase
+from shardkeeper.runtime.job.services import JobServices
 from shardkeeper.scheduling.triggers import build_trigger
 from shardkeeper.testing.faults import wait_until
 

@@ -28,14 +28,14 @@ from shardkeeper.registry.base import CoordinationStore, EventKind, WatchEvent
 from shardkeeper.registry.clock import ServerTime
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime import events as ev
-from shardkeeper.runtime.batches import Batch
-from shardkeeper.runtime.jobstate import JobState, switch_time
-from shardkeeper.runtime.leader import LeaderDuties
-from shardkeeper.runtime.phase import JobPhase
-from shardkeeper.runtime.services import JobServices
-from shardkeeper.runtime.settings import JobSettings
-from shardkeeper.runtime.trigger import Deferred, Fire, Launched, Skipped, TriggerFlow, Wait
+from shardkeeper.runtime.fire.batches import Batch
+from shardkeeper.runtime.fire.trigger import Deferred, Fire, Launched, Skipped, TriggerFlow, Wait
+from shardkeeper.runtime.job import events as ev
+from shardkeeper.runtime.job.jobstate import JobState, switch_time
+from shardkeeper.runtime.job.leader import LeaderDuties
+from shardkeeper.runtime.job.phase import JobPhase
+from shardkeeper.runtime.job.services import JobServices
+from shardkeeper.runtime.runner.settings import JobSettings
 from shardkeeper.testing.faults import wait_until
 
 pytestmark = pytest.mark.timeout(60)

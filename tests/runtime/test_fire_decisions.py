@@ -17,12 +17,8 @@ import pytest
 from shardkeeper.config import JobConfig
 from shardkeeper.coordination.model import Assignment, RunningMark
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
-from shardkeeper.runtime.batches import Batch
-from shardkeeper.runtime.jobstate import JobState, SkipReason
-from shardkeeper.runtime.leader import LeaderDuties
-from shardkeeper.runtime.phase import JobPhase
-from shardkeeper.runtime.services import JobServices
-from shardkeeper.runtime.trigger import (
+from shardkeeper.runtime.fire.batches import Batch
+from shardkeeper.runtime.fire.trigger import (
     Deferred,
     Fire,
     Launched,
@@ -31,6 +27,10 @@ from shardkeeper.runtime.trigger import (
     TriggerFlow,
     Wait,
 )
+from shardkeeper.runtime.job.jobstate import JobState, SkipReason
+from shardkeeper.runtime.job.leader import LeaderDuties
+from shardkeeper.runtime.job.phase import JobPhase
+from shardkeeper.runtime.job.services import JobServices
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,7 +12,7 @@ from shardkeeper.config import JobConfig
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry.memory import MemoryServer
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.batch import FIRE_LEAD
+from shardkeeper.runtime.execute.batch import FIRE_LEAD
 from shardkeeper.testing.faults import wait_until
 
 pytestmark = pytest.mark.timeout(90)

@@ -5,7 +5,7 @@ Before, nothing related commit failures to the session: a gray instance kept its
 membership (so nobody could take its items) and a gray leader kept leadership (so a
 third instance's death was never failed over and no reshard ran). Now an instance
 whose commits go unanswered for one session timeout T fences itself and gives up its
-session (runtime/graylink.py), and rejoins once a probe commit is answered.
+session (runtime/health/graylink.py), and rejoins once a probe commit is answered.
 
 Deterministic on the MemoryStore: ``fail_next("commit", count=10**6)`` makes every
 commit of one store raise OperationTimeoutError (nothing applied) while its session,
@@ -35,7 +35,7 @@ from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.proxy import SlowProxy
 
 if TYPE_CHECKING:
-    from shardkeeper.runtime.commithealth import CommitHealth
+    from shardkeeper.runtime.health.commithealth import CommitHealth
 
 # The parts are imported inside their tests: the behaviour tests above them must run
 # (and fail) on a tree that has no gray-link parts at all.
@@ -285,7 +285,7 @@ class FakeClock:
 
 
 def health(window: float = 4.0) -> tuple[CommitHealth, FakeClock]:
-    from shardkeeper.runtime.commithealth import CommitHealth
+    from shardkeeper.runtime.health.commithealth import CommitHealth
 
     clock = FakeClock()
     return CommitHealth(lambda: window, clock), clock
@@ -377,7 +377,7 @@ def test_commit_health_keeps_reads_apart_from_commits() -> None:
 
 
 def test_commit_health_relinquish_and_rejoin() -> None:
-    from shardkeeper.runtime.commithealth import Health
+    from shardkeeper.runtime.health.commithealth import Health
 
     """Relinquished: writes held, no second give-up; an answered probe rejoins once and
     forgets what was sent before it."""
@@ -407,7 +407,7 @@ def test_commit_watch_reports_outcomes_and_holds_writes(server: MemoryServer) ->
     store = server.store(session_timeout=T)
     store.start()
     h, clock = health()
-    from shardkeeper.runtime.commitwatch import CommitWatch
+    from shardkeeper.runtime.health.commitwatch import CommitWatch
 
     watched = CommitWatch(store, h)
     assert watched.commit([Check("/x", exists=True)]).succeeded is False  # answered

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from shardkeeper.registry.memory import MemoryServer
+from shardkeeper.runtime.fire.skiplog import SkipLog
+from shardkeeper.runtime.health.liveness import Liveness
 from shardkeeper.runtime.housekeeping import Housekeeper
-from shardkeeper.runtime.liveness import Liveness
-from shardkeeper.runtime.skiplog import SkipLog
 from shardkeeper.testing.faults import wait_until
 
 
@@ -98,8 +98,8 @@ _PAUSED_CHILD = """
 import logging, sys, threading
 from shardkeeper.registry.memory import MemoryServer
 from shardkeeper.runtime.housekeeping import Housekeeper
-from shardkeeper.runtime.liveness import Liveness
-from shardkeeper.runtime.skiplog import SkipLog
+from shardkeeper.runtime.health.liveness import Liveness
+from shardkeeper.runtime.fire.skiplog import SkipLog
 
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 store = MemoryServer().store(session_timeout=3.0)

@@ -17,7 +17,8 @@ import pytest
 
 from shardkeeper.config import JobConfig
 from shardkeeper.registry.memory import MemoryServer
-from shardkeeper.runtime import Runtime, repair
+from shardkeeper.runtime import Runtime
+from shardkeeper.runtime.runner import repair
 from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.jobs import RecordingJob
 

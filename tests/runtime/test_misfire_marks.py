@@ -15,9 +15,10 @@ from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry.base import EventKind, WatchEvent
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
-from shardkeeper.runtime import Runtime, fires
-from shardkeeper.runtime.runner import JobRunner
-from shardkeeper.runtime.trigger import Fire
+from shardkeeper.runtime import Runtime
+from shardkeeper.runtime.fire import fires
+from shardkeeper.runtime.fire.trigger import Fire
+from shardkeeper.runtime.runner.runner import JobRunner
 from shardkeeper.testing.faults import wait_until
 
 pytestmark = pytest.mark.timeout(60)

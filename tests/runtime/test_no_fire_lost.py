@@ -25,7 +25,7 @@ from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.observe import ExecutionRecord, SkipRecord
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.jobstate import SkipReason
+from shardkeeper.runtime.job.jobstate import SkipReason
 from shardkeeper.testing.faults import wait_until
 
 pytestmark = pytest.mark.timeout(90)
@@ -161,7 +161,7 @@ def test_fires_are_covered_when_the_next_owner_cannot_read_the_results_at_first(
     def fail_the_results_read(store: MemoryStore) -> None:
         store.fail_next("get_tree", path=JobPaths(JOB).results_root)
 
-    with caplog.at_level(logging.INFO, logger="shardkeeper.runtime.coverage"):
+    with caplog.at_level(logging.INFO, logger="shardkeeper.runtime.job.coverage"):
         _a, b, mine, last_a = _cut_off_a(
             memory_server, runtimes, job, config, before_cut=fail_the_results_read
         )

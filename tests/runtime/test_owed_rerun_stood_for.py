@@ -22,7 +22,7 @@ from shardkeeper.errors import StoreError
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry.memory import MemoryServer
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.trigger import Fire, StepResult
+from shardkeeper.runtime.fire.trigger import Fire, StepResult
 from shardkeeper.testing.faults import wait_until
 
 pytestmark = pytest.mark.timeout(60)

@@ -16,14 +16,14 @@ from shardkeeper.coordination.paths import InstanceNode, JobNode, ShutdownNode, 
 from shardkeeper.coordination.sharding import necessary_parts, necessary_value
 from shardkeeper.registry.base import ConnectionState, EventKind, WatchEvent
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
-from shardkeeper.runtime import events as ev
-from shardkeeper.runtime.batches import Batch
-from shardkeeper.runtime.jobstate import JobState, SkipReason
-from shardkeeper.runtime.leader import LeaderDuties, ReshardStep
-from shardkeeper.runtime.phase import JobPhase
-from shardkeeper.runtime.pool import Lanes, WorkerPool
-from shardkeeper.runtime.services import JobServices
-from shardkeeper.runtime.trigger import Deferred, Fire, Launched, Skipped, TriggerFlow, Wait
+from shardkeeper.runtime.execute.pool import Lanes, WorkerPool
+from shardkeeper.runtime.fire.batches import Batch
+from shardkeeper.runtime.fire.trigger import Deferred, Fire, Launched, Skipped, TriggerFlow, Wait
+from shardkeeper.runtime.job import events as ev
+from shardkeeper.runtime.job.jobstate import JobState, SkipReason
+from shardkeeper.runtime.job.leader import LeaderDuties, ReshardStep
+from shardkeeper.runtime.job.phase import JobPhase
+from shardkeeper.runtime.job.services import JobServices
 from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.jobs import RecordingJob
 
@@ -316,7 +316,7 @@ def test_a_lane_stuck_on_one_task_is_reported_once_with_its_stack(
         lanes.submit("held", "fire", lambda: None)
         wait_until(entered.is_set, 5)
         assert lanes.report_stalls(after=60) == []
-        with caplog.at_level("WARNING", logger="shardkeeper.runtime.pool"):
+        with caplog.at_level("WARNING", logger="shardkeeper.runtime.execute.pool"):
             assert lanes.report_stalls(after=0) == ["held"]
             assert lanes.report_stalls(after=0) == []  # once per task
         (line,) = [r.getMessage() for r in caplog.records if "has run for" in r.getMessage()]

@@ -1,4 +1,4 @@
-"""The job's phase (runtime/phase.py): the drawing in the runner's docstring is the
+"""The job's phase (runtime/job/phase.py): the drawing in the runner's docstring is the
 transition table, illegal moves are refused by name, each move is logged, and the
 facts the other parts read derive from the phase."""
 
@@ -10,11 +10,11 @@ import threading
 
 import pytest
 
-import shardkeeper.runtime.runner as runner_module
+import shardkeeper.runtime.runner.runner as runner_module
 from shardkeeper.config import JobConfig
 from shardkeeper.registry.base import ConnectionState
-from shardkeeper.runtime.jobstate import JobState, SkipReason
-from shardkeeper.runtime.phase import (
+from shardkeeper.runtime.job.jobstate import JobState, SkipReason
+from shardkeeper.runtime.job.phase import (
     DEMOTED,
     HARD_STOP,
     JOINED,
@@ -78,7 +78,7 @@ def test_an_illegal_move_is_refused_by_name_and_changes_nothing() -> None:
 
 def test_each_move_is_logged_with_job_from_to_and_why(caplog: pytest.LogCaptureFixture) -> None:
     phase = Phase("billing", threading.RLock())
-    with caplog.at_level(logging.DEBUG, logger="shardkeeper.runtime.runner"):
+    with caplog.at_level(logging.DEBUG, logger="shardkeeper.runtime.runner.runner"):
         phase.transition(P.REGISTERING, "register")
         assert phase.move(JOINED, "register ok") is P.REGISTERED
         assert phase.move(JOINED, "register ok") is None  # nothing to do: not logged

@@ -32,7 +32,7 @@ from shardkeeper.logcontext import FIELDS, ItemContextFilter
 from shardkeeper.ops import Operations
 from shardkeeper.registry.memory import MemoryServer
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.procpool import ProcessPool, job_ref
+from shardkeeper.runtime.execute.procpool import ProcessPool, job_ref
 from shardkeeper.testing.faults import wait_until
 from tests.runtime._childjobs import LOGGER, Logs, Steps
 

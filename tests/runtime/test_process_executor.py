@@ -21,7 +21,12 @@ from shardkeeper.observe import ExecutionRecord, Outcome, SkipRecord
 from shardkeeper.ops import Operations
 from shardkeeper.registry import open_store
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.procpool import JobNotImportableError, ProcessPool, job_ref, pid_alive
+from shardkeeper.runtime.execute.procpool import (
+    JobNotImportableError,
+    ProcessPool,
+    job_ref,
+    pid_alive,
+)
 from shardkeeper.testing.faults import wait_until
 from tests.runtime._procjobs import Behaves, Failing
 

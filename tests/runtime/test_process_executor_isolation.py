@@ -34,7 +34,7 @@ from shardkeeper.job import LocalItemState, ShardingContext
 from shardkeeper.observe import ExecutionRecord, Outcome, SkipRecord
 from shardkeeper.registry.memory import MemoryServer
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.procpool import ProcessPool, job_ref
+from shardkeeper.runtime.execute.procpool import ProcessPool, job_ref
 from shardkeeper.testing.faults import wait_until
 from tests.runtime._procitems import (
     LeavesAThread,

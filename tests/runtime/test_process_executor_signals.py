@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 
 from shardkeeper.job import ShardingContext
-from shardkeeper.runtime.procpool import ProcessPool, job_ref
+from shardkeeper.runtime.execute.procpool import ProcessPool, job_ref
 from shardkeeper.testing.faults import wait_until
 from tests.runtime._procitems import HangsWithAHelper, TerminatesItsHelper, running
 

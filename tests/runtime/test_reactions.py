@@ -1,4 +1,4 @@
-"""The reactions (runtime/reactions.py) as tables: each connection state and each
+"""The reactions (runtime/job/reactions.py) as tables: each connection state and each
 kind of watch event, with what the runner knows, gives a list of commands. The
 function returns data only, so no store can be called from the event thread."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.registry.base import ConnectionState, EventKind, WatchEvent
-from shardkeeper.runtime import reactions as rx
+from shardkeeper.runtime.job import reactions as rx
 
 P = JobPaths("billing")
 ME = "host@1@me"

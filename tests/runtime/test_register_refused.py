@@ -9,8 +9,8 @@ import pytest
 from shardkeeper.config import JobConfig
 from shardkeeper.registry.memory import MemoryServer
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.phase import JobPhase
-from shardkeeper.runtime.runner import JobRunner
+from shardkeeper.runtime.job.phase import JobPhase
+from shardkeeper.runtime.runner.runner import JobRunner
 from shardkeeper.testing.jobs import RecordingJob
 
 pytestmark = pytest.mark.timeout(60)

@@ -12,12 +12,12 @@ import pytest
 from shardkeeper.config import JobConfig
 from shardkeeper.registry.base import ConnectionState
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
-from shardkeeper.runtime.jobstate import SkipReason
-from shardkeeper.runtime.phase import JobPhase
-from shardkeeper.runtime.pool import Lanes, WorkerPool
+from shardkeeper.runtime.execute.pool import Lanes, WorkerPool
+from shardkeeper.runtime.job.jobstate import SkipReason
+from shardkeeper.runtime.job.phase import JobPhase
+from shardkeeper.runtime.job.services import JobServices
 from shardkeeper.runtime.registration import instance_info
-from shardkeeper.runtime.runner import JobRunner
-from shardkeeper.runtime.services import JobServices
+from shardkeeper.runtime.runner.runner import JobRunner
 from shardkeeper.testing.jobs import RecordingJob
 
 pytestmark = pytest.mark.timeout(30)

@@ -30,10 +30,10 @@ from shardkeeper.observe import ExecutionRecord, SkipRecord
 from shardkeeper.registry import CoordinationStore
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.jobstate import JobState
-from shardkeeper.runtime.leader import LeaderDuties, ReshardStep, leader_wait
-from shardkeeper.runtime.phase import JobPhase
-from shardkeeper.runtime.services import JobServices
+from shardkeeper.runtime.job.jobstate import JobState
+from shardkeeper.runtime.job.leader import LeaderDuties, ReshardStep, leader_wait
+from shardkeeper.runtime.job.phase import JobPhase
+from shardkeeper.runtime.job.services import JobServices
 from shardkeeper.testing.faults import wait_until
 
 pytestmark = pytest.mark.timeout(90)

@@ -50,7 +50,7 @@ def test_a_part_whose_fire_gave_up_waiting_runs_at_its_own_time_once_the_item_is
     at the requests, which found item 1 the other member's (the owners of that
     look's time) and never queued it here: it ran only if and when that member
     did."""
-    caplog.set_level(logging.INFO, logger="shardkeeper.runtime.runner")
+    caplog.set_level(logging.INFO, logger="shardkeeper.runtime.runner.runner")
     admin = memory_server.store()
     admin.start()
     job = RecordingJob()

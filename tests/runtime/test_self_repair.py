@@ -25,7 +25,7 @@ from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry.base import Check, Delete
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.trigger import Fire
+from shardkeeper.runtime.fire.trigger import Fire
 from shardkeeper.testing.faults import wait_until
 
 pytestmark = pytest.mark.timeout(90)

@@ -11,8 +11,8 @@ from shardkeeper.config import JobConfig
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.registry.memory import MemoryServer
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.jobstate import SkipReason
-from shardkeeper.runtime.skiplog import SkipLog
+from shardkeeper.runtime.fire.skiplog import SkipLog
+from shardkeeper.runtime.job.jobstate import SkipReason
 from shardkeeper.testing.faults import wait_until
 
 pytestmark = pytest.mark.timeout(60)

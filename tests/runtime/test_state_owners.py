@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 
 import shardkeeper.runtime
-from shardkeeper.runtime.jobstate import OWNERS, JobState
+from shardkeeper.runtime.job.jobstate import OWNERS, JobState
 
 RUNTIME = Path(shardkeeper.runtime.__file__).parent
 #: methods that change a set, dict or list in place
@@ -58,7 +58,7 @@ def writers() -> dict[str, set[str]]:
     """field -> the runtime modules that write it."""
     fields = _fields()
     found: dict[str, set[str]] = {}
-    for path in sorted(RUNTIME.glob("*.py")):
+    for path in sorted(RUNTIME.rglob("*.py")):
         module = path.stem
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             targets: list[ast.expr] = []
@@ -119,7 +119,7 @@ def test_the_scan_catches_a_write_outside_the_owner() -> None:
 
 def test_the_phase_is_changed_by_transition_alone() -> None:
     """``Phase._phase`` is assigned only in Phase.__init__ and Phase.transition."""
-    tree = ast.parse((RUNTIME / "phase.py").read_text())
+    tree = ast.parse((RUNTIME / "job" / "phase.py").read_text())
     assigning: set[str] = set()
     for fn in ast.walk(tree):
         if isinstance(fn, ast.FunctionDef):
@@ -129,7 +129,7 @@ def test_the_phase_is_changed_by_transition_alone() -> None:
                 ):
                     assigning.add(fn.name)
     assert assigning == {"__init__", "transition"}
-    for path in RUNTIME.glob("*.py"):
+    for path in RUNTIME.rglob("*.py"):
         if path.name != "phase.py":
             assert "._phase" not in path.read_text(), path.name
 
@@ -137,13 +137,13 @@ def test_the_phase_is_changed_by_transition_alone() -> None:
 def test_no_mixin_and_no_stub_is_left_in_the_runtime() -> None:
     """No ``NotImplementedError`` stub (the mark of a mixin that borrows its host's
     methods), and JobRunner derives from nothing but object."""
-    for path in sorted(RUNTIME.glob("*.py")):
+    for path in sorted(RUNTIME.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Raise) and node.exc is not None:
                 exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
                 assert not (isinstance(exc, ast.Name) and exc.id == "NotImplementedError"), (
                     f"{path.name}:{node.lineno}: a NotImplementedError stub"
                 )
-    from shardkeeper.runtime.runner import JobRunner
+    from shardkeeper.runtime.runner.runner import JobRunner
 
     assert JobRunner.__bases__ == (object,)

@@ -18,7 +18,7 @@ from shardkeeper.registry import open_store
 from shardkeeper.registry.base import ConnectionState, WatchEvent
 from shardkeeper.registry.memory import MemoryServer, MemoryStore
 from shardkeeper.runtime import Runtime
-from shardkeeper.runtime.liveness import FRESH_FRACTION
+from shardkeeper.runtime.health.liveness import FRESH_FRACTION
 from shardkeeper.testing.faults import wait_until
 from shardkeeper.testing.jobs import RecordingJob
 from shardkeeper.testing.proxy import SlowProxy

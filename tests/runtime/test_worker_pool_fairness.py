@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from shardkeeper.runtime.pool import WorkerPool
+from shardkeeper.runtime.execute.pool import WorkerPool
 from shardkeeper.testing.faults import wait_until
 
 pytestmark = pytest.mark.timeout(30)

@@ -123,7 +123,7 @@ def test_the_module_list_is_the_package() -> None:
     """The walk finds the package's modules (a broken walk would check nothing)."""
     modules = _all_modules()
     assert len(modules) > 150
-    for name in ("shardkeeper.metrics", "shardkeeper.config", "shardkeeper.runtime.jobstate"):
+    for name in ("shardkeeper.metrics", "shardkeeper.config", "shardkeeper.runtime.job.jobstate"):
         assert name in modules
 
 

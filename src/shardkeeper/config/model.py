@@ -45,7 +45,7 @@ from .secrets import mask_value
 
 __all__ = ["JobConfig", "build_config", "config_label", "describe_invalid", "make_job_config"]
 
-#: where a job's items may run (runtime/procpool.py runs the process executor)
+#: where a job's items may run (runtime/execute/procpool.py runs the process executor)
 EXECUTORS = ("thread", "process")
 
 # \Z, not $: "$" also matches before a trailing newline, which is no node name.

@@ -2,7 +2,7 @@
 
 An item whose owner could not run some of its fires (partitioned, frozen, its lane
 held, the store leaderless) owes them: with misfire on its next run folds them
-(runtime/coverage.py). An item an operator's cut of the count removes has no next
+(runtime/job/coverage.py). An item an operator's cut of the count removes has no next
 run, so those fires would stand nowhere. The leader that commits the cut writes, in
 the same commit, what each removed item owes: since when (the fire of its last
 stored result, or its birth) and up to the cut's effective fire. Then the leader
@@ -28,7 +28,7 @@ from shardkeeper.registry.base import Check, CoordinationStore, Delete, Op, Put
 __all__ = ["BEFORE_BIRTH", "Cut", "CutLedger"]
 
 #: an item never completed is owed from its birth fire on: counted from just before
-#: it (fire times closer than 1 ms are one fire: runtime/coverage.py's SAME_FIRE)
+#: it (fire times closer than 1 ms are one fire: runtime/job/coverage.py's SAME_FIRE)
 BEFORE_BIRTH = 1.5e-3
 
 

@@ -135,7 +135,7 @@ class Assignment:
     def born(self, item: int) -> float | None:
         """When ``item`` was first due (see :attr:`births`); None when unknown or the
         item is not in this assignment. The fire of an item that never completed
-        anywhere is counted from here (runtime/coverage.py)."""
+        anywhere is counted from here (runtime/job/coverage.py)."""
         if not 0 <= item < self.total:
             return None
         found: float | None = None

@@ -6,7 +6,7 @@ The tree inside a namespace (the same on ZooKeeper and etcd)::
                                               started_at, labels, jobs
     /control/shutdown/{instance}           P  operator asks that instance to stop gracefully
     /control/probe/{instance}              E  a gray instance's probe commit: answered,
-                                              it rejoins (runtime/graylink.py)
+                                              it rejoins (runtime/health/graylink.py)
     /control/clock/{instance}              E  the instance's latest clock sample (JSON:
                                               offset, error, at, source, limit, skewed
                                               jobs; runtime/clockskew.py)
@@ -29,7 +29,7 @@ The tree inside a namespace (the same on ZooKeeper and etcd)::
     /jobs/{job}/misfire/{item}             P  a trigger was missed while the item ran
     /jobs/{job}/progress/{item}            P  the running execution's last progress (JSON:
                                               execution id, done, total, note, times;
-                                              runtime/checkpoints.py), fenced like a
+                                              runtime/fire/checkpoints.py), fenced like a
                                               checkpoint, deleted by its completion
     /jobs/{job}/results/{item}             P  how the item's last execution ended (JSON:
                                               outcome, times, last ok, error; written by
@@ -40,7 +40,7 @@ The tree inside a namespace (the same on ZooKeeper and etcd)::
     /jobs/{job}/skewed/{instance}          E  the instance's clock is past the job's
                                               max_time_diff_seconds: no items for it (JSON)
     /jobs/{job}/trigger/{instance}         P  a one-off job's catch-up addressed to one
-                                              instance (runtime/oneoff.py)
+                                              instance (runtime/runner/oneoff.py)
     /jobs/{job}/runnow/{request}           P  an operator's run-now request (JSON: by, at,
                                               params, total, items): kept until each of
                                               its items has a record (coordination/runnow.py)
@@ -243,7 +243,7 @@ class JobPaths:
         return f"{self.root}/progress"
 
     def progress(self, item: int) -> str:
-        """Last progress of the execution running ``item`` (runtime/checkpoints.py)."""
+        """Last progress of the execution running ``item`` (runtime/fire/checkpoints.py)."""
         return f"{self.progress_root}/{item}"
 
     @property

@@ -50,7 +50,7 @@ def skip_rows(record: SkipRecord) -> list[Row]:
             "job": record.job,
             "item": item,
             "fire_time": record.fire_time,
-            # the execution id the item would have had (runtime/batches.py)
+            # the execution id the item would have had (runtime/fire/batches.py)
             "execution_id": f"{record.job}@{fire_ms}#{item}",
             "instance": record.instance,
             "started": record.fire_time,

@@ -53,7 +53,7 @@ def next_fire(config: JobConfig | None, now: datetime | None = None) -> datetime
 
 def finished_in_batch(state: JobSnapshot, item: int) -> bool:
     """Whether ``item`` still carries its running mark but its run of that fire has
-    ended: its result (written as it ended, runtime/batches.py) is of the mark's fire,
+    ended: its result (written as it ended, runtime/fire/batches.py) is of the mark's fire,
     instance and run. The mark stays until the slowest item of the instance's batch
     ends (one completion commit per batch), so without this a finished item, a failed
     one too, read as running (newcomer review N15)."""

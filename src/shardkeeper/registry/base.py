@@ -410,7 +410,7 @@ class CoordinationStore(ABC):
         """End this session now so that its ephemeral nodes are removed, and stay usable.
 
         For an instance whose commits are not answered while its session lives (a gray
-        link; runtime/graylink.py): the others may take over only once its ephemeral
+        link; runtime/health/graylink.py): the others may take over only once its ephemeral
         nodes are gone. The store stops renewing the session at once, whatever the
         link does (so the server ends it at the latest one session timeout after its
         last renewal), and asks the server to end it now as far as the server can be

@@ -1,6 +1,6 @@
 """Log lines that repeat while the store is down, at one per 30 s instead of several a second.
 
-During an outage the skip summary (:mod:`shardkeeper.runtime.skiplog`) logs one line
+During an outage the skip summary (:mod:`shardkeeper.runtime.fire.skiplog`) logs one line
 per 30 s, but the store clients retried below it and logged every retry: kazoo's
 ``Connection dropped`` WARNING about twice a second, the etcd watch recovery an INFO
 line five times a second (newcomer review 2026-12, D17). Here such a line is let

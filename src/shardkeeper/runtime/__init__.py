@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shardkeeper.runtime.runner import JobRunner
+from shardkeeper.runtime.runner.runner import JobRunner
 from shardkeeper.runtime.runtime import Runtime
 
 __all__ = ["JobRunner", "Runtime"]

@@ -48,7 +48,7 @@ from shardkeeper.registry.base import CoordinationStore, Delete, Put
 from shardkeeper.registry.clock import ClockSample, Sampler, clock_sampler
 
 if TYPE_CHECKING:
-    from shardkeeper.runtime.runner import JobRunner
+    from shardkeeper.runtime.runner.runner import JobRunner
 
 __all__ = ["CLOCK_EVERY", "ClockMonitor", "skew_verdict"]
 

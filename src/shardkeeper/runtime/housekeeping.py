@@ -2,14 +2,14 @@
 
 It ticks every T/3 (T = the session timeout). Each tick probes the store with one
 read of the instance node: an answer under the current session feeds the freshness
-clock (runtime/liveness.py: on stores whose session any answered request renews; on
+clock (runtime/health/liveness.py: on stores whose session any answered request renews; on
 etcd the clock follows the lease keep-alives instead), and executions are fenced when
 the clock goes stale. The runtime also asks for a probe at once (:meth:`Housekeeper.probe`)
 when the store reports a (re)connection.
 The probe goes on during start-up and during a graceful stop (executions started
 then must stay valid). Once the runtime has started, and while it is not stopping,
 the tick also re-creates the instance node if it is gone and queues the
-level-triggered repair pass (runtime/repair.py) of the jobs due: every job whose
+level-triggered repair pass (runtime/runner/repair.py) of the jobs due: every job whose
 state is suspect at once, the others round-robin so that each is checked at least
 once per sweep (3 T, at least 5 s). A tick whose probe was answered also gives the
 clock monitor its turn (runtime/clockskew.py: ``max_time_diff_seconds``).
@@ -26,9 +26,9 @@ from collections.abc import Callable
 from shardkeeper.coordination.paths import instance_path
 from shardkeeper.errors import StoreError
 from shardkeeper.registry.base import ConnectionState, CoordinationStore
-from shardkeeper.runtime.liveness import Liveness
-from shardkeeper.runtime.runner import JobRunner
-from shardkeeper.runtime.skiplog import SkipLog
+from shardkeeper.runtime.fire.skiplog import SkipLog
+from shardkeeper.runtime.health.liveness import Liveness
+from shardkeeper.runtime.runner.runner import JobRunner
 
 __all__ = ["Housekeeper"]
 

@@ -80,14 +80,14 @@ from shardkeeper.registry.base import (
     WatchEvent,
 )
 from shardkeeper.registry.packing import pack_groups
-from shardkeeper.runtime.fires import SkipSink
-from shardkeeper.runtime.pool import Lanes, WorkerPool
-from shardkeeper.runtime.runner import JobRunner
-from shardkeeper.runtime.services import JobServices
-from shardkeeper.runtime.skipevents import ListenerSkips, wants_skips
+from shardkeeper.runtime.execute.pool import Lanes, WorkerPool
+from shardkeeper.runtime.fire.fires import SkipSink
+from shardkeeper.runtime.fire.skipevents import ListenerSkips, wants_skips
+from shardkeeper.runtime.job.services import JobServices
+from shardkeeper.runtime.runner.runner import JobRunner
 
 if TYPE_CHECKING:
-    from shardkeeper.runtime.procpool import RunOnce
+    from shardkeeper.runtime.execute.procpool import RunOnce
 
 __all__ = ["OPS_PER_JOB", "JobSpec", "Registrar", "build_runners", "instance_info", "job_spec"]
 

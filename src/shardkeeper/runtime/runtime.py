@@ -2,9 +2,9 @@
 
 Threads, whatever the number of jobs: the store's own (one session, one event
 thread, one watch on the whole namespace), the trigger scheduler's, a small
-coordinator pool on which every job has its own serial *lane* (runtime/pool.py),
+coordinator pool on which every job has its own serial *lane* (runtime/execute/pool.py),
 a lanes timer, a bounded worker pool for the items, one housekeeping thread and
-one gray-link guard (runtime/graylink.py: an instance whose requests go unanswered
+one gray-link guard (runtime/health/graylink.py: an instance whose requests go unanswered
 for a session timeout while its session lives fences itself, gives up its session
 so that the others take over, and rejoins once a probe commit is answered).
 Start it inside a service (``rt.add_job(...)`` then ``with rt: ...`` or
@@ -64,17 +64,18 @@ from shardkeeper.registry.base import (
     WatchEvent,
 )
 from shardkeeper.registry.url import RegistrySettings
-from shardkeeper.runtime.batch import FIRE_LEAD
 from shardkeeper.runtime.clockskew import ClockMonitor
-from shardkeeper.runtime.commithealth import CommitHealth
-from shardkeeper.runtime.commitwatch import CommitWatch
+from shardkeeper.runtime.execute.batch import FIRE_LEAD
+from shardkeeper.runtime.execute.pool import Lanes, WorkerPool, guarded
+from shardkeeper.runtime.execute.procpool import Executors
+from shardkeeper.runtime.fire.skiplog import SkipLog
 from shardkeeper.runtime.gcpause import collection_paused
-from shardkeeper.runtime.graylink import GrayLinkGuard
+from shardkeeper.runtime.health.commithealth import CommitHealth
+from shardkeeper.runtime.health.commitwatch import CommitWatch
+from shardkeeper.runtime.health.graylink import GrayLinkGuard
+from shardkeeper.runtime.health.liveness import Liveness, check_session_timeout
 from shardkeeper.runtime.housekeeping import Housekeeper
-from shardkeeper.runtime.jobstate import SkipReason
-from shardkeeper.runtime.liveness import Liveness, check_session_timeout
-from shardkeeper.runtime.pool import Lanes, WorkerPool, guarded
-from shardkeeper.runtime.procpool import Executors
+from shardkeeper.runtime.job.jobstate import SkipReason
 from shardkeeper.runtime.registration import (
     JobSpec,
     Registrar,
@@ -82,8 +83,7 @@ from shardkeeper.runtime.registration import (
     instance_info,
     job_spec,
 )
-from shardkeeper.runtime.runner import JobRunner
-from shardkeeper.runtime.skiplog import SkipLog
+from shardkeeper.runtime.runner.runner import JobRunner
 from shardkeeper.scheduling.scheduler import TriggerScheduler
 
 if TYPE_CHECKING:  # prometheus_client is the optional 'metrics' extra: see __init__
@@ -126,7 +126,7 @@ class Runtime:
     compares it with the store's (:mod:`shardkeeper.runtime.clockskew`; tests shift
     it; the triggers keep the system clock).
     ``executor`` is where the items of jobs whose config names none run: ``thread``
-    (the default) or ``process`` (worker processes, runtime/procpool.py, which
+    (the default) or ``process`` (worker processes, runtime/execute/procpool.py, which
     ``max_items_per_child``, ``max_memory_per_child`` in KiB and
     ``process_start_method``, forkserver or spawn, tune).
     """
@@ -169,7 +169,7 @@ class Runtime:
         self._worker_threads = worker_threads
         self._coordinator_threads = coordinator_threads
         self._specs: dict[str, JobSpec] = {}
-        #: thread or worker processes, per job (runtime/procpool.py)
+        #: thread or worker processes, per job (runtime/execute/procpool.py)
         self.executors = Executors(
             executor,
             idle=worker_threads,
@@ -193,7 +193,7 @@ class Runtime:
         #: registers the instance and its jobs (built at start)
         self.registrar: Registrar | None = None
         self.liveness = Liveness(self.store)
-        #: whether this instance's commits are answered (runtime/graylink.py); the
+        #: whether this instance's commits are answered (runtime/health/graylink.py); the
         #: runners and the registrar write through ``_coord``, which reports to it
         self.commit_health = CommitHealth(lambda: self.store.session_timeout)
         self._coord = CommitWatch(self.store, self.commit_health)

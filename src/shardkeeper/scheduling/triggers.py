@@ -163,7 +163,7 @@ class OnceTrigger(BaseTrigger):  # type: ignore[misc]
 
     Unlike APScheduler's ``DateTrigger`` it never reports a time that has passed: a
     one-off job whose time went by while no instance was up is run by the leader's
-    catch-up (runtime/oneoff.py), with a fire time every instance agrees on, instead
+    catch-up (runtime/runner/oneoff.py), with a fire time every instance agrees on, instead
     of each instance firing it late on its own. So "when does it fire next" is None
     once the time has passed, which is also what status pages and health show.
     """

@@ -19,7 +19,7 @@ Only a keep-alive (or the grant) renews the lease; a read or a commit answered b
 server proves nothing about it. So the store remembers when it sent the latest
 renewal that was answered (:meth:`Session.last_renewal`): the server keeps the
 lease at least the TTL it then granted from that moment, and the runtime's freshness
-clock counts from there (``runtime/liveness.py``), never from other answers.
+clock counts from there (``runtime/health/liveness.py``), never from other answers.
 
 The attempts of one refresh share what is left of the lease: each member gets at most
 (time left until the last renewal's send time + TTL) / (members still to try), at

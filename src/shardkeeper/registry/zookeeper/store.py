@@ -464,7 +464,7 @@ class ZooKeeperStore(CoordinationStore):
         with t.errors("commit"):
             return self._commits.commit(t.deadline(), ops)
 
-    # -- giving the session up (the gray link: runtime/graylink.py) ---------------------
+    # -- giving the session up (the gray link: runtime/health/graylink.py) ---------------------
 
     def relinquish_session(self) -> None:
         """:meth:`CoordinationStore.relinquish_session` on ZooKeeper.

@@ -14,8 +14,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from shardkeeper.runtime.jobstate import SkipReason
-from shardkeeper.runtime.trigger import fmt_fire
+from shardkeeper.runtime.fire.trigger import fmt_fire
+from shardkeeper.runtime.job.jobstate import SkipReason
 
 __all__ = ["SkipLog"]
 

@@ -1,5 +1,6 @@
 """The instance's side of the values that cross a worker process's pipe (the child's
-side is runtime/childlink.py; the pool, runtime/procpool.py, holds the conversation).
+side is runtime/execute/childlink.py; the pool, runtime/execute/procpool.py, holds
+the conversation).
 
 A value that might not rebuild on the other side (a call's arguments, its answer, an
 exception) travels pickled inside its message: one that does not pickle, or does not
@@ -15,8 +16,8 @@ from typing import Any
 from shardkeeper.errors import ShardkeeperError
 from shardkeeper.job import ShardingContext
 from shardkeeper.logcontext import item_context
-from shardkeeper.runtime.child import RemoteTraceback
-from shardkeeper.runtime.childlink import FORWARDED
+from shardkeeper.runtime.execute.child import RemoteTraceback
+from shardkeeper.runtime.execute.childlink import FORWARDED
 
 __all__ = ["RemoteItemError", "answer", "decode", "rebuild"]
 

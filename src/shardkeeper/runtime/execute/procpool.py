@@ -5,7 +5,7 @@ so user code can take the coordination down with it: a segfault in a C extension
 an out-of-memory kill or ``os._exit`` ends the instance and every job on it, an
 item past its ``execution_timeout`` can only be abandoned, and CPU-bound Python
 competes for the GIL with the store client's heartbeats. With the process executor
-the item runs in a child process (runtime/child.py) while the worker thread of the
+the item runs in a child process (runtime/execute/child.py) while the worker thread of the
 instance that runs it waits for the child and answers its requests
 (``ctx.is_valid()``, ``ctx.should_stop()``, the forwarded context calls); marks,
 fencing and completion commits stay in the parent, unchanged.
@@ -28,9 +28,9 @@ fencing and completion commits stay in the parent, unchanged.
   error that says so; a child whose state is then unknown is killed and replaced.
 * A child lives in a process group of its own and leaves the stop signals to the
   instance: a SIGTERM to the whole group or cgroup (a service manager's stop) starts
-  the instance's graceful stop and nothing else (runtime/forkguard.py keeps the
+  the instance's graceful stop and nothing else (runtime/execute/forkguard.py keeps the
   forkserver alive through it). It dies with the instance: within milliseconds of
-  its death, by any signal (runtime/childlink.py).
+  its death, by any signal (runtime/execute/childlink.py).
 * Each item's context is its own: a call from a thread an item left behind is
   refused once the item has ended, and never reaches the next item.
 * ``max_items_per_child`` and ``max_memory_per_child`` (KiB of resident memory after
@@ -63,10 +63,10 @@ from shardkeeper.config import JobConfig
 from shardkeeper.config.model import EXECUTORS
 from shardkeeper.errors import ConfigError, ShardkeeperError
 from shardkeeper.job import ShardedJob, ShardingContext
-from shardkeeper.runtime.attempts import Attempt
-from shardkeeper.runtime.batch import CRASHED
-from shardkeeper.runtime.child import JobRef, context_fields, serve
-from shardkeeper.runtime.procwire import answer, decode, rebuild
+from shardkeeper.runtime.execute.attempts import Attempt
+from shardkeeper.runtime.execute.batch import CRASHED
+from shardkeeper.runtime.execute.child import JobRef, context_fields, serve
+from shardkeeper.runtime.execute.procwire import answer, decode, rebuild
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -195,7 +195,9 @@ def _start_context(method: str | None) -> BaseContext:
         # the forkserver imports shardkeeper once: each child starts with it loaded
         # (a few milliseconds a child instead of the package's import time); forkguard
         # keeps it alive through a stop's signals to the whole group (its docstring)
-        ctx.set_forkserver_preload(["shardkeeper.runtime.forkguard", "shardkeeper.runtime.child"])
+        ctx.set_forkserver_preload(
+            ["shardkeeper.runtime.execute.forkguard", "shardkeeper.runtime.execute.child"]
+        )
     return ctx
 
 
@@ -607,7 +609,7 @@ class _NotTaken(Exception):
 def _end_group(child: _Child) -> None:
     """SIGKILL what is left of the process group a child leads: what its items
     started (with the child when it still runs). The group is the child's own
-    (runtime/child.py); its number is not reused while a member lives."""
+    (runtime/execute/child.py); its number is not reused while a member lives."""
     if child.group is None:
         return
     with contextlib.suppress(OSError):
@@ -676,7 +678,7 @@ class Executors:
     def select(self, name: str) -> Callable[[JobConfig], RunOnce]:
         """The ``executor`` of the job ``name``'s batches: the run_once of its config
         now (a config edited in the registry may switch executors)."""
-        from shardkeeper.runtime.attempts import run_once
+        from shardkeeper.runtime.execute.attempts import run_once
 
         def choose(config: JobConfig) -> RunOnce:
             if self.executor_of(config) != "process":

@@ -2,7 +2,7 @@
 pile up, misfire re-runs queued behind the fire being decided, and what a decided
 fire leaves behind (a misfire mark, a skip).
 
-A part of :class:`~shardkeeper.runtime.runner.JobRunner` with its own state (the
+A part of :class:`~shardkeeper.runtime.runner.runner.JobRunner` with its own state (the
 queue, the fire being decided, the requests held for a re-run): only this module
 writes it. What it asks of the runner goes through the ``RunnerPort``.
 """
@@ -23,12 +23,9 @@ from shardkeeper.coordination.runnow import check_request_at
 from shardkeeper.errors import ConfigError, StoreError
 from shardkeeper.observe import Observers, SkipRecord
 from shardkeeper.registry.base import CoordinationStore
-from shardkeeper.runtime.batches import Batches
-from shardkeeper.runtime.jobstate import JobState, SkipReason
-from shardkeeper.runtime.pool import Lanes
-from shardkeeper.runtime.port import RunnerPort
-from shardkeeper.runtime.services import JobServices
-from shardkeeper.runtime.trigger import (
+from shardkeeper.runtime.execute.pool import Lanes
+from shardkeeper.runtime.fire.batches import Batches
+from shardkeeper.runtime.fire.trigger import (
     ITEM_DISABLED,
     Deferred,
     Fire,
@@ -38,6 +35,9 @@ from shardkeeper.runtime.trigger import (
     Wait,
     fmt_fire,
 )
+from shardkeeper.runtime.job.jobstate import JobState, SkipReason
+from shardkeeper.runtime.job.port import RunnerPort
+from shardkeeper.runtime.job.services import JobServices
 
 __all__ = [
     "MAX_QUEUED_FIRES",
@@ -48,7 +48,7 @@ __all__ = [
     "SkipSink",
 ]
 
-log = logging.getLogger("shardkeeper.runtime.runner")
+log = logging.getLogger("shardkeeper.runtime.runner.runner")
 
 #: receives every skipped trigger (the runtime aggregates them into few log lines)
 SkipSink = Callable[[str, SkipReason, float, str], None]
@@ -245,7 +245,7 @@ class Fires:
         return found
 
     def request(self, fire: Fire) -> None:
-        """Queue the fire of a run-now request's parts (runtime/runnow.py)."""
+        """Queue the fire of a run-now request's parts (runtime/runner/runnow.py)."""
         self._enqueue(fire)
 
     # -- triggers -------------------------------------------------------------------
@@ -274,7 +274,7 @@ class Fires:
                 given = request.get("params") or {}
                 params = {str(k): str(v) for k, v in dict(given).items()}
                 if request.get("catchup") and self.state.config.at is not None:
-                    # a one-off job's catch-up (runtime/oneoff.py): only its items
+                    # a one-off job's catch-up (runtime/runner/oneoff.py): only its items
                     catchup = True
                     only = frozenset(int(i) for i in request.get("items") or ())
         self._store.delete(self.paths.trigger(self._me), recursive=False)

@@ -43,8 +43,8 @@ from shardkeeper.job import (
     StopReason,
 )
 from shardkeeper.observe import ExecutionRecord, Observers, Outcome, format_traceback
-from shardkeeper.runtime.attempts import run_once
-from shardkeeper.runtime.batch import (
+from shardkeeper.runtime.execute.attempts import run_once
+from shardkeeper.runtime.execute.batch import (
     CRASHED,
     EARLY_RESULTS_DELAY,
     EARLY_RESULTS_EVERY,
@@ -62,15 +62,15 @@ from shardkeeper.runtime.batch import (
     _Unfinished,
     execution_id,
 )
-from shardkeeper.runtime.jobstate import JobState
-from shardkeeper.runtime.pool import WorkerPool
-from shardkeeper.runtime.services import JobServices
+from shardkeeper.runtime.execute.pool import WorkerPool
+from shardkeeper.runtime.job.jobstate import JobState
+from shardkeeper.runtime.job.services import JobServices
 
 if TYPE_CHECKING:
     from shardkeeper.config import JobConfig
     from shardkeeper.registry.base import Op
-    from shardkeeper.runtime.checkpoints import ItemStates
-    from shardkeeper.runtime.procpool import RunOnce
+    from shardkeeper.runtime.execute.procpool import RunOnce
+    from shardkeeper.runtime.fire.checkpoints import ItemStates
 
 # Batch and execution_id live in batch.py; re-exported here for the runner and tests
 __all__ = ["Batch", "Batches", "execution_id"]
@@ -109,9 +109,9 @@ class Batches:
         #: after a delay, off the worker threads (None: they wait for the completion)
         self._publish = publish
         #: the executions' checkpoints: their last state travels in the completion or
-        #: hand-off commit (runtime/checkpoints.py)
+        #: hand-off commit (runtime/fire/checkpoints.py)
         self._item_states = item_states
-        #: where an attempt runs, by the job's config now (runtime/procpool.py):
+        #: where an attempt runs, by the job's config now (runtime/execute/procpool.py):
         #: the worker thread itself, or a worker process it waits for
         self._executor = executor
         #: told the items whose run here ended without a valid completion

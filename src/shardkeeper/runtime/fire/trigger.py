@@ -8,7 +8,7 @@ The flow (docs/concepts.md):
 3. the instance reads the assignment and marks its enabled items running in one
    commit that checks its own membership, that no reshard is pending and that the
    assignment is the one it read;
-4. the batch is launched (runtime/batches.py).
+4. the batch is launched (runtime/fire/batches.py).
 
 A one-off job (``at``) adds one rule, and only for it: a fire of its schedule or a
 leader's catch-up starts no item whose completion for ``at`` is recorded, skips
@@ -37,8 +37,8 @@ from shardkeeper.coordination.oneoff import OneOffService, OneOffView
 from shardkeeper.coordination.results import CompletedView, read_completed
 from shardkeeper.errors import StoreError
 from shardkeeper.registry.base import Check, ConnectionState
-from shardkeeper.runtime.batches import Batch, execution_id
-from shardkeeper.runtime.coverage import (
+from shardkeeper.runtime.fire.batches import Batch, execution_id
+from shardkeeper.runtime.job.coverage import (
     SAME_FIRE,
     Coverage,
     Covered,
@@ -46,9 +46,9 @@ from shardkeeper.runtime.coverage import (
     counted,
     listed,
 )
-from shardkeeper.runtime.jobstate import JobState, SkipReason
-from shardkeeper.runtime.leader import LeaderDuties, ReshardStep
-from shardkeeper.runtime.services import JobServices
+from shardkeeper.runtime.job.jobstate import JobState, SkipReason
+from shardkeeper.runtime.job.leader import LeaderDuties, ReshardStep
+from shardkeeper.runtime.job.services import JobServices
 from shardkeeper.scheduling.triggers import build_trigger
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class Fire:
     #: see :meth:`TriggerFlow._confirm_switches`
     switches_read: bool = False
     #: a run-now request's fire decided again at its own time after an attempt that
-    #: gave up waiting (runtime/fires.py, Fires.record): how many times so far
+    #: gave up waiting (runtime/fire/fires.py, Fires.record): how many times so far
     request_retries: int = 0
 
 
@@ -746,7 +746,7 @@ class TriggerFlow:
 
     def _hold(self, fire: Fire, items: list[int] | None) -> None:
         """``fire`` of the job (``items`` None) or of ``items`` is skipped because an
-        operator disabled it: no run stands for it later (runtime/coverage.py). Only
+        operator disabled it: no run stands for it later (runtime/job/coverage.py). Only
         the schedule's own fires: a run-now or a misfire re-run is not one."""
         if fire.manual or fire.misfire or fire.params or self._state.config.at is not None:
             return
@@ -756,7 +756,7 @@ class TriggerFlow:
         self, items: list[int], fire_time: float, folds_until: float | None = None
     ) -> dict[int, Covered]:
         """The fires of just-started ``items`` that no run stood for: the earlier ones
-        (runtime/coverage.py) and, for a misfire re-run, the later fires folded into
+        (runtime/job/coverage.py) and, for a misfire re-run, the later fires folded into
         it here up to ``folds_until``. With misfire on this run is their fold; with it
         off they are recorded as skips (owner gone) and the run covers nothing. Each
         item's newest MAX_COVERS are listed, the older ones counted (``Covered``)."""

@@ -1,6 +1,6 @@
 """Keeps the process executor's forkserver alive through the signals of a stop.
 
-The pool (runtime/procpool.py) preloads this module in multiprocessing's forkserver,
+The pool (runtime/execute/procpool.py) preloads this module in multiprocessing's forkserver,
 the process its worker processes are forked from. A service manager stops a service
 by signalling every process of it at once: systemd's default ``KillMode=control-group``
 sends SIGTERM to the whole cgroup, ``kill -TERM -- -PGID`` to a process group; a

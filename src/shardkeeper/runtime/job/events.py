@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from shardkeeper.coordination.paths import JobNode, Unknown, parse
 from shardkeeper.registry.base import EventKind, WatchEvent
-from shardkeeper.runtime.jobstate import switch_time
+from shardkeeper.runtime.job.jobstate import switch_time
 
 __all__ = [
     "ConfigChanged",

@@ -19,9 +19,9 @@ from shardkeeper.coordination.sharding import necessary_parts
 from shardkeeper.counters import SkipReason
 from shardkeeper.errors import StoreError
 from shardkeeper.observe import ExecutionRecord, Outcome
-from shardkeeper.runtime.coverage import MAX_COVERS, FireSchedule
-from shardkeeper.runtime.jobstate import JobState
-from shardkeeper.runtime.services import JobServices
+from shardkeeper.runtime.job.coverage import MAX_COVERS, FireSchedule
+from shardkeeper.runtime.job.jobstate import JobState
+from shardkeeper.runtime.job.services import JobServices
 from shardkeeper.scheduling.triggers import build_trigger
 
 __all__ = ["FOLLOWERS_SHARE", "LeaderDuties", "RemovedSink", "ReshardStep", "leader_wait"]

@@ -34,11 +34,11 @@ from collections.abc import Callable, Mapping
 
 from shardkeeper.coordination.runnow import RunNowRequest
 from shardkeeper.errors import StoreError
-from shardkeeper.runtime.fires import Fires
-from shardkeeper.runtime.jobstate import JobState, SkipReason
-from shardkeeper.runtime.leader import LeaderDuties
-from shardkeeper.runtime.services import JobServices
-from shardkeeper.runtime.trigger import ITEM_DISABLED, Fire, Skipped
+from shardkeeper.runtime.fire.fires import Fires
+from shardkeeper.runtime.fire.trigger import ITEM_DISABLED, Fire, Skipped
+from shardkeeper.runtime.job.jobstate import JobState, SkipReason
+from shardkeeper.runtime.job.leader import LeaderDuties
+from shardkeeper.runtime.job.services import JobServices
 
 __all__ = ["RunNowDuties"]
 

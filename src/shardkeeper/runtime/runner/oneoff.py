@@ -1,7 +1,7 @@
 """One-off jobs on this instance: record them done, and catch up what was missed.
 
 A one-off job (``JobConfig.at``) fires once, at ``at``, on every instance up then,
-through the ordinary fire path (with the one-off rules of runtime/trigger.py). What
+through the ordinary fire path (with the one-off rules of runtime/fire/trigger.py). What
 this module adds runs on the job's lane, after each batch and at every housekeeping
 pass, from a fresh read each time (level-triggered, see the design's self-repair
 note):
@@ -40,9 +40,9 @@ from shardkeeper.coordination.oneoff import OneOffService
 from shardkeeper.errors import StoreError
 from shardkeeper.registry import batching
 from shardkeeper.registry.base import Op, Put
-from shardkeeper.runtime.jobstate import JobState, SkipReason
-from shardkeeper.runtime.leader import LeaderDuties
-from shardkeeper.runtime.services import JobServices
+from shardkeeper.runtime.job.jobstate import JobState, SkipReason
+from shardkeeper.runtime.job.leader import LeaderDuties
+from shardkeeper.runtime.job.services import JobServices
 from shardkeeper.scheduling.scheduler import MISFIRE_GRACE_SECONDS
 
 __all__ = ["OneOffDuties"]

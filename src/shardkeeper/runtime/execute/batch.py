@@ -1,5 +1,5 @@
 """A batch: the items one trigger (or one failover claim) runs on this instance, and
-what is kept of it until its completion commit (runtime/batches.py runs them)."""
+what is kept of it until its completion commit (runtime/fire/batches.py runs them)."""
 
 from __future__ import annotations
 
@@ -36,12 +36,12 @@ OK, FAILED, FENCED, ZOMBIE, TIMED_OUT = "ok", "failed", "fenced", "zombie", "tim
 #: returned without raising after ``ctx.should_stop()`` told it to stop: its work may
 #: be unfinished, so its item runs again (handed off like a fenced item)
 INTERRUPTED = "interrupted"
-#: its worker process died under it (executor="process", runtime/procpool.py)
+#: its worker process died under it (executor="process", runtime/execute/procpool.py)
 CRASHED = "crashed"
 #: longest wait between two attempts of a failed item, seconds
 MAX_BACKOFF = 300.0
 #: the least seconds between two writes of the results of a batch's items that ended
-#: while others of it still run (runtime/batches.py)
+#: while others of it still run (runtime/fire/batches.py)
 EARLY_RESULTS_EVERY = 1.0
 #: how long after an item's end its result waits before that write: a batch that
 #: completes meanwhile (the common case: items of a few milliseconds) writes it in
@@ -84,7 +84,7 @@ class Batch:
     #: the id of that run-now request ("" for none): with ``params``, in a hand-off's
     #: queue entry, so that the item's re-run has them
     request: str = ""
-    #: earlier fire times each item's run stands for (runtime/coverage.py)
+    #: earlier fire times each item's run stands for (runtime/job/coverage.py)
     covers: dict[int, tuple[float, ...]] = field(default_factory=dict)
     #: how many fires, older than those listed in ``covers``, each item's run stands
     #: for too (a gap longer than MAX_COVERS fires: counted, not listed)
@@ -150,7 +150,7 @@ class _Unfinished:
     #: each handed-off item's execution span, for the run that replaces it to link to
     traceparents: dict[int, str] = field(default_factory=dict)
     #: further ops of each item's completion or hand-off commit: its last checkpoint
-    #: and progress (runtime/checkpoints.py), so they are retried with it
+    #: and progress (runtime/fire/checkpoints.py), so they are retried with it
     extra: dict[int, list[Op]] = field(default_factory=dict)
     #: why each handed-off item is handed off (interrupted as the grace ran out,
     #: fenced and why, crashed): the hand-off's log line says it

@@ -1,5 +1,5 @@
 """What a job's parts ask of their runner: every back-edge from a part to the
-:class:`~shardkeeper.runtime.runner.JobRunner` that composes it, named in one
+:class:`~shardkeeper.runtime.runner.runner.JobRunner` that composes it, named in one
 Protocol.
 
 The parts (fires, settings, repair, trigger, batches) are built by the runner and
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from shardkeeper.config import JobConfig
-from shardkeeper.runtime.batch import Batch
+from shardkeeper.runtime.execute.batch import Batch
 
 __all__ = ["RunnerPort"]
 

@@ -7,7 +7,7 @@ membership gone), and a gray *leader* stops orphan requeue and resharding for th
 whole job (reliability review, finding 2).
 
 :class:`CommitHealth` is told the outcome of every commit the runtime attempts (by
-:class:`~shardkeeper.runtime.commitwatch.CommitWatch`, a thin wrapper around the
+:class:`~shardkeeper.runtime.health.commitwatch.CommitWatch`, a thin wrapper around the
 store), and of every read (kept apart: an answered read proves nothing about
 commits; a link that answers no read is gray too, and the fires and the leader's
 duties stall on their reads before any commit). An *answer* is any reply of the
@@ -21,7 +21,7 @@ time, so the operation timeout does not lengthen the bound), the instance is
 session (``CoordinationStore.relinquish_session``), so the owner-absent conditions
 hold elsewhere and failover runs. While relinquished no write of the runtime is let
 through except the *probe* commit, sent once a check; the first probe answered
-makes the instance :attr:`~Health.HEALTHY` again and it rejoins (runtime/graylink.py).
+makes the instance :attr:`~Health.HEALTHY` again and it rejoins (runtime/health/graylink.py).
 
 The clock is injectable: the unit tests drive it by hand. The part does no store I/O.
 """

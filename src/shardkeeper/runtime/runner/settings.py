@@ -12,14 +12,14 @@ import logging
 
 from shardkeeper.config import JobConfig
 from shardkeeper.errors import ShardkeeperError
-from shardkeeper.runtime.jobstate import JobState, switch_time
-from shardkeeper.runtime.leader import LeaderDuties
-from shardkeeper.runtime.port import RunnerPort
-from shardkeeper.runtime.services import JobServices
+from shardkeeper.runtime.job.jobstate import JobState, switch_time
+from shardkeeper.runtime.job.leader import LeaderDuties
+from shardkeeper.runtime.job.port import RunnerPort
+from shardkeeper.runtime.job.services import JobServices
 
 __all__ = ["JobSettings"]
 
-log = logging.getLogger("shardkeeper.runtime.runner")
+log = logging.getLogger("shardkeeper.runtime.runner.runner")
 
 
 class JobSettings:

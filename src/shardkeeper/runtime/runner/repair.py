@@ -25,11 +25,11 @@ import time
 
 from shardkeeper.coordination.model import RunningMark
 from shardkeeper.errors import StoreError
-from shardkeeper.runtime.batches import Batches
-from shardkeeper.runtime.jobstate import JobState
-from shardkeeper.runtime.leader import LeaderDuties
-from shardkeeper.runtime.port import RunnerPort
-from shardkeeper.runtime.services import JobServices
+from shardkeeper.runtime.fire.batches import Batches
+from shardkeeper.runtime.job.jobstate import JobState
+from shardkeeper.runtime.job.leader import LeaderDuties
+from shardkeeper.runtime.job.port import RunnerPort
+from shardkeeper.runtime.job.services import JobServices
 
 __all__ = ["MARKS_BUDGET", "MARKS_MAX_WAIT", "RepairPass"]
 

@@ -35,7 +35,7 @@ __all__ = [
     "diagram",
 ]
 
-log = logging.getLogger("shardkeeper.runtime.runner")
+log = logging.getLogger("shardkeeper.runtime.runner.runner")
 
 
 class JobPhase(enum.Enum):

@@ -1,10 +1,10 @@
 """The gray-link guard: give up the session when commits go unanswered, rejoin later.
 
 Every ``cadence()`` seconds (T/3, on its own daemon thread) the guard asks the
-runtime's :class:`~shardkeeper.runtime.commithealth.CommitHealth`:
+runtime's :class:`~shardkeeper.runtime.health.commithealth.CommitHealth`:
 
 * **healthy, but a commit unanswered for T** (``should_relinquish``): writes are held
-  from now on (runtime/commitwatch.py), every execution is fenced (``is_valid()``
+  from now on (runtime/health/commitwatch.py), every execution is fenced (``is_valid()``
   turns false for good), and the store gives up its session
   (``CoordinationStore.relinquish_session``: ZooKeeper closes it, etcd revokes the
   lease and stops its keep-alive, the MemoryStore ends it). Its ephemeral nodes
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from shardkeeper.coordination.paths import probe_path
 from shardkeeper.errors import StoreError
 from shardkeeper.registry.base import ConnectionState, CoordinationStore, Put
-from shardkeeper.runtime.commithealth import CommitHealth, Health
+from shardkeeper.runtime.health.commithealth import CommitHealth, Health
 
 __all__ = ["GrayLinkGuard"]
 

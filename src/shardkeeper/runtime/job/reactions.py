@@ -3,7 +3,7 @@ function from (what the runner knows, what happened) to commands.
 
 Both arrive on the store's event thread, so nothing there may call the store. Here
 that holds by construction: :func:`on_state` and :func:`on_event` only return data
-(the commands below); :class:`~shardkeeper.runtime.runner.JobRunner` executes them
+(the commands below); :class:`~shardkeeper.runtime.runner.runner.JobRunner` executes them
 (a flag, a forgotten cache, a task queued on the job's lane). Events are hints
 (``events.classify``); every decision they lead to reads the store again on the lane.
 tests/runtime/test_reactions.py tables every input.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from shardkeeper.coordination.paths import JobPaths
 from shardkeeper.registry.base import ConnectionState, EventKind, WatchEvent
-from shardkeeper.runtime import events as ev
+from shardkeeper.runtime.job import events as ev
 
 __all__ = [
     "Command",

@@ -16,7 +16,7 @@ from shardkeeper.coordination.strategies import ShardingStrategy, resolve_strate
 from shardkeeper.counters import STAT_KEYS, SkipReason
 from shardkeeper.errorhandlers import ErrorHandler, resolve_error_handler
 from shardkeeper.registry.base import Check, ConnectionState
-from shardkeeper.runtime.phase import JobPhase, Phase
+from shardkeeper.runtime.job.phase import JobPhase, Phase
 
 __all__ = ["OWNERS", "STAT_KEYS", "JobState", "SkipReason", "switch_time"]
 
@@ -61,7 +61,7 @@ class JobState:
 
     config: JobConfig
     lock: threading.RLock = field(default_factory=threading.RLock)
-    #: the job's phase here (runtime/phase.py); never rebound
+    #: the job's phase here (runtime/job/phase.py); never rebound
     phase: Phase = field(init=False)
     #: the store connection's state as this job's reactions last saw it (orthogonal
     #: to the phase: SUSPENDED makes fires wait and repair passes pause in any phase)

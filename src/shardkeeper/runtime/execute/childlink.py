@@ -1,4 +1,4 @@
-"""A worker process's end of its pipe to the instance (runtime/child.py's transport).
+"""A worker process's end of its pipe to the instance (runtime/execute/child.py's transport).
 
 * **One reader.** A daemon thread is the only reader of the pipe: it routes each
   answer to the call that asked for it (by call id) and queues the instance's orders

@@ -1,11 +1,11 @@
-"""The child side of the process executor (``executor="process"``, runtime/procpool.py).
+"""The child side of the process executor (``executor="process"``, runtime/execute/procpool.py).
 
 A child is started by the pool with forkserver or spawn, never forked from the
 threaded instance (a fork copies locks other threads held: the store client's, the
 logging module's). It runs items one at a time, as the instance asks, and nothing
 else: the coordination (marks, fencing, completion commits) stays in the instance.
 
-The pipe to the instance (runtime/childlink.py: one reader thread, each item's calls
+The pipe to the instance (runtime/execute/childlink.py: one reader thread, each item's calls
 under its own number) carries tuples:
 
 * instance -> child: ``("run", n, payload)`` (run item run ``n``; ``payload`` is the
@@ -21,7 +21,7 @@ under its own number) carries tuples:
   logcontext.ItemContextFilter), ``("done", n, outcome, error, rss)``.
 
 The context the item gets is rebuilt here from its plain fields; each of its
-callable fields named in :data:`~shardkeeper.runtime.childlink.FORWARDED` becomes a
+callable fields named in :data:`~shardkeeper.runtime.execute.childlink.FORWARDED` becomes a
 proxy that asks the instance, so ``ctx.is_valid()`` and ``ctx.should_stop()`` give the
 instance's answer at the time of the call (it computes validity lazily from its
 session, so a flag pushed ahead of time could be stale).
@@ -38,7 +38,7 @@ Signals and lifetime:
   program the item starts gets the default dispositions back at exec (an ignored
   signal stays ignored across exec), and a process it forks gets them back at once.
 * The child dies with its instance: its pipe's reader kills the child's group as soon
-  as the instance is gone (runtime/childlink.py), and with the forkserver as its
+  as the instance is gone (runtime/execute/childlink.py), and with the forkserver as its
   parent (whose only thread forked it) ``PR_SET_PDEATHSIG`` kills it if the
   forkserver dies: the instance would read that as the death of every child.
 """
@@ -62,7 +62,7 @@ from shardkeeper import tracing
 from shardkeeper._imports import import_object
 from shardkeeper.job import ShardedJob, ShardingContext
 from shardkeeper.logcontext import ItemContextFilter, item_context
-from shardkeeper.runtime.childlink import ItemLink, Link
+from shardkeeper.runtime.execute.childlink import ItemLink, Link
 
 __all__ = ["STOP_SIGNALS", "JobRef", "RemoteTraceback", "context_fields", "serve"]
 

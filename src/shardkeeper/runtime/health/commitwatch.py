@@ -4,7 +4,7 @@
 coordinate jobs (the runners and the registrar). It adds two things and nothing else:
 
 * the outcome of every :meth:`commit` and :meth:`commit_groups`, and of every read,
-  is told to the runtime's :class:`~shardkeeper.runtime.commithealth.CommitHealth`
+  is told to the runtime's :class:`~shardkeeper.runtime.health.commithealth.CommitHealth`
   (answered, or failed with a store error while the store reported itself
   connected: a failure while disconnected is the session machinery's business, not
   a gray link's);
@@ -36,7 +36,7 @@ from shardkeeper.registry.base import (
     Subscription,
     WatchListener,
 )
-from shardkeeper.runtime.commithealth import CommitHealth
+from shardkeeper.runtime.health.commithealth import CommitHealth
 
 __all__ = ["CommitWatch"]
 

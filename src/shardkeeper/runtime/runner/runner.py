@@ -75,27 +75,27 @@ from shardkeeper.errors import ShardkeeperError, StoreError
 from shardkeeper.job import JobListener, ShardedJob, ShardingContext
 from shardkeeper.observe import Observers
 from shardkeeper.registry.base import ConnectionState, WatchEvent
-from shardkeeper.runtime import reactions as rx
-from shardkeeper.runtime.batch import FENCED
-from shardkeeper.runtime.batches import Batch, Batches
-from shardkeeper.runtime.checkpoints import ItemStates
-from shardkeeper.runtime.coverage import Covered, counted, listed
-from shardkeeper.runtime.fires import Fires, SkipSink
-from shardkeeper.runtime.jobstate import JobState, SkipReason
-from shardkeeper.runtime.leader import LeaderDuties
-from shardkeeper.runtime.oneoff import OneOffDuties
-from shardkeeper.runtime.phase import HARD_STOP, JOINED, REGISTER_FAILED, STOP, JobPhase
-from shardkeeper.runtime.pool import Lanes, WorkerPool
-from shardkeeper.runtime.repair import RepairPass
-from shardkeeper.runtime.runnow import RunNowDuties
-from shardkeeper.runtime.services import JobServices
-from shardkeeper.runtime.settings import JobSettings
-from shardkeeper.runtime.trigger import Fire, Skipped, TriggerFlow, fmt_fire
+from shardkeeper.runtime.execute.batch import FENCED
+from shardkeeper.runtime.execute.pool import Lanes, WorkerPool
+from shardkeeper.runtime.fire.batches import Batch, Batches
+from shardkeeper.runtime.fire.checkpoints import ItemStates
+from shardkeeper.runtime.fire.fires import Fires, SkipSink
+from shardkeeper.runtime.fire.trigger import Fire, Skipped, TriggerFlow, fmt_fire
+from shardkeeper.runtime.job import reactions as rx
+from shardkeeper.runtime.job.coverage import Covered, counted, listed
+from shardkeeper.runtime.job.jobstate import JobState, SkipReason
+from shardkeeper.runtime.job.leader import LeaderDuties
+from shardkeeper.runtime.job.phase import HARD_STOP, JOINED, REGISTER_FAILED, STOP, JobPhase
+from shardkeeper.runtime.job.services import JobServices
+from shardkeeper.runtime.runner.oneoff import OneOffDuties
+from shardkeeper.runtime.runner.repair import RepairPass
+from shardkeeper.runtime.runner.runnow import RunNowDuties
+from shardkeeper.runtime.runner.settings import JobSettings
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from shardkeeper.runtime.procpool import RunOnce
+    from shardkeeper.runtime.execute.procpool import RunOnce
 
 __all__ = ["Batch", "JobRunner", "SkipSink"]
 
@@ -152,7 +152,7 @@ class JobRunner:
             ),
         )
         self._workers = workers
-        #: the executions' checkpoints and progress (runtime/checkpoints.py); a held
+        #: the executions' checkpoints and progress (runtime/fire/checkpoints.py); a held
         #: write waits on the lanes' timer, on a lane of its own
         self.item_states = ItemStates(
             reader=CheckpointReader(self._store, self.paths),
@@ -459,7 +459,7 @@ class JobRunner:
             st.register_error = None
             st.phase.move(JOINED, why)
         # a new membership: the runs decided here before may have been fenced off
-        # with it, and the fires they stood for stand nowhere (runtime/coverage.py)
+        # with it, and the fires they stood for stand nowhere (runtime/job/coverage.py)
         self.trigger.coverage.forget()
 
     def _undone(self, items: list[int]) -> None:
