@@ -4,7 +4,7 @@ fire leaves behind (a misfire mark, a skip).
 
 A part of :class:`~shardkeeper.runtime.runner.runner.JobRunner` with its own state (the
 queue, the fire being decided, the requests held for a re-run): only this module
-writes it. What it asks of the runner goes through the ``RunnerPort``.
+writes it. What it asks of the runner goes through its ``JobLane`` (job/ports.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from shardkeeper.runtime.fire.trigger import (
     fmt_fire,
 )
 from shardkeeper.runtime.job.jobstate import JobState, SkipReason
-from shardkeeper.runtime.job.port import RunnerPort
+from shardkeeper.runtime.job.ports import JobLane
 from shardkeeper.runtime.job.services import JobServices
 
 __all__ = [
@@ -91,7 +91,7 @@ class Fires:
         trigger: TriggerFlow,
         batches: Batches,
         lanes: Lanes,
-        port: RunnerPort,
+        port: JobLane,
         on_skip: SkipSink,
         observers: Observers,
     ) -> None:

@@ -28,7 +28,7 @@ from shardkeeper.errors import StoreError
 from shardkeeper.runtime.fire.batches import Batches
 from shardkeeper.runtime.job.jobstate import JobState
 from shardkeeper.runtime.job.leader import LeaderDuties
-from shardkeeper.runtime.job.port import RunnerPort
+from shardkeeper.runtime.job.ports import MembershipAndClaims
 from shardkeeper.runtime.job.services import JobServices
 
 __all__ = ["MARKS_BUDGET", "MARKS_MAX_WAIT", "RepairPass"]
@@ -55,7 +55,7 @@ class RepairPass:
         state: JobState,
         leader: LeaderDuties,
         batches: Batches,
-        port: RunnerPort,
+        port: MembershipAndClaims,
     ) -> None:
         self._s = services
         self._state = state

@@ -19,11 +19,13 @@ reference MemoryStore):
   ``events.classify``) turned into commands, a pure function; the runner executes
   the commands.
 
-The parts call back into the runner only through ``port.RunnerPort``; the runner
-alone wires them. All coordination work of a job runs on the job's *lane*
-(``pool.Lanes``): one task at a time per job, in order, so a trigger, a claim and a
-repair pass of one job never interleave, and a waiting fire re-submits itself
-instead of holding a thread.
+The parts call back into the runner only through their own small port
+(``ports.JobLane``, ``ports.JobLifecycle``, ``ports.MembershipAndClaims``, which
+the runner implements, or the callables the trigger and the batches are built
+with); the runner alone wires them. All coordination work of a job runs on the
+job's *lane* (``pool.Lanes``): one task at a time per job, in order, so a trigger,
+a claim and a repair pass of one job never interleave, and a waiting fire
+re-submits itself instead of holding a thread.
 
 States of a job on this instance (``phase.JobPhase``), every legal move as
 ``phase.TRANSITIONS`` lists it (``Phase.transition`` refuses any other; a test
@@ -111,7 +113,7 @@ def _log_skip(job: str, reason: SkipReason, ft: float, detail: str) -> None:
 
 class JobRunner:
     """Coordinates one job for this instance (see module docstring); it is the
-    ``RunnerPort`` of its parts."""
+    port of each of its parts (``job/ports.py``)."""
 
     def __init__(
         self,

@@ -14,7 +14,7 @@ from shardkeeper.config import JobConfig
 from shardkeeper.errors import ShardkeeperError
 from shardkeeper.runtime.job.jobstate import JobState, switch_time
 from shardkeeper.runtime.job.leader import LeaderDuties
-from shardkeeper.runtime.job.port import RunnerPort
+from shardkeeper.runtime.job.ports import JobLifecycle
 from shardkeeper.runtime.job.services import JobServices
 
 __all__ = ["JobSettings"]
@@ -26,7 +26,7 @@ class JobSettings:
     """The stored config and switches of one job (module docstring)."""
 
     def __init__(
-        self, services: JobServices, state: JobState, leader: LeaderDuties, port: RunnerPort
+        self, services: JobServices, state: JobState, leader: LeaderDuties, port: JobLifecycle
     ) -> None:
         self._s = services
         self._state = state
