@@ -76,7 +76,7 @@ DISK_HISTOGRAMS = (
 #: seconds between two reads of the server's /metrics
 METRICS_EVERY = 0.5
 #: the runtime modules a request is attributed to (the innermost one on the stack)
-ORIGINS = re.compile(r"shardkeeper[/\\](?:runtime|coordination)[/\\](\w+)\.py$")
+ORIGINS = re.compile(r"shardkeeper[/\\](?:runtime|coordination)(?:[/\\]\w+)?[/\\](\w+)\.py$")
 #: modules every request passes through (the commit-health wrapper): not an origin
 PASS_THROUGH = frozenset({"commitwatch"})
 
