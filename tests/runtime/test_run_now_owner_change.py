@@ -115,3 +115,42 @@ def test_a_part_whose_fire_gave_up_waiting_runs_at_its_own_time_once_the_item_is
     ran = [r for r in job.runs if r.params == PARAMS and r.item == 1]
     assert [r.instance for r in ran] == [me]
     wait_until(lambda: not admin.children(P.runnow_root), 10, message="the request stayed")
+
+
+def test_a_part_refused_as_before_the_rejoin_is_decided_again_at_once(
+    memory_server: MemoryServer, runtimes: list[Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request's fire queued here before this instance joined the job again (a new
+    session) is refused as "fired before this instance (re-)joined"; it is decided
+    again at once, at the time of the new membership, and its parts run with their
+    params. Before, it stayed for the next look at the requests, a housekeeping pass
+    later (600 s etcd chaos, seed 20261254: the part ran past its bound). The looks
+    are held off here, so only the re-decision can run the parts."""
+    from shardkeeper.counters import SkipReason
+    from shardkeeper.runtime.fire.trigger import Fire, Skipped
+
+    admin = memory_server.store()
+    admin.start()
+    job = RecordingJob()
+    rt = Runtime(memory_server.store(), shutdown_grace=1, worker_threads=4)
+    rt.add_job(job, JobConfig(name=JOB, cron=NEVER, sharding_total_count=2, misfire=True))
+    runtimes.append(rt)
+    rt.start()
+    runner = rt.runners[JOB]
+    wait_until(lambda: runner.state.registered and runner.leader.is_leader, 10)
+    ops = Operations(admin)
+    ops.trigger(JOB)  # the assignment: both items are ours
+    wait_until(lambda: len(job.runs) == 2 and runner.idle, 10)
+    monkeypatch.setattr(runner.runnow, "check", lambda: [])
+    ops.trigger(JOB, params=PARAMS)
+    [request] = admin.children(P.runnow_root)
+    joined = runner.state.joined_at
+    fire = Fire(joined - 5.0, manual=True, params=dict(PARAMS), only=frozenset({0, 1}))
+    fire.request = request
+    runner.fires.record(fire, Skipped(SkipReason.BEFORE_JOIN))
+    wait_until(
+        lambda: sorted(r.item for r in job.runs if r.params == PARAMS) == [0, 1],
+        10,
+        message=lambda: f"the parts did not run: {job.runs}",
+    )
+    assert all(r.fire_time >= joined - 1e-3 for r in job.runs if r.params == PARAMS)
