@@ -27,9 +27,9 @@ INSTALL_DEV := -e '.[all]' --group dev
 OTHER_PYTHONS ?= 3.12 3.13
 PYENV_ROOT ?= $(HOME)/.pyenv
 
-.PHONY: demo test test-fast test-latest test-versions lint typecheck typecheck-tests pytest system-deps demo-deps venv chaos bench clean registry-up registry-down
+.PHONY: demo test test-fast test-latest test-versions lint typecheck typecheck-tests pytest system-deps demo-deps demo-venv venv chaos bench clean registry-up registry-down
 
-demo: demo-deps venv
+demo: demo-deps demo-venv
 	$(PY) -m demo --backend $(BACKEND)
 
 test: system-deps venv lint typecheck typecheck-tests pytest
@@ -145,6 +145,23 @@ demo-deps:
 	$(call apt_install,$(DEMO_CHECKS_$(BACKEND)))
 
 venv: $(STAMP)
+
+# the demo's packages only: the CLI and its BACKEND's client (newcomer review N23: the
+# full set, every extra and the dev group, took most of a first `make demo`); a venv
+# that `make test` filled already has them
+DEMO_EXTRAS_etcd := cli,etcd
+DEMO_EXTRAS_zookeeper := cli
+DEMO_STAMP := $(VENV)/.demo-$(BACKEND)
+demo-venv: $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml constraints.txt
+	@case "$(BACKEND)" in etcd|zookeeper) ;; \
+	  *) echo "BACKEND=$(BACKEND): valid backends are etcd and zookeeper"; exit 2;; esac
+	test -x $(PY) || python3 -m venv $(VENV)
+	if [ ! -f $(STAMP) ] || [ $(STAMP) -ot pyproject.toml ]; then \
+	  $(PY) -m pip install -q --upgrade 'pip>=25.1' \
+	  && $(PY) -m pip install -q -c constraints.txt -e '.[$(DEMO_EXTRAS_$(BACKEND))]'; fi
+	touch $(DEMO_STAMP)
 
 # every extra and the dev group at the tested versions (constraints.txt), as CI runs
 # it; pip >= 25.1 reads dependency groups (--group)

@@ -110,3 +110,53 @@ def test_an_unknown_backend_is_refused() -> None:
     )
     assert done.returncode != 0
     assert "BACKEND=zk: valid backends are etcd and zookeeper" in done.stdout + done.stderr
+
+
+def _demo_venv(tmp_path: Path, *variables: str, full: bool = False) -> list[str]:
+    """The pip commands ``make demo-venv`` runs for a fresh VENV (``full``: one that
+    ``make test`` filled already), with ``python3`` and the venv's python as stubs
+    that record their arguments."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    calls = tmp_path / "python.log"
+    venv = tmp_path / "venv"
+    python = tmp_path / "python-stub"
+    _stub(python, f'echo "$@" >> {calls}')
+    # python3 -m venv DIR: a venv whose python is the recording stub
+    _stub(stubs / "python3", f'mkdir -p "$3/bin" && cp {python} "$3/bin/python"')
+    for tool in ("sh", "bash", "make", "touch", "mkdir", "cp", "env"):
+        found = shutil.which(tool)
+        assert found, tool
+        (stubs / tool).symlink_to(found)
+    if full:
+        (venv / "bin").mkdir(parents=True)
+        shutil.copy(python, venv / "bin" / "python")
+        (venv / ".installed").touch()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+    env["PATH"] = str(stubs)
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), "demo-venv", f"VENV={venv}", *variables],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (venv / f".demo-{variables[0].split('=')[1] if variables else 'etcd'}").exists()
+    return calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_the_demo_installs_the_cli_and_its_stores_client_only(tmp_path: Path) -> None:
+    """Newcomer review N23: a first ``make demo`` built the venv with every extra and
+    the dev group (PostgreSQL's driver, the console, the linters, ...). The demo
+    installs the CLI and its BACKEND's client; a venv ``make test`` filled is kept."""
+    (tmp_path / "etcd").mkdir()
+    (tmp_path / "zk").mkdir()
+    (tmp_path / "full").mkdir()
+    installs = [c for c in _demo_venv(tmp_path / "etcd") if "install" in c.split()]
+    assert installs[-1].endswith("-e .[cli,etcd]"), installs
+    assert not any("--group" in c or "[all]" in c for c in installs), installs
+    zk = [c for c in _demo_venv(tmp_path / "zk", "BACKEND=zookeeper") if "install" in c.split()]
+    assert zk[-1].endswith("-e .[cli]"), zk
+    assert _demo_venv(tmp_path / "full", full=True) == []
