@@ -184,6 +184,37 @@ def test_a_fenced_batchs_unstarted_items_are_handed_off_in_few_commits(
     assert not store.exists(P.running(8))
 
 
+def test_a_hand_off_of_marks_the_leader_requeued_meanwhile_costs_no_commit_per_item(
+    store: MemoryStore,
+) -> None:
+    """After a session loss, the leader requeued this instance's 2,500 bulk marks as
+    orphans before its hand-off came: every group's condition failed, and the refused
+    chunks were halved down to single items, some 5,000 commits per housekeeping pass
+    (16 s of the job's lane each time: 600 s ZooKeeper chaos, seed 20261263). One
+    listing of the marks leaves them out now; the one still there is handed off."""
+    ft = time.time() - 5
+    me = FailoverService(store, P, "host@1@me")
+    marks: dict[int, tuple[int, FailoverEntry, str]] = {}
+    for item in range(N):
+        fence = f"fence-{item:016x}"
+        mark = RunningMark("host@1@me", ft, f"bulk@1#{item}")
+        done = store.commit(
+            [Create(P.running(item), mark.to_bytes()), Create(f"{P.running(item)}/{fence}")]
+        )
+        assert done
+        marks[item] = (done.revision, FailoverEntry(ft, mark.execution_id, "host@1@me"), fence)
+    # the leader requeued every mark but item 3's as an orphan
+    for item in range(N):
+        if item != 3:
+            store.commit([Delete(f"{P.running(item)}/fence-{item:016x}"), Delete(P.running(item))])
+    before = store.round_trips
+    moved = me.hand_off(marks, keep=True)
+    trips = store.round_trips - before
+    assert moved == [3]
+    assert trips < 10, f"{trips} round trips to find {N - 1} marks gone"
+    assert not store.exists(P.running(3))
+
+
 def test_a_hand_off_whose_outcome_is_unknown_raises_for_the_caller_to_keep_it(
     store: MemoryStore,
 ) -> None:
